@@ -1,0 +1,23 @@
+"""faststream-sqla: durable FastStream queues in PostgreSQL, MySQL/MariaDB and SQLite."""
+
+from faststream_sqla.broker.broker import SqlaBroker
+from faststream_sqla.broker.router import SqlaPublisherArgs, SqlaRoute, SqlaRouter
+from faststream_sqla.annotations import SqlaMessage
+from faststream_sqla.migrations import upgrade_schema
+from faststream_sqla.publisher.usecase import SqlaPublisher
+from faststream_sqla.response import SqlaResponse
+from faststream_sqla.schema import MessageState
+from faststream_sqla.testing import TestSqlaBroker
+
+__all__ = (
+    "MessageState",
+    "SqlaBroker",
+    "SqlaMessage",
+    "SqlaPublisher",
+    "SqlaPublisherArgs",
+    "SqlaResponse",
+    "SqlaRoute",
+    "SqlaRouter",
+    "TestSqlaBroker",
+    "upgrade_schema",
+)

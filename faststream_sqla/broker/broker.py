@@ -1,0 +1,290 @@
+"""`SqlaBroker`: a FastStream broker whose queues are tables in your database."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from fast_depends import Provider, dependency_provider
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from typing_extensions import override
+
+from faststream._internal.broker import BrokerUsecase
+from faststream._internal.constants import EMPTY
+from faststream._internal.context.repository import ContextRepo
+from faststream._internal.di import FastDependsConfig
+from faststream.message import gen_cor_id
+from faststream.middlewares import AckPolicy
+from faststream.response.publish_type import PublishType
+from faststream.specification.schema import BrokerSpec
+
+from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.dialects import dialect_for
+from faststream_sqla.exceptions import DatabaseUnreachableError, InvalidOptionError
+from faststream_sqla.message import ClaimedMessage
+from faststream_sqla.migrations import check_schema
+from faststream_sqla.publisher.producer import SqlaProducer
+from faststream_sqla.response import Connection, SqlaPublishCommand
+from faststream_sqla.schema import QueueTables, TableNames
+
+from .logging import make_sqla_logger_state
+from .registrator import SqlaRegistrator
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from fast_depends.dependencies import Dependant
+    from fast_depends.library.serializer import SerializerProto
+
+    from faststream._internal.basic_types import LoggerProto, SendableMessage
+    from faststream._internal.parser import CodecProto
+    from faststream._internal.types import BrokerMiddleware, CustomCallable
+    from faststream.security import BaseSecurity
+    from faststream.specification.schema.extra import Tag, TagDict
+
+DEFAULT_URL = "sqlite+aiosqlite:///faststream_sqla.db"
+
+
+def masked(url: str | sa.URL) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL is shown as given
+        return str(url)
+
+
+class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, SqlaBrokerConfig]):
+    """Durable queues in PostgreSQL, MySQL/MariaDB or SQLite.
+
+    `url_or_engine` is a SQLAlchemy async URL (the broker owns and disposes that engine)
+    or an `AsyncEngine` you own, e.g. the one your application already uses.
+    """
+
+    def __init__(
+        self,
+        url_or_engine: str | sa.URL | AsyncEngine = DEFAULT_URL,
+        *,
+        message_table: str = "message",
+        archive_table: str = "message_archive",
+        validate_schema: bool = True,
+        engine_options: dict[str, Any] | None = None,
+        graceful_timeout: float | None = 15.0,
+        decoder: CustomCallable | None = None,
+        parser: CustomCallable | None = None,
+        codec: CodecProto | None = None,
+        dependencies: Sequence[Dependant] = (),
+        middlewares: Sequence[BrokerMiddleware[Any, Any]] = (),
+        routers: Iterable[SqlaRegistrator] = (),
+        ack_policy: AckPolicy = EMPTY,
+        # AsyncAPI
+        specification_url: str | None = None,
+        protocol: str | None = None,
+        protocol_version: str | None = None,
+        description: str | None = None,
+        tags: Iterable[Tag | TagDict] = (),
+        security: BaseSecurity | None = None,
+        # logging
+        logger: LoggerProto | None = EMPTY,
+        log_level: int = logging.INFO,
+        # FastDepends
+        apply_types: bool = True,
+        serializer: SerializerProto | None = EMPTY,
+        provider: Provider | None = None,
+        context: ContextRepo | None = None,
+    ) -> None:
+        if isinstance(url_or_engine, AsyncEngine):
+            url: sa.URL = url_or_engine.url
+        else:
+            try:
+                url = make_url(url_or_engine)
+            except Exception as e:
+                msg = f"not a database URL: {url_or_engine!r} ({e})"
+                raise InvalidOptionError(msg) from e
+        tables = QueueTables(TableNames(message=message_table, archive=archive_table))
+        super().__init__(
+            url_or_engine=url_or_engine,
+            engine_options=engine_options or {},
+            validate_schema=validate_schema,
+            routers=routers,
+            config=SqlaBrokerConfig(
+                producer=SqlaProducer(parser=parser, decoder=decoder),
+                tables=tables,
+                broker_middlewares=middlewares,
+                broker_parser=parser,
+                broker_decoder=decoder,
+                broker_codec=codec,
+                logger=make_sqla_logger_state(logger=logger, log_level=log_level),
+                fd_config=FastDependsConfig(
+                    use_fastdepends=apply_types,
+                    serializer=serializer,
+                    provider=provider or dependency_provider,
+                    context=context or ContextRepo(),
+                ),
+                broker_dependencies=dependencies,
+                graceful_timeout=graceful_timeout,
+                ack_policy=ack_policy,
+                id_generator=gen_cor_id,
+                extra_context={"broker": self},
+            ),
+            specification=BrokerSpec(
+                description=description,
+                url=[specification_url or masked(url)],
+                protocol=protocol or url.get_backend_name(),
+                protocol_version=protocol_version,
+                tags=tags,
+                security=security,
+            ),
+        )
+        self.url = url
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine in use (connect first)."""
+        return self.config.engine
+
+    @property
+    def tables(self) -> QueueTables:
+        return self.config.tables
+
+    @override
+    async def _connect(self) -> AsyncEngine:
+        target = self._connection_kwargs["url_or_engine"]
+        owned = not isinstance(target, AsyncEngine)
+        engine = (
+            create_async_engine(
+                target, **{"pool_pre_ping": True, **self._connection_kwargs["engine_options"]}
+            )
+            if owned
+            else target
+        )
+        dialect = dialect_for(engine, self.config.tables)
+        dialect.configure_engine(engine, owned=owned)
+        try:
+            async with engine.connect() as conn:
+                await conn.execute(sa.text("SELECT 1"))
+        except Exception as e:
+            if owned:
+                await engine.dispose()
+            msg = f"cannot reach the database at {masked(self.url)}: {e}"
+            raise DatabaseUnreachableError(msg) from e
+        if self._connection_kwargs["validate_schema"]:
+            try:
+                await check_schema(engine, self.config.tables)
+            except Exception:
+                if owned:
+                    await engine.dispose()
+                raise
+        self._owns_engine = owned
+        self.config.connect(engine, dialect)
+        return engine
+
+    @override
+    async def start(self) -> None:
+        await self.connect()
+        self.config.logger.log(
+            f"Connected to {masked(self.url)}", logging.INFO, {"queue": "", "message_id": ""}
+        )
+        await super().start()
+
+    @override
+    async def stop(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_val: BaseException | None = None,
+        exc_tb: TracebackType | None = None,
+    ) -> None:
+        await super().stop(exc_type, exc_val, exc_tb)
+        if self._connection is not None:
+            if getattr(self, "_owns_engine", False):
+                await self._connection.dispose()
+            self._connection = None
+            self.config.disconnect()
+
+    @override
+    async def ping(self, timeout: float | None = None) -> bool:
+        if self._connection is None:
+            return False
+        engine = self._connection
+
+        async def probe() -> None:
+            async with engine.connect() as conn:
+                await conn.execute(sa.text("SELECT 1"))
+
+        try:
+            await asyncio.wait_for(probe(), timeout or 5.0)
+        except Exception:  # noqa: BLE001 - any failure means "not healthy"
+            return False
+        return True
+
+    @override
+    async def publish(  # type: ignore[override]
+        self,
+        message: SendableMessage = None,
+        queue: str = "",
+        *,
+        headers: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        reply_to: str = "",
+        next_attempt_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        connection: Connection | None = None,
+    ) -> int:
+        """Store one message in `queue`; returns its id.
+
+        Args:
+            message: str, bytes, a dict/list (JSON) or a pydantic model.
+            next_attempt_at: aware datetime before which it is not delivered.
+            delay: seconds (or timedelta) from now on the database clock; instead of
+                next_attempt_at.
+            connection: an `AsyncConnection` or `AsyncSession` whose transaction the
+                insert joins (transactional outbox); without it the publish commits alone.
+        """
+        cmd = SqlaPublishCommand(
+            message,
+            queue=queue,
+            headers=headers,
+            correlation_id=correlation_id or self.config.id_generator(),
+            reply_to=reply_to,
+            next_attempt_at=next_attempt_at,
+            delay=delay,
+            connection=connection,
+            _publish_type=PublishType.PUBLISH,
+        )
+        result: int = await self._basic_publish(cmd, producer=self.config.producer)
+        return result
+
+    @override
+    async def publish_batch(  # type: ignore[override]
+        self,
+        *messages: SendableMessage,
+        queue: str,
+        headers: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        next_attempt_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        connection: Connection | None = None,
+    ) -> list[int]:
+        """Store many messages in one statement; returns their ids in order."""
+        if not messages:
+            return []
+        cmd = SqlaPublishCommand(
+            *messages,
+            queue=queue,
+            headers=headers,
+            correlation_id=correlation_id,
+            next_attempt_at=next_attempt_at,
+            delay=delay,
+            connection=connection,
+            _publish_type=PublishType.PUBLISH,
+        )
+        result: list[int] = await self._basic_publish_batch(cmd, producer=self.config.producer)
+        return result
+
+    @override
+    async def request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        cmd = SqlaPublishCommand(None, _publish_type=PublishType.REQUEST)
+        return await self.config.producer.request(cmd)

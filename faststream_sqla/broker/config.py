@@ -1,0 +1,78 @@
+"""Broker-wide state shared by every subscriber and publisher of one broker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from types import MappingProxyType
+
+from faststream._internal.configs import (
+    BrokerConfig,
+    UnderlyingDriverAnnotation,
+    UnderlyingDriverAnnotations,
+)
+from faststream.exceptions import IncorrectState
+
+from faststream_sqla.publisher.producer import SqlaProducer
+from faststream_sqla.schema import QueueTables
+from faststream_sqla.wakeup import WakeupHub
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from faststream_sqla.dialects import Dialect
+
+
+def _driver_annotations() -> UnderlyingDriverAnnotations:
+    # Imported late: the annotations module imports the broker, which imports us.
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from faststream_sqla import annotations
+    from faststream_sqla.broker.broker import SqlaBroker
+    from faststream_sqla.message import SqlaMessage
+
+    def row(name: str) -> UnderlyingDriverAnnotation:
+        return UnderlyingDriverAnnotation(
+            type_hint=getattr(annotations, name), module="faststream_sqla.annotations", name=name
+        )
+
+    return MappingProxyType(
+        {SqlaMessage: row("SqlaMessage"), SqlaBroker: row("SqlaBroker"), AsyncEngine: row("Engine")}
+    )
+
+
+@dataclass(kw_only=True)
+class SqlaBrokerConfig(BrokerConfig):
+    producer: SqlaProducer = field(default_factory=SqlaProducer)
+    tables: QueueTables = field(default_factory=QueueTables)
+    wakeups: WakeupHub = field(default_factory=WakeupHub)
+    default_driver_annotations: UnderlyingDriverAnnotations = field(
+        default_factory=_driver_annotations
+    )
+    _engine: AsyncEngine | None = field(default=None, init=False, repr=False)
+    _dialect: Dialect | None = field(default=None, init=False, repr=False)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        if self._engine is None:
+            msg = "the broker is not connected: call `await broker.connect()` or start the app"
+            raise IncorrectState(msg)
+        return self._engine
+
+    @property
+    def dialect(self) -> Dialect:
+        if self._dialect is None:
+            msg = "the broker is not connected: call `await broker.connect()` or start the app"
+            raise IncorrectState(msg)
+        return self._dialect
+
+    def connect(self, engine: AsyncEngine, dialect: Dialect) -> None:
+        self._engine, self._dialect = engine, dialect
+        self.producer.connect(
+            engine, dialect, self.wakeups, self.fd_config._serializer, self.broker_codec
+        )
+
+    def disconnect(self) -> None:
+        self._engine = self._dialect = None
+        self.producer.disconnect()

@@ -1,0 +1,151 @@
+"""`subscriber(...)` and `publisher(...)` decorators, shared by broker and router."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from typing_extensions import override
+
+from faststream._internal.broker.registrator import Registrator
+from faststream._internal.constants import EMPTY
+from faststream.middlewares import AckPolicy
+
+from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.message import ClaimedMessage
+from faststream_sqla.publisher.factory import create_publisher
+from faststream_sqla.subscriber.config import ConsumeOptions, default_retry_strategy
+from faststream_sqla.subscriber.factory import create_subscriber
+
+if TYPE_CHECKING:
+    from fast_depends.dependencies import Dependant
+
+    from faststream._internal.types import BrokerMiddleware, CustomCallable
+    from faststream_sqla.publisher.usecase import SqlaPublisher
+    from faststream_sqla.retry import RetryStrategy
+    from faststream_sqla.subscriber.usecase import SqlaSubscriber
+
+_DEFAULTS = ConsumeOptions()
+
+
+class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
+    @override
+    def subscriber(  # type: ignore[override]
+        self,
+        queues: str | Sequence[str],
+        *,
+        max_workers: int = _DEFAULTS.max_workers,
+        retry_strategy: RetryStrategy | None = None,
+        ack_policy: AckPolicy = EMPTY,
+        max_deliveries: int | None = None,
+        fetch_batch_size: int = _DEFAULTS.fetch_batch_size,
+        overfetch_factor: float = _DEFAULTS.overfetch_factor,
+        min_fetch_interval: float = _DEFAULTS.min_fetch_interval,
+        max_fetch_interval: float = _DEFAULTS.max_fetch_interval,
+        flush_interval: float = _DEFAULTS.flush_interval,
+        release_stuck_interval: float = _DEFAULTS.release_stuck_interval,
+        release_stuck_timeout: float = _DEFAULTS.release_stuck_timeout,
+        # FastStream arguments
+        no_reply: bool = False,
+        dependencies: Sequence[Dependant] = (),
+        parser: CustomCallable | None = None,
+        decoder: CustomCallable | None = None,
+        persistent: bool = True,
+        # AsyncAPI
+        title: str | None = None,
+        description: str | None = None,
+        include_in_schema: bool = True,
+    ) -> SqlaSubscriber:
+        """Consume one queue or several.
+
+        Args:
+            queues: a queue name or a list of them.
+            max_workers: handlers running at once in this process.
+            retry_strategy: when a nacked or failed message is tried again (default:
+                exponential backoff with jitter from 1 s to 300 s, 5 attempts).
+            ack_policy: what an unhandled exception means (default NACK_ON_ERROR).
+            max_deliveries: a message delivered more often than this is FAILED without
+                running the handler (poison messages that crash the process).
+            fetch_batch_size: messages claimed per round trip.
+            overfetch_factor: the prefetch buffer holds fetch_batch_size * this.
+            min_fetch_interval: pause after a full batch, seconds.
+            max_fetch_interval: longest pause when idle (publishes wake it sooner).
+            flush_interval: how often finished outcomes are written, seconds.
+            release_stuck_interval: how often stuck messages are looked for, seconds.
+            release_stuck_timeout: a message PROCESSING longer than this is released.
+        """
+        options = ConsumeOptions(
+            max_workers=max_workers,
+            retry_strategy=retry_strategy or default_retry_strategy(),
+            max_deliveries=max_deliveries,
+            fetch_batch_size=fetch_batch_size,
+            overfetch_factor=overfetch_factor,
+            min_fetch_interval=min_fetch_interval,
+            max_fetch_interval=max_fetch_interval,
+            flush_interval=flush_interval,
+            release_stuck_interval=release_stuck_interval,
+            release_stuck_timeout=release_stuck_timeout,
+        )
+        subscriber = create_subscriber(
+            queues=queues,
+            options=options,
+            ack_policy=ack_policy,
+            no_reply=no_reply,
+            config=cast("SqlaBrokerConfig", self.config),
+            title_=title,
+            description_=description,
+            include_in_schema=include_in_schema,
+        )
+        super().subscriber(subscriber, persistent=persistent)
+        return subscriber.add_call(
+            parser_=parser or self._parser,
+            decoder_=decoder or self._decoder,
+            dependencies_=dependencies,
+        )
+
+    @override
+    def publisher(  # type: ignore[override]
+        self,
+        queue: str,
+        *,
+        headers: dict[str, Any] | None = None,
+        persistent: bool = True,
+        title: str | None = None,
+        description: str | None = None,
+        schema: Any | None = None,
+        include_in_schema: bool = True,
+    ) -> SqlaPublisher:
+        """A publisher for `queue`: call `.publish()`, or decorate a handler to publish
+        its return value."""
+        publisher = create_publisher(
+            queue=queue,
+            headers=headers,
+            config=cast("SqlaBrokerConfig", self.config),
+            title_=title,
+            description_=description,
+            schema_=schema,
+            include_in_schema=include_in_schema,
+        )
+        super().publisher(publisher, persistent=persistent)
+        return publisher
+
+    @override
+    def include_router(  # type: ignore[override]
+        self,
+        router: SqlaRegistrator,
+        *,
+        prefix: str = "",
+        dependencies: Sequence[Dependant] = (),
+        middlewares: Sequence[BrokerMiddleware[Any, Any]] = (),
+        include_in_schema: bool | None = None,
+    ) -> None:
+        if not isinstance(router, SqlaRegistrator):
+            msg = f"router must be a SqlaRouter, got {type(router).__name__}"
+            raise TypeError(msg)
+        super().include_router(
+            router,
+            prefix=prefix,
+            dependencies=dependencies,
+            middlewares=middlewares,
+            include_in_schema=include_in_schema,
+        )

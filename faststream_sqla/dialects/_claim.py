@@ -1,0 +1,37 @@
+"""Pieces of the claim statement shared by the dialects that build it from Core."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from faststream_sqla.clock import utc_now
+
+
+def ready_predicate(m: sa.Table) -> sa.ColumnElement[bool]:
+    # Literal states, not bound parameters: PostgreSQL and SQLite only use the partial
+    # claim index when the query's predicate visibly matches the index's.
+    return m.c.state.in_([sa.literal_column("'PENDING'"), sa.literal_column("'RETRYABLE'")])
+
+
+def ready_ids(m: sa.Table, *extra: sa.ColumnElement) -> sa.Select:
+    """Ids (and `extra` columns) of one queue's ready messages, oldest first, up to :limit.
+
+    Eligibility and ordering live here, so later terms (priority, ordering keys,
+    expiry, paused queues) are added in one place for every dialect.
+    """
+    return (
+        sa.select(m.c.id, *extra)
+        .where(
+            m.c.queue == sa.bindparam("claim_queue"),
+            ready_predicate(m),
+            m.c.next_attempt_at <= utc_now(),
+        )
+        .order_by(m.c.next_attempt_at, m.c.id)
+        .limit(sa.bindparam("claim_limit", type_=sa.Integer()))
+    )
+
+
+def claimed_columns(m: sa.Table) -> list[sa.Column]:
+    from .base import CLAIMED_COLUMNS
+
+    return [m.c[name] for name in CLAIMED_COLUMNS]

@@ -1,0 +1,201 @@
+"""The one interface every database implements.
+
+Each method is one SQL operation the queue needs; each dialect module implements it
+with the statements that suit its database. Code above this layer never asks which
+database it talks to.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import json
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from faststream_sqla.clock import utc_now
+from faststream_sqla.schema import MessageState, QueueTables
+
+T = TypeVar("T")
+READY = (MessageState.PENDING, MessageState.RETRYABLE)
+TERMINAL = (MessageState.COMPLETED, MessageState.FAILED)
+
+CLAIMED_COLUMNS = (
+    "id",
+    "queue",
+    "headers",
+    "payload",
+    "attempts_count",
+    "deliveries_count",
+    "created_at",
+    "first_attempt_at",
+    "next_attempt_at",
+    "last_attempt_at",
+    "acquired_at",
+    "correlation_id",
+)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one delivery ended with, ready to be written.
+
+    `token` is the deliveries_count the message had when it was claimed: the write
+    only applies while the row is still PROCESSING under that same delivery, so a
+    worker whose claim was released and re-claimed elsewhere changes nothing.
+    """
+
+    id: int
+    token: int
+    state: MessageState
+    attempts_count: int
+    deliveries_count: int
+    first_attempt_at: datetime | None = None
+    last_attempt_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+    last_error: str | None = None
+
+    @property
+    def archives(self) -> bool:
+        return self.state in TERMINAL
+
+
+def _ts(value: datetime | None) -> str | None:
+    # One text form that PostgreSQL, MariaDB and SQLite all parse as a timestamp, and
+    # that sorts like SQLAlchemy's own SQLite storage format.
+    return None if value is None else value.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def outcomes_document(outcomes: Sequence[Outcome]) -> str:
+    """The whole outcome batch as one JSON parameter: one statement shape, any size."""
+    rows = []
+    for o in outcomes:
+        row: dict[str, Any] = {
+            "id": o.id,
+            "token": o.token,
+            "state": o.state.value,
+            "attempts": o.attempts_count,
+            "deliveries": o.deliveries_count,
+        }
+        # Absent keys read as NULL everywhere; explicit JSON nulls do not cast cleanly.
+        for key, value in (
+            ("first_at", _ts(o.first_attempt_at)),
+            ("last_at", _ts(o.last_attempt_at)),
+            ("next_at", _ts(o.next_attempt_at)),
+            ("error", o.last_error),
+        ):
+            if value is not None:
+                row[key] = value
+        rows.append(row)
+    return json.dumps(rows, separators=(",", ":"))
+
+
+class Dialect(abc.ABC):
+    """SQL for one database, built once per engine from our table definitions."""
+
+    name: str = "base"
+    #: whether NOTIFY-style cross-process wake-ups exist (PostgreSQL only)
+    supports_notifications: bool = False
+
+    def __init__(self, tables: QueueTables) -> None:
+        self.tables = tables
+        m = tables.message
+        self._release_stuck = (
+            sa.update(m)
+            .where(
+                m.c.queue.in_(sa.bindparam("queues", expanding=True)),
+                m.c.state == MessageState.PROCESSING,
+                m.c.acquired_at < utc_now(-sa.bindparam("timeout", type_=sa.Float())),
+            )
+            .values(state=MessageState.PENDING, acquired_at=None)
+        )
+        self._insert = (
+            sa.insert(m)
+            .values(
+                created_at=utc_now(),
+                next_attempt_at=sa.func.coalesce(
+                    sa.bindparam("publish_at", type_=m.c.next_attempt_at.type),
+                    utc_now(sa.bindparam("publish_delay", type_=sa.Float())),
+                ),
+            )
+        )
+
+    # -- connection setup -------------------------------------------------------------
+    def configure_engine(self, engine: AsyncEngine, *, owned: bool) -> None:  # noqa: B027
+        """Tune an engine; `owned` is False for an engine the user passed in."""
+
+    # -- operations -------------------------------------------------------------------
+    @abc.abstractmethod
+    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[sa.RowMapping]:
+        """Mark up to `limit` ready messages of `queue` PROCESSING and return them,
+        oldest `next_attempt_at` first. One statement or one short transaction."""
+
+    @abc.abstractmethod
+    async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
+        """Archive terminal outcomes and update the rest, in one transaction.
+        Returns how many rows were changed (fenced, stale outcomes change nothing)."""
+
+    async def release_stuck(
+        self, engine: AsyncEngine, queues: Sequence[str], timeout_seconds: float
+    ) -> int:
+        """Put PROCESSING messages claimed longer ago than the timeout back to PENDING."""
+        async with engine.begin() as conn:
+            result = await conn.execute(
+                self._release_stuck, {"queues": list(queues), "timeout": timeout_seconds}
+            )
+            return result.rowcount or 0
+
+    async def insert_messages(
+        self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]
+    ) -> list[int]:
+        """Insert messages on the caller's connection (and so its transaction)."""
+        m = self.tables.message
+        stmt = self._insert.returning(m.c.id, sort_by_parameter_order=True)
+        result = await conn.execute(stmt, list(rows))
+        return [r[0] for r in result]
+
+    async def after_publish(self, conn: AsyncConnection, queues: set[str]) -> None:  # noqa: B027
+        """Hook run on the publishing connection after an insert (NOTIFY on PostgreSQL)."""
+
+    @abc.abstractmethod
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether retrying the same statement may succeed (deadlock, busy, lock timeout)."""
+
+    @abc.abstractmethod
+    def is_disconnect(self, exc: BaseException) -> bool:
+        """Whether the error means the connection was lost."""
+
+    def _q(self, engine: AsyncEngine | AsyncConnection, table: sa.Table) -> str:
+        return engine.dialect.identifier_preparer.format_table(table)
+
+
+async def with_retries(
+    dialect: Dialect, operation: Callable[[], Awaitable[T]], *, attempts: int = 5
+) -> T:
+    """Run `operation` again after deadlocks and busy errors, a bounded number of times.
+
+    Only for operations that own their whole transaction: a failed statement inside a
+    caller's transaction cannot be retried on its own.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return await operation()
+        except Exception as exc:
+            if attempt == attempts or not dialect.is_transient(exc):
+                raise
+            await asyncio.sleep(min(0.01 * 2**attempt, 0.5) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    orig = getattr(exc, "orig", None) or exc
+    for attr in ("sqlstate", "pgcode"):
+        if code := getattr(orig, attr, None):
+            return str(code)
+    return None

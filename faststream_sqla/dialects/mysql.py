@@ -1,0 +1,127 @@
+"""MySQL 8 / MariaDB >= 10.6: SKIP LOCKED claim in one short READ COMMITTED transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from faststream_sqla.clock import utc_now
+from faststream_sqla.schema import MessageState, QueueTables
+
+from ._claim import claimed_columns, ready_ids
+from .base import Dialect, Outcome, outcomes_document
+
+# deadlock, lock wait timeout, "record has changed" (MariaDB optimistic conflicts)
+TRANSIENT_CODES = {1213, 1205, 1020}
+DISCONNECT_CODES = {2002, 2003, 2006, 2013, 2055, 1927, 4031}
+
+_OUTCOME_ROWS = """JSON_TABLE(:outcomes, '$[*]' COLUMNS (
+    id BIGINT PATH '$.id', token INT PATH '$.token', state VARCHAR(16) PATH '$.state',
+    attempts INT PATH '$.attempts', deliveries INT PATH '$.deliveries',
+    first_at DATETIME(6) PATH '$.first_at', last_at DATETIME(6) PATH '$.last_at',
+    next_at DATETIME(6) PATH '$.next_at', error LONGTEXT PATH '$.error')) AS o"""
+
+
+def _mysql_code(exc: BaseException) -> int | None:
+    orig = getattr(exc, "orig", None) or exc
+    args = getattr(orig, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+class MySQLDialect(Dialect):
+    name = "mysql"
+
+    def __init__(self, tables: QueueTables) -> None:
+        super().__init__(tables)
+        m = tables.message
+        # Read the rows (and the server clock) under SKIP LOCKED, then flip them. The
+        # clock value read here becomes acquired_at, so both statements agree on it.
+        columns = [c for c in claimed_columns(m) if c.name != "id"]
+        self._lock_ready = ready_ids(m, *columns, utc_now().label("claimed_at")).with_for_update(
+            skip_locked=True
+        )
+        self._mark_processing = (
+            sa.update(m)
+            .where(m.c.id.in_(sa.bindparam("ids", expanding=True)))
+            .values(
+                state=MessageState.PROCESSING,
+                deliveries_count=m.c.deliveries_count + 1,
+                acquired_at=sa.bindparam("now", type_=m.c.acquired_at.type),
+            )
+        )
+        self._outcome_sql: tuple[str, str, str] | None = None
+
+    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[sa.RowMapping]:
+        async with engine.connect() as conn:
+            # READ COMMITTED: no gap locks, so publishers never deadlock with claimers.
+            conn = await conn.execution_options(isolation_level="READ COMMITTED")
+            async with conn.begin():
+                locked = list(
+                    (await conn.execute(self._lock_ready, {"claim_queue": queue, "claim_limit": limit}))
+                    .mappings()
+                )
+                if not locked:
+                    return []
+                now = locked[0]["claimed_at"]
+                await conn.execute(
+                    self._mark_processing, {"ids": [r["id"] for r in locked], "now": now}
+                )
+        # The rows as they now stand, without a second read.
+        rows = [
+            {**r, "deliveries_count": r["deliveries_count"] + 1, "acquired_at": now}
+            for r in locked
+        ]
+        return rows
+
+    def _statements(self, engine: AsyncEngine) -> tuple[str, str, str]:
+        # Text, not Core: JSON_TABLE as a join source has no Core construct.
+        if self._outcome_sql is None:
+            m = self._q(engine, self.tables.message)
+            a = self._q(engine, self.tables.archive)
+            match = (
+                "m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING'"
+            )
+            archive = f"""
+INSERT INTO {a} (id, queue, headers, payload, state, attempts_count, deliveries_count,
+                 created_at, first_attempt_at, last_attempt_at, last_error, correlation_id,
+                 archived_at)
+SELECT m.id, m.queue, m.headers, m.payload, o.state, o.attempts, m.deliveries_count,
+       m.created_at, o.first_at, o.last_at, o.error, m.correlation_id, UTC_TIMESTAMP(6)
+FROM {_OUTCOME_ROWS} JOIN {m} AS m ON {match}
+WHERE o.state IN ('COMPLETED', 'FAILED')"""
+            delete = f"""
+DELETE m FROM {m} AS m JOIN {_OUTCOME_ROWS} ON {match}
+WHERE o.state IN ('COMPLETED', 'FAILED')"""
+            requeue = f"""
+UPDATE {m} AS m JOIN {_OUTCOME_ROWS} ON {match}
+SET m.state = o.state, m.attempts_count = o.attempts, m.deliveries_count = o.deliveries,
+    m.first_attempt_at = o.first_at, m.last_attempt_at = o.last_at,
+    m.next_attempt_at = COALESCE(o.next_at, m.next_attempt_at),
+    m.last_error = COALESCE(o.error, m.last_error), m.acquired_at = NULL
+WHERE o.state IN ('PENDING', 'RETRYABLE')"""
+            self._outcome_sql = (archive, delete, requeue)
+        return self._outcome_sql
+
+    async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
+        archive, delete, requeue = self._statements(engine)
+        params = {"outcomes": outcomes_document(outcomes)}
+        changed = 0
+        async with engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="READ COMMITTED")
+            async with conn.begin():
+                if any(o.archives for o in outcomes):
+                    await conn.execute(sa.text(archive), params)
+                    changed += (await conn.execute(sa.text(delete), params)).rowcount or 0
+                if not all(o.archives for o in outcomes):
+                    changed += (await conn.execute(sa.text(requeue), params)).rowcount or 0
+        return changed
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return _mysql_code(exc) in TRANSIENT_CODES
+
+    def is_disconnect(self, exc: BaseException) -> bool:
+        return bool(getattr(exc, "connection_invalidated", False)) or (
+            _mysql_code(exc) in DISCONNECT_CODES
+        )

@@ -1,0 +1,125 @@
+"""SQLite (the embedded default): WAL, immediate write transactions, UPDATE ... RETURNING."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from faststream_sqla.clock import utc_now
+from faststream_sqla.schema import MessageState, QueueTables
+
+from ._claim import claimed_columns, ready_ids
+from .base import Dialect, Outcome, outcomes_document
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+def _field(name: str) -> str:
+    return f"json_extract(o.value, '$.{name}')"
+
+
+class SQLiteDialect(Dialect):
+    name = "sqlite"
+
+    def __init__(self, tables: QueueTables) -> None:
+        super().__init__(tables)
+        m = tables.message
+        self._claim = (
+            sa.update(m)
+            .where(m.c.id.in_(ready_ids(m).scalar_subquery()))
+            .values(
+                state=MessageState.PROCESSING,
+                deliveries_count=m.c.deliveries_count + 1,
+                acquired_at=utc_now(),
+            )
+            .returning(*claimed_columns(m))
+        )
+        self._outcome_sql: tuple[str, str, str] | None = None
+
+    def configure_engine(self, engine: AsyncEngine, *, owned: bool) -> None:
+        if not owned:
+            return  # a user's engine keeps its own settings; WAL is set on the file below
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # Take transaction control from the driver so BEGIN IMMEDIATE can be issued:
+            # a deferred transaction that later writes fails at once with SQLITE_BUSY
+            # instead of waiting on busy_timeout.
+            dbapi_conn.isolation_level = None
+            cursor = dbapi_conn.cursor()
+            cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.close()
+
+        @event.listens_for(engine.sync_engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[sa.RowMapping]:
+        async with engine.begin() as conn:
+            result = await conn.execute(self._claim, {"claim_queue": queue, "claim_limit": limit})
+            rows = list(result.mappings())
+        # RETURNING order is unspecified in SQLite.
+        rows.sort(key=lambda r: (r["next_attempt_at"], r["id"]))
+        return rows
+
+    def _statements(self, engine: AsyncEngine) -> tuple[str, str, str]:
+        # Text, not Core: json_each() as a join source has no Core construct.
+        if self._outcome_sql is None:
+            m = self._q(engine, self.tables.message)
+            a = self._q(engine, self.tables.archive)
+            match = (
+                f"m.id = {_field('id')} AND m.deliveries_count = {_field('token')}"
+                " AND m.state = 'PROCESSING'"
+            )
+            terminal = f"{_field('state')} IN ('COMPLETED', 'FAILED')"
+            archive = f"""
+INSERT INTO {a} (id, queue, headers, payload, state, attempts_count, deliveries_count,
+                 created_at, first_attempt_at, last_attempt_at, last_error, correlation_id,
+                 archived_at)
+SELECT m.id, m.queue, m.headers, m.payload, {_field('state')}, {_field('attempts')},
+       m.deliveries_count, m.created_at, {_field('first_at')}, {_field('last_at')},
+       {_field('error')}, m.correlation_id,
+       strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'
+FROM json_each(:outcomes) AS o JOIN {m} AS m ON {match}
+WHERE {terminal}"""
+            delete = f"""
+DELETE FROM {m} WHERE id IN (
+    SELECT m.id FROM json_each(:outcomes) AS o JOIN {m} AS m ON {match} WHERE {terminal})"""
+            requeue = f"""
+UPDATE {m} AS m SET state = {_field('state')}, attempts_count = {_field('attempts')},
+    deliveries_count = {_field('deliveries')}, first_attempt_at = {_field('first_at')},
+    last_attempt_at = {_field('last_at')},
+    next_attempt_at = COALESCE({_field('next_at')}, m.next_attempt_at),
+    last_error = COALESCE({_field('error')}, m.last_error), acquired_at = NULL
+FROM json_each(:outcomes) AS o
+WHERE {match} AND {_field('state')} IN ('PENDING', 'RETRYABLE')"""
+            self._outcome_sql = (archive, delete, requeue)
+        return self._outcome_sql
+
+    async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
+        archive, delete, requeue = self._statements(engine)
+        params = {"outcomes": outcomes_document(outcomes)}
+        changed = 0
+        async with engine.begin() as conn:
+            if any(o.archives for o in outcomes):
+                await conn.execute(sa.text(archive), params)
+                changed += (await conn.execute(sa.text(delete), params)).rowcount or 0
+            if not all(o.archives for o in outcomes):
+                changed += (await conn.execute(sa.text(requeue), params)).rowcount or 0
+        return changed
+
+    def is_transient(self, exc: BaseException) -> bool:
+        orig = getattr(exc, "orig", None) or exc
+        return isinstance(orig, sqlite3.OperationalError) and (
+            "locked" in str(orig) or "busy" in str(orig)
+        )
+
+    def is_disconnect(self, exc: BaseException) -> bool:
+        return False  # an embedded database has no connection to lose

@@ -1,0 +1,111 @@
+"""The message state machine as pure functions: what a finished delivery writes.
+
+PENDING -> PROCESSING -> COMPLETED | FAILED (archived) | RETRYABLE -> PROCESSING ...
+No I/O here, so every transition is tested without a database.
+"""
+
+from __future__ import annotations
+
+import traceback
+from datetime import datetime, timedelta
+
+from faststream.message import AckStatus
+
+from .clock import to_naive_utc
+from .dialects.base import Outcome
+from .message import ClaimedMessage
+from .retry import RetryStrategy
+from .schema import MessageState
+
+MAX_ERROR_LENGTH = 8_000
+
+
+def describe_error(error: BaseException) -> str:
+    """Type, message and the innermost frames: enough to debug, bounded in size."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__, limit=-5))
+    return text if len(text) <= MAX_ERROR_LENGTH else "..." + text[-MAX_ERROR_LENGTH:]
+
+
+def db_time(message: ClaimedMessage, monotonic_now: float) -> datetime:
+    """Estimate the database clock now, from the claim's acquired_at and local elapsed time."""
+    assert message.acquired_at is not None
+    return message.acquired_at + timedelta(seconds=monotonic_now - message.claimed_at_monotonic)
+
+
+def _naive(value: datetime | None) -> datetime | None:
+    return None if value is None else to_naive_utc(value)
+
+
+def after_attempt(
+    message: ClaimedMessage,
+    *,
+    started_at: datetime,
+    finished_at: datetime,
+    error: BaseException | None,
+    retry_strategy: RetryStrategy,
+) -> Outcome:
+    """The outcome of one processing attempt, from the handler's recorded decision.
+
+    No decision (AckPolicy.MANUAL and the handler settled nothing) counts as a nack:
+    an unsettled message is never silently dropped.
+    """
+    attempts = message.attempts_count + 1
+    first = message.first_attempt_at or started_at
+    last_error = describe_error(error) if error is not None else None
+    decision = message.decision or AckStatus.NACKED
+    base = {
+        "id": message.id,
+        "token": message.token,
+        "attempts_count": attempts,
+        "deliveries_count": message.deliveries_count,
+        "first_attempt_at": _naive(first),
+        "last_attempt_at": _naive(started_at),
+        "last_error": last_error,
+    }
+    if decision is AckStatus.ACKED:
+        return Outcome(state=MessageState.COMPLETED, **base)
+    if decision is AckStatus.REJECTED:
+        return Outcome(state=MessageState.FAILED, **base)
+
+    next_at = retry_strategy.get_next_attempt_at(
+        first_attempt_at=first, last_attempt_at=finished_at, attempts_count=attempts
+    )
+    if next_at is None:
+        return Outcome(state=MessageState.FAILED, **base)
+    if message.nack_delay is not None:
+        next_at = finished_at + timedelta(seconds=message.nack_delay)
+    return Outcome(state=MessageState.RETRYABLE, next_attempt_at=_naive(next_at), **base)
+
+
+def deliveries_exceeded(message: ClaimedMessage, max_deliveries: int) -> Outcome:
+    """Poison-message protection: FAILED without running the handler."""
+    return Outcome(
+        id=message.id,
+        token=message.token,
+        state=MessageState.FAILED,
+        attempts_count=message.attempts_count,
+        deliveries_count=message.deliveries_count,
+        first_attempt_at=_naive(message.first_attempt_at),
+        last_attempt_at=_naive(message.last_attempt_at),
+        last_error=(
+            f"max_deliveries exceeded: delivered {message.deliveries_count} times, "
+            f"limit {max_deliveries}"
+        ),
+    )
+
+
+def released(message: ClaimedMessage, *, started: bool) -> Outcome:
+    """Back to PENDING at shutdown, spending no attempt.
+
+    A message that never reached a handler does not count as delivered either;
+    one whose handler was cancelled mid-way keeps its delivery (it was delivered).
+    """
+    return Outcome(
+        id=message.id,
+        token=message.token,
+        state=MessageState.PENDING,
+        attempts_count=message.attempts_count,
+        deliveries_count=message.deliveries_count - (0 if started else 1),
+        first_attempt_at=_naive(message.first_attempt_at),
+        last_attempt_at=_naive(message.last_attempt_at),
+    )

@@ -1,0 +1,119 @@
+"""The message a handler receives, and the claimed row behind it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from faststream.message import AckStatus, StreamMessage
+
+from .exceptions import InvalidOptionError
+
+
+@dataclass(slots=True, eq=False)
+class ClaimedMessage:
+    """One delivery of a stored message: the row as claimed, plus the handler's decision.
+
+    Datetimes are aware UTC and come from the database clock. `claimed_at_monotonic`
+    anchors local elapsed time to the database's `acquired_at`, so attempt times are
+    reported on the database clock without asking it again.
+    """
+
+    id: int
+    queue: str
+    headers: dict[str, Any]
+    payload: bytes
+    attempts_count: int
+    deliveries_count: int
+    created_at: datetime
+    next_attempt_at: datetime
+    acquired_at: datetime | None
+    first_attempt_at: datetime | None = None
+    last_attempt_at: datetime | None = None
+    correlation_id: str | None = None
+    claimed_at_monotonic: float = 0.0
+    # the handler's decision, filled while it runs
+    decision: AckStatus | None = None
+    nack_delay: float | None = None
+    #: set for messages handed out by get_one()/iteration, where no worker settles them
+    settle: Callable[[ClaimedMessage], Awaitable[None]] | None = field(default=None, repr=False)
+
+    @property
+    def token(self) -> int:
+        """Fencing token: the delivery this claim is (see dialects.base.Outcome)."""
+        return self.deliveries_count
+
+
+class SqlaMessage(StreamMessage[ClaimedMessage]):
+    """A message consumed from a database queue.
+
+    `ack()`, `nack(delay=None)` and `reject()` record the decision; the outcome is
+    written with the next batch flush, after the handler returns.
+    """
+
+    @property
+    def queue(self) -> str:
+        return self.raw_message.queue
+
+    @property
+    def attempts_count(self) -> int:
+        """Processing attempts before this one."""
+        return self.raw_message.attempts_count
+
+    @property
+    def deliveries_count(self) -> int:
+        """Times this message was claimed, this delivery included."""
+        return self.raw_message.deliveries_count
+
+    @property
+    def created_at(self) -> datetime:
+        return self.raw_message.created_at
+
+    @property
+    def first_attempt_at(self) -> datetime | None:
+        return self.raw_message.first_attempt_at
+
+    @property
+    def last_attempt_at(self) -> datetime | None:
+        return self.raw_message.last_attempt_at
+
+    @property
+    def next_attempt_at(self) -> datetime:
+        return self.raw_message.next_attempt_at
+
+    @property
+    def acquired_at(self) -> datetime | None:
+        return self.raw_message.acquired_at
+
+    async def ack(self) -> None:
+        if self.committed is None:
+            self.raw_message.decision = AckStatus.ACKED
+            await self._settle()
+        await super().ack()
+
+    async def nack(self, delay: float | None = None) -> None:
+        """Give the message back for another attempt.
+
+        `delay` (seconds) replaces the retry strategy's delay; the strategy's
+        `max_attempts` still applies, so a poison message still ends FAILED.
+        """
+        if delay is not None and not (delay >= 0):
+            msg = f"nack delay must be >= 0 seconds, got {delay!r}"
+            raise InvalidOptionError(msg)
+        if self.committed is None:
+            self.raw_message.decision = AckStatus.NACKED
+            self.raw_message.nack_delay = delay
+            await self._settle()
+        await super().nack()
+
+    async def reject(self) -> None:
+        if self.committed is None:
+            self.raw_message.decision = AckStatus.REJECTED
+            await self._settle()
+        await super().reject()
+
+    async def _settle(self) -> None:
+        if self.raw_message.settle is not None:
+            await self.raw_message.settle(self.raw_message)

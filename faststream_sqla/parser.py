@@ -1,0 +1,65 @@
+"""Claimed rows to FastStream messages, and message bodies to rows."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from faststream.message import decode_message
+
+from .message import ClaimedMessage, SqlaMessage
+
+if TYPE_CHECKING:
+    from faststream._internal.basic_types import DecodedMessage
+    from faststream.message import StreamMessage
+
+CONTENT_TYPE_HEADER = "content-type"
+REPLY_TO_HEADER = "reply-to"
+
+
+class SqlaParser:
+    """Parses a `ClaimedMessage` into a `SqlaMessage`."""
+
+    async def parse_message(self, raw: ClaimedMessage) -> SqlaMessage:
+        headers = raw.headers
+        return SqlaMessage(
+            raw_message=raw,
+            body=raw.payload,
+            headers=headers,
+            content_type=headers.get(CONTENT_TYPE_HEADER),
+            reply_to=headers.get(REPLY_TO_HEADER, ""),
+            correlation_id=raw.correlation_id,
+            message_id=raw.id,  # type: ignore[arg-type]  # the row id, an int
+        )
+
+    async def decode_message(self, msg: StreamMessage[Any]) -> DecodedMessage:
+        return decode_message(msg)
+
+
+def load_headers(value: Any) -> dict[str, Any]:
+    """Headers as stored: a dict from JSON columns, text on some drivers."""
+    if value is None:
+        return {}
+    if isinstance(value, (str, bytes)):
+        return dict(json.loads(value))
+    return dict(value)
+
+
+def claimed_from_row(row: Any, claimed_at_monotonic: float) -> ClaimedMessage:
+    from .clock import to_aware
+
+    return ClaimedMessage(
+        id=row["id"],
+        queue=row["queue"],
+        headers=load_headers(row["headers"]),
+        payload=bytes(row["payload"]),
+        attempts_count=row["attempts_count"],
+        deliveries_count=row["deliveries_count"],
+        created_at=to_aware(row["created_at"]),  # type: ignore[arg-type]
+        next_attempt_at=to_aware(row["next_attempt_at"]),  # type: ignore[arg-type]
+        acquired_at=to_aware(row["acquired_at"]),
+        first_attempt_at=to_aware(row["first_attempt_at"]),
+        last_attempt_at=to_aware(row["last_attempt_at"]),
+        correlation_id=row["correlation_id"],
+        claimed_at_monotonic=claimed_at_monotonic,
+    )

@@ -1,0 +1,192 @@
+"""Turns publish commands into rows: encode, validate, insert, wake consumers."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from typing_extensions import override
+
+from faststream._internal.endpoint.utils import ParserComposition
+from faststream._internal.parser import DefaultCodec
+from faststream._internal.producer import ProducerProto
+from faststream.exceptions import FeatureNotSupportedException, IncorrectState
+
+from faststream_sqla.clock import to_naive_utc
+from faststream_sqla.dialects.base import with_retries
+from faststream_sqla.exceptions import InvalidOptionError, MessageSerializationError
+from faststream_sqla.parser import CONTENT_TYPE_HEADER, REPLY_TO_HEADER, SqlaParser
+from faststream_sqla.schema import MAX_CORRELATION_ID_LENGTH, MessageState, validate_queue_name
+from faststream_sqla.response import SqlaPublishCommand
+
+if TYPE_CHECKING:
+    from fast_depends.library.serializer import SerializerProto
+
+    from faststream._internal.parser import CodecProto
+    from faststream._internal.types import CustomCallable
+    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.wakeup import WakeupHub
+
+
+def delay_seconds(delay: float | timedelta | None) -> float:
+    if delay is None:
+        return 0.0
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        msg = f"delay must be a finite number of seconds >= 0 or a timedelta, got {delay!r}"
+        raise InvalidOptionError(msg)
+    return float(seconds)
+
+
+def storable_time(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        msg = f"next_attempt_at must be a datetime, got {type(value).__name__}"
+        raise InvalidOptionError(msg)
+    if value.tzinfo is None or value.utcoffset() is None:
+        msg = (
+            f"next_attempt_at {value.isoformat()} is naive; pass an aware datetime, "
+            "e.g. datetime.now(timezone.utc) + timedelta(minutes=5)"
+        )
+        raise InvalidOptionError(msg)
+    return to_naive_utc(value)
+
+
+class SqlaProducer(ProducerProto[SqlaPublishCommand]):
+    """Inserts messages through the broker's dialect."""
+
+    def __init__(
+        self,
+        *,
+        parser: CustomCallable | None = None,
+        decoder: CustomCallable | None = None,
+    ) -> None:
+        default = SqlaParser()
+        self._parser = ParserComposition(parser, default.parse_message)
+        self._decoder = ParserComposition(decoder, default.decode_message)
+        self.codec: CodecProto = DefaultCodec()
+        self.serializer: SerializerProto | None = None
+        self._engine: AsyncEngine | None = None
+        self._dialect: Dialect | None = None
+        self._wakeups: WakeupHub | None = None
+
+    def connect(
+        self,
+        engine: AsyncEngine,
+        dialect: Dialect,
+        wakeups: WakeupHub,
+        serializer: SerializerProto | None,
+        codec: CodecProto | None,
+    ) -> None:
+        self._engine, self._dialect, self._wakeups = engine, dialect, wakeups
+        self.serializer = serializer
+        self.codec = codec or DefaultCodec()
+
+    def disconnect(self) -> None:
+        self._engine = self._dialect = None
+
+    def __bool__(self) -> bool:
+        return True
+
+    @override
+    async def publish(self, cmd: SqlaPublishCommand) -> int:
+        ids = await self._insert(cmd, bodies=(cmd.body,))
+        return ids[0]
+
+    @override
+    async def publish_batch(self, cmd: SqlaPublishCommand) -> list[int]:
+        return await self._insert(cmd, bodies=cmd.batch_bodies)
+
+    @override
+    async def request(self, cmd: SqlaPublishCommand) -> Any:
+        msg = (
+            "request/reply is not supported by database queues: publish with reply_to "
+            "and consume the reply queue instead"
+        )
+        raise FeatureNotSupportedException(msg)
+
+    async def build_rows(
+        self, cmd: SqlaPublishCommand, bodies: tuple[Any, ...]
+    ) -> list[dict[str, Any]]:
+        """Validate everything before anything is written."""
+        queue = validate_queue_name(cmd.destination)
+        publish_at = storable_time(cmd.next_attempt_at)
+        delay = delay_seconds(cmd.delay)
+        if publish_at is not None and cmd.delay is not None:
+            msg = "pass either next_attempt_at or delay, not both"
+            raise InvalidOptionError(msg)
+        correlation_id = cmd.correlation_id
+        if correlation_id is not None and len(str(correlation_id)) > MAX_CORRELATION_ID_LENGTH:
+            msg = f"correlation_id is longer than {MAX_CORRELATION_ID_LENGTH} characters"
+            raise InvalidOptionError(msg)
+        headers = dict(cmd.headers or {})
+        try:
+            json.dumps(headers)
+        except (TypeError, ValueError) as e:
+            msg = f"headers must be JSON-serialisable: {e}"
+            raise MessageSerializationError(msg) from e
+        if cmd.reply_to:
+            headers[REPLY_TO_HEADER] = validate_queue_name(cmd.reply_to)
+
+        rows = []
+        for body in bodies:
+            try:
+                payload, content_type = await self.codec.encode(body, self.serializer)
+            except Exception as e:
+                msg = f"cannot serialise a message body of type {type(body).__name__}: {e}"
+                raise MessageSerializationError(msg) from e
+            row_headers = {**headers, CONTENT_TYPE_HEADER: content_type} if content_type else headers
+            rows.append({
+                "queue": queue,
+                "headers": row_headers,
+                "payload": payload,
+                "state": MessageState.PENDING,
+                "attempts_count": 0,
+                "deliveries_count": 0,
+                "correlation_id": None if correlation_id is None else str(correlation_id),
+                "publish_at": publish_at,
+                "publish_delay": delay,
+            })
+        return rows
+
+    async def _insert(self, cmd: SqlaPublishCommand, bodies: tuple[Any, ...]) -> list[int]:
+        if self._engine is None or self._dialect is None or self._wakeups is None:
+            msg = "the broker is not connected: call `await broker.connect()` or start the app"
+            raise IncorrectState(msg)
+        rows = await self.build_rows(cmd, bodies)
+        if not rows:
+            return []
+        dialect, wakeups, queues = self._dialect, self._wakeups, {rows[0]["queue"]}
+
+        if cmd.connection is None:
+
+            async def insert_and_commit() -> list[int]:
+                assert self._engine is not None
+                async with self._engine.begin() as conn:
+                    ids = await dialect.insert_messages(conn, rows)
+                    await dialect.after_publish(conn, queues)
+                    return ids
+
+            ids = await with_retries(dialect, insert_and_commit)
+            wakeups.wake(queues)
+            return ids
+
+        # Transactional outbox: the rows join the caller's transaction and exist only
+        # if it commits; local consumers are woken at that commit, not before.
+        conn = cmd.connection
+        if isinstance(conn, AsyncSession):
+            conn = await conn.connection()
+        if not isinstance(conn, AsyncConnection):
+            msg = f"connection must be an AsyncConnection or AsyncSession, got {type(conn).__name__}"
+            raise InvalidOptionError(msg)
+        ids = await dialect.insert_messages(conn, rows)
+        await dialect.after_publish(conn, queues)
+        event.listen(
+            conn.sync_connection, "commit", lambda _conn: wakeups.wake(queues), once=True
+        )
+        return ids

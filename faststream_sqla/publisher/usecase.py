@@ -1,0 +1,114 @@
+"""`broker.publisher("queue")`: publish from anywhere, or decorate a handler."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import override
+
+from faststream._internal.endpoint.publisher import PublisherUsecase
+from faststream.response.publish_type import PublishType
+
+from faststream_sqla.response import Connection, SqlaPublishCommand
+
+if TYPE_CHECKING:
+    from faststream._internal.basic_types import SendableMessage
+    from faststream._internal.endpoint.publisher import PublisherSpecification
+    from faststream._internal.types import PublisherMiddleware
+    from faststream.response.response import PublishCommand
+
+    from faststream_sqla.broker.config import SqlaBrokerConfig
+
+    from .config import SqlaPublisherConfig
+
+
+class SqlaPublisher(PublisherUsecase):
+    _outer_config: SqlaBrokerConfig
+
+    def __init__(
+        self, config: SqlaPublisherConfig, specification: PublisherSpecification[Any, Any]
+    ) -> None:
+        super().__init__(config, specification)
+        self._queue = config.queue
+        self.headers = config.headers or {}
+
+    @property
+    def queue(self) -> str:
+        return f"{self._outer_config.prefix}{self._queue}"
+
+    @override
+    async def publish(
+        self,
+        message: SendableMessage = None,
+        queue: str = "",
+        *,
+        headers: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        reply_to: str = "",
+        next_attempt_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        connection: Connection | None = None,
+    ) -> int:
+        """Insert one message; returns its id. See `SqlaBroker.publish`."""
+        cmd = SqlaPublishCommand(
+            message,
+            queue=queue or self.queue,
+            headers=self.headers | (headers or {}),
+            correlation_id=correlation_id or self._outer_config.id_generator(),
+            reply_to=reply_to,
+            next_attempt_at=next_attempt_at,
+            delay=delay,
+            connection=connection,
+            _publish_type=PublishType.PUBLISH,
+        )
+        result: int = await self._basic_publish(
+            cmd, producer=self._outer_config.producer, _extra_middlewares=()
+        )
+        return result
+
+    async def publish_batch(
+        self,
+        *messages: SendableMessage,
+        queue: str = "",
+        headers: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        next_attempt_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        connection: Connection | None = None,
+    ) -> list[int]:
+        """Insert many messages in one statement; returns their ids in order."""
+        if not messages:
+            return []
+        cmd = SqlaPublishCommand(
+            *messages,
+            queue=queue or self.queue,
+            headers=self.headers | (headers or {}),
+            correlation_id=correlation_id,
+            next_attempt_at=next_attempt_at,
+            delay=delay,
+            connection=connection,
+            _publish_type=PublishType.PUBLISH,
+        )
+        result: list[int] = await self._basic_publish_batch(
+            cmd, producer=self._outer_config.producer, _extra_middlewares=()
+        )
+        return result
+
+    @override
+    async def _publish(
+        self, cmd: PublishCommand, *, _extra_middlewares: Iterable[PublisherMiddleware]
+    ) -> None:
+        """Publishes a handler's return value (subscriber flow)."""
+        real = SqlaPublishCommand.from_cmd(cmd)
+        real.destination = self.queue
+        real.add_headers(self.headers, override=False)
+        await self._basic_publish(
+            real, producer=self._outer_config.producer, _extra_middlewares=_extra_middlewares
+        )
+
+    @override
+    async def request(self, *args: Any, **kwargs: Any) -> Any:
+        cmd = SqlaPublishCommand(None, queue=self.queue, _publish_type=PublishType.REQUEST)
+        return await self._outer_config.producer.request(cmd)

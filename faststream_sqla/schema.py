@@ -1,0 +1,168 @@
+"""Our tables, defined once, and the check that the database holds them.
+
+Everything that touches the database takes its table and column objects from
+`QueueTables`, so table names are configurable and no identifier is ever built
+from user input.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+
+from .clock import utc_now
+
+MAX_QUEUE_NAME_LENGTH = 255
+MAX_CORRELATION_ID_LENGTH = 255
+DEFAULT_MESSAGE_TABLE = "message"
+DEFAULT_ARCHIVE_TABLE = "message_archive"
+VERSION_TABLE = "faststream_sqla_version"
+
+
+class MessageState(str, enum.Enum):
+    """Where a message is in its life. Stored by name."""
+
+    PENDING = "PENDING"
+    PROCESSING = "PROCESSING"
+    RETRYABLE = "RETRYABLE"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+# Portable column types. BigInteger ids do not auto-increment on SQLite, so they
+# become INTEGER (the rowid alias) there; payloads must hold 16 MiB everywhere
+# (MEDIUMBLOB stops one byte short); MySQL DATETIME needs fsp=6 for sub-second times.
+Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+Payload = sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+Timestamp = sa.DateTime(timezone=False).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+State = sa.Enum(
+    MessageState,
+    name="sqla_message_state",
+    native_enum=False,
+    create_constraint=False,
+    length=16,
+    validate_strings=True,
+)
+Headers = sa.JSON()
+ErrorText = sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+
+
+@dataclass(frozen=True)
+class TableNames:
+    message: str = DEFAULT_MESSAGE_TABLE
+    archive: str = DEFAULT_ARCHIVE_TABLE
+
+    def __post_init__(self) -> None:
+        for value in (self.message, self.archive):
+            if not value or not value.replace("_", "").isalnum() or len(value) > 48:
+                from .exceptions import InvalidOptionError
+
+                msg = f"table name {value!r} must be 1-48 letters, digits or underscores"
+                raise InvalidOptionError(msg)
+
+
+@dataclass
+class QueueTables:
+    """The `message` and `message_archive` tables under the configured names."""
+
+    names: TableNames = field(default_factory=TableNames)
+    metadata: sa.MetaData = field(init=False)
+    message: sa.Table = field(init=False)
+    archive: sa.Table = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metadata = sa.MetaData()
+        self.message = build_message_table(self.metadata, self.names.message)
+        self.archive = build_archive_table(self.metadata, self.names.archive)
+
+
+def _common_columns() -> list[sa.Column]:
+    return [
+        sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
+        sa.Column("headers", Headers, nullable=True),
+        sa.Column("payload", Payload, nullable=False),
+        sa.Column("state", State, nullable=False),
+        sa.Column("attempts_count", sa.Integer(), nullable=False, default=0),
+        sa.Column("deliveries_count", sa.Integer(), nullable=False, default=0),
+        sa.Column("created_at", Timestamp, nullable=False),
+        sa.Column("first_attempt_at", Timestamp, nullable=True),
+        sa.Column("last_attempt_at", Timestamp, nullable=True),
+        sa.Column("last_error", ErrorText, nullable=True),
+        sa.Column("correlation_id", sa.String(MAX_CORRELATION_ID_LENGTH), nullable=True),
+    ]
+
+
+def build_message_table(metadata: sa.MetaData, name: str) -> sa.Table:
+    ready = sa.text("state IN ('PENDING', 'RETRYABLE')")
+    processing = sa.text("state = 'PROCESSING'")
+    table = sa.Table(
+        name,
+        metadata,
+        sa.Column("id", Id, primary_key=True, autoincrement=True),
+        *_common_columns(),
+        sa.Column("next_attempt_at", Timestamp, nullable=False),
+        sa.Column("acquired_at", Timestamp, nullable=True),
+        # Ids must never be reused: an archived id would collide in the archive.
+        sqlite_autoincrement=True,
+    )
+    # The claim walks (queue, next_attempt_at) in order and stops at LIMIT. Where the
+    # dialect has partial indexes, in-flight rows are left out of it entirely; MySQL
+    # gets the plain composite and skips the (few) PROCESSING rows while walking.
+    sa.Index(
+        f"ix_{name}_claim",
+        table.c.queue,
+        table.c.next_attempt_at,
+        postgresql_where=ready,
+        sqlite_where=ready,
+    )
+    sa.Index(
+        f"ix_{name}_stuck",
+        table.c.queue,
+        table.c.acquired_at,
+        postgresql_where=processing,
+        sqlite_where=processing,
+    )
+    return table
+
+
+def build_archive_table(metadata: sa.MetaData, name: str) -> sa.Table:
+    table = sa.Table(
+        name,
+        metadata,
+        sa.Column("id", Id, primary_key=True, autoincrement=False),
+        *_common_columns(),
+        sa.Column("archived_at", Timestamp, nullable=False),
+    )
+    sa.Index(f"ix_{name}_queue_archived", table.c.queue, table.c.archived_at)
+    return table
+
+
+def validate_queue_name(name: object) -> str:
+    """Queue names are stored as data; they must still fit the column and be readable."""
+    from .exceptions import InvalidQueueNameError
+
+    if not isinstance(name, str):
+        msg = f"queue name must be a str, got {type(name).__name__}"
+        raise InvalidQueueNameError(msg)
+    if not name or not name.strip():
+        msg = "queue name must not be empty"
+        raise InvalidQueueNameError(msg)
+    if len(name) > MAX_QUEUE_NAME_LENGTH:
+        msg = f"queue name is {len(name)} characters long, the limit is {MAX_QUEUE_NAME_LENGTH}"
+        raise InvalidQueueNameError(msg)
+    if not name.isprintable():
+        msg = f"queue name {name!r} contains control characters"
+        raise InvalidQueueNameError(msg)
+    return name
+
+
+__all__ = [
+    "MessageState",
+    "QueueTables",
+    "TableNames",
+    "utc_now",
+    "validate_queue_name",
+]

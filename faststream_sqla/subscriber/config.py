@@ -1,0 +1,103 @@
+"""Subscriber options, with defaults that are fast and safe without tuning."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from faststream._internal.configs import (
+    SubscriberSpecificationConfig,
+    SubscriberUsecaseConfig,
+)
+from faststream._internal.constants import EMPTY
+from faststream.middlewares import AckPolicy
+
+from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.retry import ExponentialBackoffWithJitterRetryStrategy, RetryStrategy
+
+
+def default_retry_strategy() -> RetryStrategy:
+    return ExponentialBackoffWithJitterRetryStrategy(
+        initial_delay_seconds=1.0, max_delay_seconds=300.0, max_attempts=5
+    )
+
+
+@dataclass(kw_only=True)
+class ConsumeOptions:
+    """How a subscriber claims, runs and settles messages. See docs/configuration.md."""
+
+    max_workers: int = 1
+    retry_strategy: RetryStrategy = field(default_factory=default_retry_strategy)
+    max_deliveries: int | None = None
+    fetch_batch_size: int = 100
+    overfetch_factor: float = 2.0
+    min_fetch_interval: float = 0.01
+    max_fetch_interval: float = 1.0
+    flush_interval: float = 0.05
+    release_stuck_interval: float = 10.0
+    release_stuck_timeout: float = 300.0
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str, value: object) -> None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                msg = f"{name} must be an integer >= 1, got {value!r}"
+                raise InvalidOptionError(msg)
+
+        def seconds(name: str, value: object, *, allow_zero: bool = True) -> None:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = ok and math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+            if not ok:
+                bound = ">= 0" if allow_zero else "> 0"
+                msg = f"{name} must be a finite number of seconds {bound}, got {value!r}"
+                raise InvalidOptionError(msg)
+
+        positive_int("max_workers", self.max_workers)
+        positive_int("fetch_batch_size", self.fetch_batch_size)
+        if self.max_deliveries is not None:
+            positive_int("max_deliveries", self.max_deliveries)
+        if not isinstance(self.retry_strategy, RetryStrategy):
+            msg = f"retry_strategy must be a RetryStrategy, got {self.retry_strategy!r}"
+            raise InvalidOptionError(msg)
+        if not isinstance(self.overfetch_factor, (int, float)) or not (
+            1 <= self.overfetch_factor < math.inf
+        ):
+            msg = f"overfetch_factor must be a number >= 1, got {self.overfetch_factor!r}"
+            raise InvalidOptionError(msg)
+        seconds("min_fetch_interval", self.min_fetch_interval)
+        seconds("max_fetch_interval", self.max_fetch_interval, allow_zero=False)
+        if self.min_fetch_interval > self.max_fetch_interval:
+            msg = (
+                f"min_fetch_interval ({self.min_fetch_interval}) must not exceed "
+                f"max_fetch_interval ({self.max_fetch_interval})"
+            )
+            raise InvalidOptionError(msg)
+        seconds("flush_interval", self.flush_interval)
+        seconds("release_stuck_interval", self.release_stuck_interval, allow_zero=False)
+        seconds("release_stuck_timeout", self.release_stuck_timeout, allow_zero=False)
+
+    @property
+    def buffer_capacity(self) -> int:
+        return max(self.fetch_batch_size, int(self.fetch_batch_size * self.overfetch_factor))
+
+
+@dataclass(kw_only=True)
+class SqlaSubscriberSpecificationConfig(SubscriberSpecificationConfig):
+    queues: tuple[str, ...]
+
+
+@dataclass(kw_only=True)
+class SqlaSubscriberConfig(SubscriberUsecaseConfig):
+    _outer_config: SqlaBrokerConfig = field(default_factory=SqlaBrokerConfig)
+    queues: tuple[str, ...]
+    options: ConsumeOptions
+
+    @property
+    def ack_policy(self) -> AckPolicy:
+        if self._ack_policy is EMPTY:
+            if self._outer_config.ack_policy is not EMPTY:
+                return self._outer_config.ack_policy
+            # Failures are retried under the retry strategy, then end FAILED with their
+            # error: a production queue should neither drop nor loop on them silently.
+            return AckPolicy.NACK_ON_ERROR
+        return self._ack_policy

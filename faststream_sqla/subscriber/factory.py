@@ -1,0 +1,66 @@
+"""Builds a subscriber from `broker.subscriber(...)` arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from faststream._internal.endpoint.subscriber.call_item import CallsCollection
+
+from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.schema import validate_queue_name
+
+from .config import ConsumeOptions, SqlaSubscriberConfig, SqlaSubscriberSpecificationConfig
+from .specification import SqlaSubscriberSpecification
+from .usecase import SqlaSubscriber
+
+if TYPE_CHECKING:
+    from faststream.middlewares import AckPolicy
+
+    from faststream_sqla.broker.config import SqlaBrokerConfig
+
+
+def normalize_queues(queues: str | Sequence[str]) -> tuple[str, ...]:
+    names = (queues,) if isinstance(queues, str) else tuple(queues)
+    if not names:
+        msg = "subscriber needs at least one queue name"
+        raise InvalidOptionError(msg)
+    for name in names:
+        validate_queue_name(name)
+    if len(set(names)) != len(names):
+        msg = f"queue names repeat: {list(names)}"
+        raise InvalidOptionError(msg)
+    return names
+
+
+def create_subscriber(
+    *,
+    queues: str | Sequence[str],
+    options: ConsumeOptions,
+    ack_policy: AckPolicy,
+    no_reply: bool,
+    config: SqlaBrokerConfig,
+    title_: str | None,
+    description_: str | None,
+    include_in_schema: bool,
+) -> SqlaSubscriber:
+    names = normalize_queues(queues)
+    subscriber_config = SqlaSubscriberConfig(
+        queues=names,
+        options=options,
+        no_reply=no_reply,
+        _outer_config=config,
+        _ack_policy=ack_policy,
+    )
+    calls = CallsCollection[Any]()
+    specification = SqlaSubscriberSpecification(
+        config,
+        SqlaSubscriberSpecificationConfig(
+            queues=names,
+            title_=title_,
+            description_=description_,
+            include_in_schema=include_in_schema,
+        ),
+        calls,
+    )
+    return SqlaSubscriber(subscriber_config, specification, calls)

@@ -1,0 +1,243 @@
+"""The cooperating loops behind a subscriber: fetch, flush outcomes, release stuck.
+
+Each loop survives database errors: it logs, backs off and tries again, so a lost
+connection delays work but never stops it or loses a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from faststream_sqla.dialects.base import Outcome, with_retries
+from faststream_sqla.parser import claimed_from_row
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.message import ClaimedMessage
+
+    from .config import ConsumeOptions
+
+Log = Callable[..., None]
+
+
+class Backoff:
+    """Exponential delay with jitter for retrying a failing loop step."""
+
+    def __init__(self, first: float = 0.05, cap: float = 5.0) -> None:
+        self.first, self.cap, self.failures = first, cap, 0
+
+    def next_delay(self) -> float:
+        self.failures += 1
+        return min(self.cap, self.first * 2 ** (self.failures - 1)) * (0.5 + random.random() / 2)
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> None:
+    """Wait until `event` is set or `timeout` passes, whichever is first."""
+    if timeout <= 0:
+        await asyncio.sleep(0)
+        return
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:
+        pass
+
+
+def log_failure(log: Log, what: str, exc: BaseException, backoff: Backoff) -> None:
+    # The first failure of a streak carries the traceback; repeats stay short.
+    if backoff.failures <= 1:
+        log(logging.WARNING, f"{what} failed, retrying: {exc!r}", exc_info=exc)
+    else:
+        log(logging.WARNING, f"{what} failed {backoff.failures} times in a row: {exc!r}")
+
+
+class Fetcher:
+    """Claims batches into the prefetch buffer.
+
+    It fetches only when a whole batch fits (so a backlog is claimed in full batches,
+    not one row per freed slot), soon after a full batch, and otherwise when woken by
+    a publish or when `max_fetch_interval` passes.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        dialect: Dialect,
+        queues: Sequence[str],
+        options: ConsumeOptions,
+        buffer: asyncio.Queue[ClaimedMessage | None],
+        wake: asyncio.Event,
+        log: Log,
+    ) -> None:
+        self.engine, self.dialect, self.queues = engine, dialect, list(queues)
+        self.options, self.buffer, self.wake, self.log = options, buffer, wake, log
+        self.space = asyncio.Event()
+        self.stopping = False
+        self._rotation = 0
+
+    def free_slots(self) -> int:
+        return self.options.buffer_capacity - self.buffer.qsize()
+
+    def notify_taken(self) -> None:
+        """Called by a worker after taking a message from the buffer."""
+        if self.free_slots() >= self.options.fetch_batch_size:
+            self.space.set()
+
+    async def run(self) -> None:
+        backoff = Backoff()
+        batch = self.options.fetch_batch_size
+        while not self.stopping:
+            if self.free_slots() < batch:
+                self.space.clear()
+                if self.free_slots() < batch:
+                    await self.space.wait()
+                continue
+            # Cleared before claiming: a publish during the claim triggers another.
+            self.wake.clear()
+            try:
+                got = await self.claim_round(batch)
+            except Exception as exc:  # noqa: BLE001 - any failure: log, back off, retry
+                delay = backoff.next_delay()
+                log_failure(self.log, "claiming messages", exc, backoff)
+                await asyncio.sleep(delay)
+                continue
+            backoff.reset()
+            full = got >= batch
+            await wait_event(
+                self.wake,
+                self.options.min_fetch_interval if full else self.options.max_fetch_interval,
+            )
+
+    async def claim_round(self, limit: int) -> int:
+        """Claim up to `limit` messages across the queues, starting from a rotating one."""
+        got = 0
+        n = len(self.queues)
+        start = self._rotation
+        self._rotation = (self._rotation + 1) % n
+        for i in range(n):
+            queue = self.queues[(start + i) % n]
+            remaining = limit - got
+            if remaining <= 0:
+                break
+
+            async def claim(queue: str = queue, remaining: int = remaining) -> list:
+                return await self.dialect.claim(self.engine, queue, remaining)
+
+            rows = await with_retries(self.dialect, claim)
+            now = time.monotonic()
+            for row in rows:
+                self.buffer.put_nowait(claimed_from_row(row, now))
+            got += len(rows)
+        return got
+
+
+class OutcomeFlusher:
+    """Buffers outcomes and writes them in batches: one transaction per batch."""
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        dialect: Dialect,
+        interval: float,
+        batch_size: int,
+        log: Log,
+    ) -> None:
+        self.engine, self.dialect, self.interval, self.log = engine, dialect, interval, log
+        self.batch_size = max(batch_size, 1)
+        self.pending: list[Outcome] = []
+        self._full = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._backoff = Backoff()
+        self.written = 0
+
+    def add(self, outcome: Outcome) -> None:
+        self.pending.append(outcome)
+        if len(self.pending) >= self.batch_size:
+            self._full.set()
+
+    async def run(self) -> None:
+        while True:
+            await wait_event(self._full, self.interval)
+            self._full.clear()
+            if not await self.flush():
+                await asyncio.sleep(self._backoff.next_delay())
+
+    async def flush(self) -> bool:
+        """Write everything pending; False (outcomes kept) if the database failed."""
+        async with self._lock:
+            while self.pending:
+                batch = self.pending[: self.batch_size]
+
+                async def write(batch: list[Outcome] = batch) -> int:
+                    return await self.dialect.write_outcomes(self.engine, batch)
+
+                try:
+                    changed = await with_retries(self.dialect, write)
+                except Exception as exc:  # noqa: BLE001 - kept and retried, never dropped
+                    log_failure(self.log, f"writing {len(batch)} outcomes", exc, self._backoff)
+                    return False
+                self._backoff.reset()
+                del self.pending[: len(batch)]
+                self.written += len(batch)
+                if changed < len(batch):
+                    # Fenced: the claim expired and the message was released or re-claimed.
+                    self.log(
+                        logging.WARNING,
+                        f"{len(batch) - changed} outcomes were stale (claim released by "
+                        "release-stuck); those messages will be delivered again",
+                    )
+            return True
+
+
+class StuckReleaser:
+    """Puts this subscriber's queues' long-PROCESSING messages back to PENDING."""
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        dialect: Dialect,
+        queues: Sequence[str],
+        options: ConsumeOptions,
+        on_released: Callable[[], None],
+        log: Log,
+    ) -> None:
+        self.engine, self.dialect, self.queues = engine, dialect, list(queues)
+        self.options, self.on_released, self.log = options, on_released, log
+
+    async def release_once(self) -> int:
+        async def release() -> int:
+            return await self.dialect.release_stuck(
+                self.engine, self.queues, self.options.release_stuck_timeout
+            )
+
+        count = await with_retries(self.dialect, release)
+        if count:
+            self.log(
+                logging.WARNING,
+                f"released {count} messages stuck in PROCESSING for more than "
+                f"{self.options.release_stuck_timeout}s",
+            )
+            self.on_released()
+        return count
+
+    async def run(self) -> None:
+        backoff = Backoff()
+        while True:
+            await asyncio.sleep(self.options.release_stuck_interval)
+            try:
+                await self.release_once()
+                backoff.reset()
+            except Exception as exc:  # noqa: BLE001
+                log_failure(self.log, "releasing stuck messages", exc, backoff)

@@ -1,0 +1,300 @@
+"""The subscriber: composes the fetch, worker, flush and release-stuck loops."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import override
+
+from faststream._internal.endpoint.subscriber import SubscriberUsecase
+from faststream._internal.endpoint.utils import process_msg
+from faststream.exceptions import StopConsume
+
+from faststream_sqla import lifecycle
+from faststream_sqla.dialects.base import with_retries
+from faststream_sqla.message import ClaimedMessage
+from faststream_sqla.parser import SqlaParser, claimed_from_row
+from faststream_sqla.publisher.fake import SqlaFakePublisher
+
+from .loops import Fetcher, OutcomeFlusher, StuckReleaser, wait_event
+
+if TYPE_CHECKING:
+    from faststream._internal.endpoint.publisher import PublisherProto
+    from faststream._internal.endpoint.subscriber import SubscriberSpecification
+    from faststream._internal.endpoint.subscriber.call_item import CallsCollection
+    from faststream.message import StreamMessage
+
+    from faststream_sqla.broker.config import SqlaBrokerConfig
+    from faststream_sqla.dialects.base import Outcome
+    from faststream_sqla.message import SqlaMessage
+
+    from .config import SqlaSubscriberConfig
+
+
+class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
+    """Consumes one or more database queues with `max_workers` concurrent handlers."""
+
+    _outer_config: SqlaBrokerConfig
+
+    def __init__(
+        self,
+        config: SqlaSubscriberConfig,
+        specification: SubscriberSpecification[Any, Any],
+        calls: CallsCollection[ClaimedMessage],
+    ) -> None:
+        parser = SqlaParser()
+        config.parser = parser.parse_message
+        config.decoder = parser.decode_message
+        super().__init__(config, specification, calls)
+        self._queues = config.queues
+        self.options = config.options
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._workers: list[asyncio.Task[Any]] = []
+        self._buffer: asyncio.Queue[ClaimedMessage | None] = asyncio.Queue()
+        self._wake = asyncio.Event()
+        self._fetcher: Fetcher | None = None
+        self._flusher: OutcomeFlusher | None = None
+        self._releaser: StuckReleaser | None = None
+
+    # -- addressing -------------------------------------------------------------------
+    @property
+    def queues(self) -> tuple[str, ...]:
+        prefix = self._outer_config.prefix
+        return tuple(f"{prefix}{q}" for q in self._queues)
+
+    def get_log_context(self, message: StreamMessage[ClaimedMessage] | None) -> dict[str, str]:
+        queue = message.raw_message.queue if message is not None else ",".join(self.queues)
+        return {"queue": queue, "message_id": str(getattr(message, "message_id", ""))}
+
+    def _log(self, log_level: int | None, message: str, **kwargs: Any) -> None:
+        self._outer_config.logger.log(
+            message, log_level, extra=self.get_log_context(None), **kwargs
+        )
+
+    def _make_response_publisher(
+        self, message: StreamMessage[ClaimedMessage]
+    ) -> Iterable[PublisherProto]:
+        return (SqlaFakePublisher(self._outer_config.producer, queue=message.reply_to),)
+
+    # -- lifecycle --------------------------------------------------------------------
+    @override
+    async def start(self) -> None:
+        await super().start()
+        if self.calls:
+            self._start_loops()
+        self._post_start()
+
+    def _start_loops(self) -> None:
+        engine, dialect, opts = self._outer_config.engine, self._outer_config.dialect, self.options
+        self._buffer = asyncio.Queue()
+        self._wake = asyncio.Event()
+        self._fetcher = Fetcher(
+            engine=engine,
+            dialect=dialect,
+            queues=self.queues,
+            options=opts,
+            buffer=self._buffer,
+            wake=self._wake,
+            log=self._log,
+        )
+        self._flusher = OutcomeFlusher(
+            engine=engine,
+            dialect=dialect,
+            interval=opts.flush_interval,
+            batch_size=max(opts.fetch_batch_size, opts.max_workers),
+            log=self._log,
+        )
+        self._releaser = StuckReleaser(
+            engine=engine,
+            dialect=dialect,
+            queues=self.queues,
+            options=opts,
+            on_released=self._wake.set,
+            log=self._log,
+        )
+        self._outer_config.wakeups.register(self.queues, self._wake)
+        self._tasks = [
+            self._spawn(self._fetcher.run(), "fetch"),
+            self._spawn(self._flusher.run(), "flush"),
+            self._spawn(self._releaser.run(), "release-stuck"),
+        ]
+        self._workers = [self._spawn(self._work(), f"worker-{i}") for i in range(opts.max_workers)]
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=f"faststream-sqla:{','.join(self.queues)}:{name}")
+        task.add_done_callback(self._on_loop_done)
+        return task
+
+    def _on_loop_done(self, task: asyncio.Task[Any]) -> None:
+        # Loops catch their own errors; reaching here with one is a bug worth shouting.
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._log(logging.CRITICAL, f"{task.get_name()} crashed: {exc!r}", exc_info=exc)
+
+    @override
+    async def stop(self) -> None:
+        """Graceful stop: unstarted messages go back, running ones get graceful_timeout."""
+        if not self._tasks:
+            await super().stop()
+            return
+        self.running = False
+        self._outer_config.wakeups.unregister(self.queues, self._wake)
+        fetch_task, flush_task, release_task = self._tasks
+        assert self._fetcher is not None and self._flusher is not None
+
+        # 1. Stop claiming; a claim in flight is let finish so its rows get released too.
+        self._fetcher.stopping = True
+        self._wake.set()
+        self._fetcher.space.set()
+        release_task.cancel()
+        done, _ = await asyncio.wait({fetch_task}, timeout=5.0)
+        if not done:
+            fetch_task.cancel()
+
+        # 2. Prefetched messages never started: back to PENDING, delivery not counted.
+        while not self._buffer.empty():
+            raw = self._buffer.get_nowait()
+            if raw is not None:
+                self._flusher.add(lifecycle.released(raw, started=False))
+        for _ in self._workers:
+            self._buffer.put_nowait(None)
+
+        # 3. Running handlers get graceful_timeout; then they are cancelled and released.
+        if self._workers:
+            _, running = await asyncio.wait(
+                self._workers, timeout=self._outer_config.graceful_timeout
+            )
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.wait(running)
+
+        # 4. Final flush of every finished outcome.
+        flush_task.cancel()
+        for task in self._tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for attempt in range(3):
+            if await self._flusher.flush():
+                break
+            await asyncio.sleep(0.2 * (attempt + 1))
+        else:
+            self._log(
+                logging.ERROR,
+                f"{len(self._flusher.pending)} outcomes could not be written at shutdown; "
+                "their messages will be delivered again after release_stuck_timeout",
+            )
+        self._tasks, self._workers = [], []
+        await super().stop()
+
+    # -- processing -------------------------------------------------------------------
+    async def _work(self) -> None:
+        assert self._fetcher is not None
+        while True:
+            raw = await self._buffer.get()
+            if raw is None:
+                return
+            self._fetcher.notify_taken()
+            await self._deliver(raw)
+
+    async def _deliver(self, raw: ClaimedMessage) -> None:
+        assert self._flusher is not None
+        opts = self.options
+        if opts.max_deliveries is not None and raw.deliveries_count > opts.max_deliveries:
+            self._flusher.add(lifecycle.deliveries_exceeded(raw, opts.max_deliveries))
+            return
+        started_at = lifecycle.db_time(raw, time.monotonic())
+        error: BaseException | None = None
+        try:
+            await self.process_message(raw)
+        except asyncio.CancelledError:
+            # Shutdown cut the handler short: not its fault, so no attempt is spent.
+            self._flusher.add(lifecycle.released(raw, started=True))
+            raise
+        except StopConsume:
+            asyncio.get_running_loop().create_task(self.stop())
+        except SystemExit:
+            asyncio.get_running_loop().create_task(self.stop())
+            if app := self._outer_config.context.get("app"):
+                app.exit()
+        except Exception as exc:  # noqa: BLE001 - logged by FastStream; recorded here
+            error = exc
+        outcome = lifecycle.after_attempt(
+            raw,
+            started_at=started_at,
+            finished_at=lifecycle.db_time(raw, time.monotonic()),
+            error=error,
+            retry_strategy=opts.retry_strategy,
+        )
+        self._flusher.add(outcome)
+
+    # -- pulling without a handler ----------------------------------------------------
+    async def _settle_now(self, raw: ClaimedMessage) -> None:
+        now = lifecycle.db_time(raw, time.monotonic())
+        outcome: Outcome = lifecycle.after_attempt(
+            raw, started_at=now, finished_at=now, error=None,
+            retry_strategy=self.options.retry_strategy,
+        )
+        dialect, engine = self._outer_config.dialect, self._outer_config.engine
+
+        async def write() -> int:
+            return await dialect.write_outcomes(engine, [outcome])
+
+        await with_retries(dialect, write)
+
+    async def _claim_one(self) -> ClaimedMessage | None:
+        dialect, engine = self._outer_config.dialect, self._outer_config.engine
+        for queue in self.queues:
+
+            async def claim(queue: str = queue) -> list[Any]:
+                return await dialect.claim(engine, queue, 1)
+
+            rows = await with_retries(dialect, claim)
+            if rows:
+                raw = claimed_from_row(rows[0], time.monotonic())
+                raw.settle = self._settle_now
+                return raw
+        return None
+
+    @override
+    async def get_one(self, *, timeout: float = 5.0) -> SqlaMessage | None:
+        """Claim one message without a handler; settle it with ack/nack/reject.
+
+        An unsettled message is released by release-stuck after release_stuck_timeout.
+        """
+        assert not self.calls, "get_one() is for subscribers without a handler"
+        wake = asyncio.Event()
+        self._outer_config.wakeups.register(self.queues, wake)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                wake.clear()
+                raw = await self._claim_one()
+                if raw is not None:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                await wait_event(wake, min(remaining, self.options.max_fetch_interval))
+        finally:
+            self._outer_config.wakeups.unregister(self.queues, wake)
+        parser, decoder = self._get_parser_and_decoder()
+        context = self._outer_config.context
+        msg: SqlaMessage = await process_msg(  # type: ignore[assignment]
+            msg=raw,
+            middlewares=(m(raw, context=context) for m in self._broker_middlewares),
+            parser=parser,
+            decoder=decoder,
+        )
+        return msg
+
+    @override
+    async def __aiter__(self) -> AsyncIterator[SqlaMessage]:  # type: ignore[override]
+        while True:
+            msg = await self.get_one(timeout=3600.0)
+            if msg is not None:
+                yield msg

@@ -1,0 +1,102 @@
+"""`TestSqlaBroker`: run handlers in memory, no database, the FastStream way."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, cast
+from unittest.mock import MagicMock
+
+from typing_extensions import override
+
+from faststream._internal.testing.broker import TestBroker, change_producer
+from faststream.exceptions import SubscriberNotFound
+
+from faststream_sqla.broker.broker import SqlaBroker
+from faststream_sqla.message import ClaimedMessage
+from faststream_sqla.publisher.producer import SqlaProducer
+from faststream_sqla.response import SqlaPublishCommand
+
+if TYPE_CHECKING:
+    from faststream_sqla.publisher.usecase import SqlaPublisher
+    from faststream_sqla.subscriber.usecase import SqlaSubscriber
+
+__all__ = ("TestSqlaBroker",)
+
+
+class TestSqlaBroker(TestBroker[SqlaBroker, Any], broker=SqlaBroker):
+    """In-memory test client.
+
+    ```python
+    async with TestSqlaBroker(broker) as br:
+        await br.publish({"id": 1}, queue="orders")
+        handle.mock.assert_called_once_with({"id": 1})
+    ```
+    Publishing calls matching handlers directly; retries, delays and persistence are
+    not simulated. `TestSqlaBroker(broker, with_real=True)` uses the real database.
+    """
+
+    @override
+    def create_publisher_fake_subscriber(
+        self, broker: SqlaBroker, publisher: SqlaPublisher
+    ) -> tuple[SqlaSubscriber, bool]:
+        for sub in _subscribers(self.brokers):
+            if publisher.queue in sub.queues:
+                return sub, True
+        return cast("SqlaSubscriber", broker.subscriber(publisher.queue, persistent=False)), False
+
+    @contextmanager
+    def _patch_producer(self, broker: SqlaBroker) -> Generator[None, None, None]:
+        with change_producer(broker.config.broker_config, FakeProducer(broker, self.brokers)):
+            yield
+
+    @override
+    async def _fake_connect(self, broker: SqlaBroker, *args: Any, **kwargs: Any) -> MagicMock:
+        return MagicMock()
+
+
+def _subscribers(brokers: tuple[SqlaBroker, ...]) -> Iterator[SqlaSubscriber]:
+    for b in brokers:
+        yield from cast("list[SqlaSubscriber]", list(b.subscribers))
+
+
+class FakeProducer(SqlaProducer):
+    """Validates and encodes like the real producer, then calls handlers in process."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, broker: SqlaBroker, brokers: tuple[SqlaBroker, ...]) -> None:
+        super().__init__(parser=broker._parser, decoder=broker._decoder)
+        self.brokers = brokers
+        self.serializer = broker.config.fd_config._serializer
+        if broker.config.broker_codec is not None:
+            self.codec = broker.config.broker_codec
+
+    async def _insert(self, cmd: SqlaPublishCommand, bodies: tuple[Any, ...]) -> list[int]:
+        rows = await self.build_rows(cmd, bodies)
+        ids = []
+        for row in rows:
+            now = datetime.now(timezone.utc)
+            raw = ClaimedMessage(
+                id=next(self._ids),
+                queue=row["queue"],
+                headers=row["headers"],
+                payload=row["payload"],
+                attempts_count=0,
+                deliveries_count=1,
+                created_at=now,
+                next_attempt_at=now,
+                acquired_at=now,
+                correlation_id=row["correlation_id"],
+            )
+            ids.append(raw.id)
+            for sub in _subscribers(self.brokers):
+                if raw.queue in sub.queues:
+                    await sub.process_message(raw)
+        return ids
+
+    @override
+    async def request(self, cmd: SqlaPublishCommand) -> Any:
+        raise SubscriberNotFound
