@@ -21,9 +21,17 @@ MAX_ERROR_LENGTH = 8_000
 
 
 def describe_error(error: BaseException) -> str:
-    """Type, message and the innermost frames: enough to debug, bounded in size."""
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__, limit=-5))
-    return text if len(text) <= MAX_ERROR_LENGTH else "..." + text[-MAX_ERROR_LENGTH:]
+    """The traceback (causes included), at most MAX_ERROR_LENGTH characters.
+
+    When too long, the type and message stay at the front and the innermost frames
+    and final line at the end; the middle is cut.
+    """
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    if len(text) <= MAX_ERROR_LENGTH:
+        return text
+    head = f"{type(error).__qualname__}: {error}"[:1000]
+    marker = "\n ...[truncated]...\n"
+    return head + marker + text[-(MAX_ERROR_LENGTH - len(head) - len(marker)) :]
 
 
 def db_time(message: ClaimedMessage, monotonic_now: float) -> datetime:

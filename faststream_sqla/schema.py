@@ -56,10 +56,13 @@ class TableNames:
     archive: str = DEFAULT_ARCHIVE_TABLE
 
     def __post_init__(self) -> None:
+        from .exceptions import InvalidOptionError
+
+        if self.message == self.archive:
+            msg = f"message and archive tables need different names, both are {self.message!r}"
+            raise InvalidOptionError(msg)
         for value in (self.message, self.archive):
             if not value or not value.replace("_", "").isalnum() or len(value) > 48:
-                from .exceptions import InvalidOptionError
-
                 msg = f"table name {value!r} must be 1-48 letters, digits or underscores"
                 raise InvalidOptionError(msg)
 

@@ -25,13 +25,15 @@ DIALECTS = tuple(
 )
 
 
-def _worker() -> str:
-    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+def _database_name() -> str:
+    # FSQLA_DB_PREFIX lets several people (or checkouts) share one server.
+    prefix = os.environ.get("FSQLA_DB_PREFIX", "fsqla")
+    return f"{prefix}_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 
 
 def server_database_url(dialect: str) -> str:
     """URL of this worker's own database on a server dialect."""
-    name = f"fsqla_{_worker()}"
+    name = _database_name()
     if dialect == "postgresql":
         return f"{PG_SERVER}/{name}"
     if dialect == "mysql":
@@ -40,7 +42,7 @@ def server_database_url(dialect: str) -> str:
 
 
 async def _create_database(dialect: str) -> None:
-    name = f"fsqla_{_worker()}"
+    name = _database_name()
     if dialect == "postgresql":
         admin = create_async_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
         async with admin.connect() as conn:

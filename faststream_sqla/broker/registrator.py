@@ -14,6 +14,7 @@ from faststream.middlewares import AckPolicy
 from faststream_sqla.broker.config import SqlaBrokerConfig
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.publisher.factory import create_publisher
+from faststream_sqla.schema import validate_queue_name
 from faststream_sqla.subscriber.config import ConsumeOptions, default_retry_strategy
 from faststream_sqla.subscriber.factory import create_subscriber
 
@@ -149,3 +150,10 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             middlewares=middlewares,
             include_in_schema=include_in_schema,
         )
+        # Prefixes are known only now: a too-long prefixed name must fail here, not
+        # leave a subscriber on a queue nobody can publish to.
+        for sub in router.subscribers:
+            for queue in sub.queues:  # type: ignore[attr-defined]
+                validate_queue_name(queue)
+        for pub in router.publishers:
+            validate_queue_name(pub.queue)  # type: ignore[attr-defined]

@@ -88,7 +88,8 @@ INSERT INTO {a} (id, queue, headers, payload, state, attempts_count, deliveries_
                  created_at, first_attempt_at, last_attempt_at, last_error, correlation_id,
                  archived_at)
 SELECT m.id, m.queue, m.headers, m.payload, o.state, o.attempts, m.deliveries_count,
-       m.created_at, o.first_at, o.last_at, o.error, m.correlation_id, UTC_TIMESTAMP(6)
+       m.created_at, o.first_at, o.last_at, COALESCE(o.error, m.last_error), m.correlation_id,
+       UTC_TIMESTAMP(6)
 FROM {_OUTCOME_ROWS} JOIN {m} AS m ON {match}
 WHERE o.state IN ('COMPLETED', 'FAILED')"""
             delete = f"""

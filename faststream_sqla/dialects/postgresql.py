@@ -60,7 +60,8 @@ moved AS (
     WHERE m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING'
       AND o.state IN ('COMPLETED', 'FAILED')
     RETURNING m.id, m.queue, m.headers, m.payload, o.state, o.attempts, m.deliveries_count,
-              m.created_at, o.first_at, o.last_at, o.error, m.correlation_id
+              m.created_at, o.first_at, o.last_at, COALESCE(o.error, m.last_error),
+              m.correlation_id
 ),
 archived AS (
     INSERT INTO {a} (id, queue, headers, payload, state, attempts_count, deliveries_count,

@@ -85,7 +85,7 @@ INSERT INTO {a} (id, queue, headers, payload, state, attempts_count, deliveries_
                  archived_at)
 SELECT m.id, m.queue, m.headers, m.payload, {_field('state')}, {_field('attempts')},
        m.deliveries_count, m.created_at, {_field('first_at')}, {_field('last_at')},
-       {_field('error')}, m.correlation_id,
+       COALESCE({_field('error')}, m.last_error), m.correlation_id,
        strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'
 FROM json_each(:outcomes) AS o JOIN {m} AS m ON {match}
 WHERE {terminal}"""

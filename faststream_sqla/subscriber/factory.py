@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from faststream._internal.endpoint.subscriber.call_item import CallsCollection
 
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, InvalidQueueNameError
 from faststream_sqla.schema import validate_queue_name
 
 from .config import ConsumeOptions, SqlaSubscriberConfig, SqlaSubscriberSpecificationConfig
@@ -21,7 +21,13 @@ if TYPE_CHECKING:
 
 
 def normalize_queues(queues: str | Sequence[str]) -> tuple[str, ...]:
-    names = (queues,) if isinstance(queues, str) else tuple(queues)
+    if isinstance(queues, str):
+        names: tuple[str, ...] = (queues,)
+    elif isinstance(queues, (list, tuple)):
+        names = tuple(queues)
+    else:
+        msg = f"queues must be a queue name or a list of them, got {type(queues).__name__}"
+        raise InvalidQueueNameError(msg)
     if not names:
         msg = "subscriber needs at least one queue name"
         raise InvalidOptionError(msg)

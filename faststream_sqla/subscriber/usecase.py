@@ -19,6 +19,7 @@ from faststream_sqla.dialects.base import with_retries
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.parser import SqlaParser, claimed_from_row
 from faststream_sqla.publisher.fake import SqlaFakePublisher
+from faststream_sqla.schema import validate_queue_name
 
 from .loops import Fetcher, OutcomeFlusher, StuckReleaser, wait_event
 
@@ -83,6 +84,8 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
     # -- lifecycle --------------------------------------------------------------------
     @override
     async def start(self) -> None:
+        for queue in self.queues:  # router prefixes are known only now
+            validate_queue_name(queue)
         await super().start()
         if self.calls:
             self._start_loops()

@@ -1,0 +1,273 @@
+"""Option validation, and the message state machine as pure functions."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from faststream.message import AckStatus
+from faststream_sqla import MessageState, SqlaBroker, SqlaRouter, TestSqlaBroker
+from faststream_sqla import lifecycle
+from faststream_sqla.exceptions import InvalidOptionError, InvalidQueueNameError
+from faststream_sqla.message import ClaimedMessage
+from faststream_sqla.parser import SqlaParser
+from faststream_sqla.retry import ConstantRetryStrategy
+
+T0 = datetime(2024, 1, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def naive(value: datetime) -> datetime:
+    return value.astimezone(timezone.utc).replace(tzinfo=None)
+
+
+# -- options ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def broker(tmp_path) -> SqlaBroker:
+    return SqlaBroker(f"sqlite+aiosqlite:///{tmp_path}/never-created.db")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "names"),
+    [
+        ({"max_workers": 0}, "max_workers"),
+        ({"fetch_batch_size": 0}, "fetch_batch_size"),
+        ({"overfetch_factor": 0.5}, "overfetch_factor"),
+        ({"min_fetch_interval": 2.0, "max_fetch_interval": 1.0}, "min_fetch_interval"),
+        ({"flush_interval": -0.1}, "flush_interval"),
+        ({"release_stuck_timeout": 0}, "release_stuck_timeout"),
+        ({"max_deliveries": 0}, "max_deliveries"),
+        ({"retry_strategy": "x"}, "retry_strategy"),
+        ({"max_fetch_interval": float("inf")}, "max_fetch_interval"),
+        ({"max_workers": True}, "max_workers"),
+    ],
+)
+def test_invalid_subscriber_option(broker: SqlaBroker, kwargs, names) -> None:
+    with pytest.raises(InvalidOptionError, match=names):
+        broker.subscriber("q", **kwargs)
+    assert not list(broker.subscribers)
+
+
+@pytest.mark.parametrize(
+    ("queues", "match"),
+    [
+        ([], "at least one queue"),
+        (["a", "b", "a"], "repeat"),
+        (["a", 5], "must be a str"),
+        ("", "empty"),
+        ("q" * 256, "255"),
+        ("a\nb", "control characters"),
+    ],
+)
+def test_invalid_subscriber_queues(broker: SqlaBroker, queues, match) -> None:
+    with pytest.raises(InvalidOptionError, match=match):
+        broker.subscriber(queues)
+    assert not list(broker.subscribers)
+
+
+def test_valid_options_accepted(broker: SqlaBroker) -> None:
+    sub = broker.subscriber(["a", "b"], max_workers=3, fetch_batch_size=10, overfetch_factor=1.5)
+    assert sub.queues == ("a", "b")
+    assert sub.options.buffer_capacity == 15
+
+
+def test_non_str_queue_argument_is_typed_error(broker: SqlaBroker) -> None:
+    with pytest.raises(InvalidQueueNameError):
+        broker.subscriber(5)  # type: ignore[arg-type]
+
+
+async def test_router_prefix_counts_towards_queue_name_limit(broker: SqlaBroker) -> None:
+    router = SqlaRouter(prefix="svc.")
+    router.subscriber("q" * 255)
+    with pytest.raises(InvalidQueueNameError):
+        broker.include_router(router)
+        async with TestSqlaBroker(broker):
+            pass
+
+
+def test_broker_rejects_bad_url_and_table_names() -> None:
+    with pytest.raises(InvalidOptionError, match="not a database URL"):
+        SqlaBroker("not a url")
+    with pytest.raises(InvalidOptionError, match="bad name!"):
+        SqlaBroker(message_table="bad name!")
+    with pytest.raises(InvalidOptionError):
+        SqlaBroker(archive_table="x" * 49)
+    assert SqlaBroker(message_table="jobs", archive_table="jobs_done").tables.message.name == "jobs"
+
+
+def test_same_message_and_archive_table_is_rejected() -> None:
+    with pytest.raises(InvalidOptionError):
+        SqlaBroker(message_table="jobs", archive_table="jobs")
+
+
+# -- lifecycle ----------------------------------------------------------------------
+
+
+def claimed(**overrides) -> ClaimedMessage:
+    fields = {
+        "id": 42,
+        "queue": "q",
+        "headers": {},
+        "payload": b"{}",
+        "attempts_count": 0,
+        "deliveries_count": 1,
+        "created_at": T0,
+        "next_attempt_at": T0,
+        "acquired_at": T0,
+        "claimed_at_monotonic": 100.0,
+    }
+    return ClaimedMessage(**{**fields, **overrides})
+
+
+STRATEGY = ConstantRetryStrategy(delay_seconds=10, max_attempts=3)
+
+
+def attempt(msg: ClaimedMessage, *, error: BaseException | None = None, started=T0, took=1.0):
+    return lifecycle.after_attempt(
+        msg,
+        started_at=started,
+        finished_at=started + timedelta(seconds=took),
+        error=error,
+        retry_strategy=STRATEGY,
+    )
+
+
+def test_ack_completes_and_keeps_first_attempt() -> None:
+    first = T0 - timedelta(hours=1)
+    started = T0 + timedelta(minutes=5)
+    msg = claimed(
+        attempts_count=1, deliveries_count=2, first_attempt_at=first, decision=AckStatus.ACKED
+    )
+    out = attempt(msg, started=started)
+    assert out.state is MessageState.COMPLETED
+    assert out.archives
+    assert (out.id, out.token, out.attempts_count, out.deliveries_count) == (42, 2, 2, 2)
+    assert out.first_attempt_at == naive(first)
+    assert out.last_attempt_at == naive(started)
+    assert out.first_attempt_at.tzinfo is None
+    assert out.last_error is None
+
+
+def test_first_attempt_sets_first_attempt_at() -> None:
+    out = attempt(claimed(decision=AckStatus.ACKED))
+    assert out.attempts_count == 1
+    assert out.first_attempt_at == out.last_attempt_at == naive(T0)
+
+
+def test_reject_fails() -> None:
+    out = attempt(claimed(decision=AckStatus.REJECTED))
+    assert out.state is MessageState.FAILED
+    assert out.archives
+    assert out.attempts_count == 1
+
+
+def test_nack_retries_after_strategy_delay() -> None:
+    out = attempt(claimed(decision=AckStatus.NACKED), took=2.5)
+    assert out.state is MessageState.RETRYABLE
+    assert not out.archives
+    assert out.next_attempt_at == naive(T0 + timedelta(seconds=2.5 + 10))
+
+
+def test_nack_at_max_attempts_fails() -> None:
+    out = attempt(claimed(decision=AckStatus.NACKED, attempts_count=2))
+    assert out.attempts_count == 3
+    assert out.state is MessageState.FAILED
+    assert out.next_attempt_at is None
+
+
+def test_nack_delay_overrides_delay_not_max_attempts() -> None:
+    out = attempt(claimed(decision=AckStatus.NACKED, nack_delay=0.5), took=1.0)
+    assert out.state is MessageState.RETRYABLE
+    assert out.next_attempt_at == naive(T0 + timedelta(seconds=1.5))
+    out = attempt(claimed(decision=AckStatus.NACKED, nack_delay=0.5, attempts_count=2))
+    assert out.state is MessageState.FAILED
+
+
+def test_no_decision_is_a_nack() -> None:
+    out = attempt(claimed(decision=None))
+    assert out.state is MessageState.RETRYABLE
+    assert out.next_attempt_at == naive(T0 + timedelta(seconds=11))
+    assert attempt(claimed(decision=None, attempts_count=2)).state is MessageState.FAILED
+
+
+def _raised(error: BaseException) -> BaseException:
+    try:
+        raise error
+    except BaseException as e:  # noqa: BLE001
+        return e
+
+
+def test_error_is_recorded() -> None:
+    out = attempt(claimed(decision=AckStatus.NACKED), error=_raised(KeyError("missing-key")))
+    assert out.state is MessageState.RETRYABLE
+    assert "KeyError" in out.last_error
+    assert "missing-key" in out.last_error
+    assert len(out.last_error) <= lifecycle.MAX_ERROR_LENGTH
+
+
+def test_huge_error_is_truncated_keeping_its_tail() -> None:
+    error = _raised(ValueError("x" * 100 + "THE-END"))
+    error.__cause__ = _raised(RuntimeError("y" * (3 * lifecycle.MAX_ERROR_LENGTH)))
+    text = lifecycle.describe_error(error)
+    assert len(text) < lifecycle.MAX_ERROR_LENGTH + 10
+    assert text.rstrip().endswith("THE-END")
+    assert "ValueError" in text
+
+
+def test_huge_error_is_bounded_and_keeps_type() -> None:
+    text = lifecycle.describe_error(_raised(ValueError("x" * (2 * lifecycle.MAX_ERROR_LENGTH))))
+    assert len(text) <= lifecycle.MAX_ERROR_LENGTH
+    assert "ValueError" in text
+
+
+def test_deliveries_exceeded_fails_without_attempt() -> None:
+    msg = claimed(attempts_count=1, deliveries_count=6, first_attempt_at=T0)
+    out = lifecycle.deliveries_exceeded(msg, max_deliveries=5)
+    assert out.state is MessageState.FAILED
+    assert (out.attempts_count, out.deliveries_count, out.token) == (1, 6, 6)
+    assert out.first_attempt_at == naive(T0)
+    assert "max_deliveries" in out.last_error
+    assert "6" in out.last_error
+
+
+@pytest.mark.parametrize(("started", "deliveries"), [(False, 2), (True, 3)])
+def test_released(started: bool, deliveries: int) -> None:
+    msg = claimed(attempts_count=1, deliveries_count=3, first_attempt_at=T0)
+    out = lifecycle.released(msg, started=started)
+    assert out.state is MessageState.PENDING
+    assert not out.archives
+    assert out.deliveries_count == deliveries
+    assert out.token == 3  # fenced on the delivery as claimed
+    assert out.attempts_count == 1
+
+
+def test_db_time_adds_local_elapsed_time() -> None:
+    msg = claimed(acquired_at=T0, claimed_at_monotonic=100.0)
+    assert lifecycle.db_time(msg, 100.0) == T0
+    assert lifecycle.db_time(msg, 103.25) == T0 + timedelta(seconds=3.25)
+
+
+# -- SqlaMessage decisions ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("delay", [-1, float("nan")])
+async def test_nack_negative_delay_rejected(delay: float) -> None:
+    raw = claimed()
+    msg = await SqlaParser().parse_message(raw)
+    with pytest.raises(InvalidOptionError, match="delay"):
+        await msg.nack(delay=delay)
+    assert raw.decision is None
+    assert msg.committed is None
+
+
+async def test_first_decision_wins() -> None:
+    raw = claimed()
+    msg = await SqlaParser().parse_message(raw)
+    await msg.nack(delay=3)
+    await msg.ack()
+    assert (raw.decision, raw.nack_delay) == (AckStatus.NACKED, 3)
+    assert lifecycle.after_attempt(
+        raw, started_at=T0, finished_at=T0, error=None, retry_strategy=STRATEGY
+    ).next_attempt_at == naive(T0 + timedelta(seconds=3))
