@@ -202,6 +202,10 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
             if raw is None:
                 return
             self._fetcher.notify_taken()
+            if not self.running:  # stopping: a message not yet started goes back
+                assert self._flusher is not None
+                self._flusher.add(lifecycle.released(raw, started=False))
+                continue
             await self._deliver(raw)
 
     async def _deliver(self, raw: ClaimedMessage) -> None:
