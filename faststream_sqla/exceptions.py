@@ -17,6 +17,10 @@ class MessageSerializationError(SqlaBrokerError, TypeError):
     """A message body or its headers cannot be turned into bytes/JSON."""
 
 
+class MessageTooLargeError(SqlaBrokerError, ValueError):
+    """A message is larger than the database accepts in one statement."""
+
+
 class SchemaError(SqlaBrokerError):
     """The database does not hold the tables this broker needs."""
 

@@ -118,3 +118,29 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
 @pytest.fixture
 def tables() -> QueueTables:
     return QueueTables()
+
+
+# -- no silent gaps -------------------------------------------------------------------
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Every test here runs against a real database that CI provides: a skip means a
+    # database (or a dependency) was missing, and that must fail the run, not hide.
+    if _skipped and exitstatus == 0:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _skipped:
+        terminalreporter.write_line(
+            f"FAILED: {len(_skipped)} tests were skipped; skips are not allowed here:",
+            red=True,
+        )
+        for nodeid in _skipped[:20]:
+            terminalreporter.write_line(f"  {nodeid}")

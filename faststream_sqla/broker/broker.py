@@ -166,6 +166,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         try:
             async with engine.connect() as conn:
                 await conn.execute(sa.text("SELECT 1"))
+            await dialect.prepare(engine)
         except Exception as e:
             if owned:
                 await engine.dispose()

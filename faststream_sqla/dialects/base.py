@@ -130,6 +130,9 @@ class Dialect(abc.ABC):
     def configure_engine(self, engine: AsyncEngine, *, owned: bool) -> None:  # noqa: B027
         """Tune an engine; `owned` is False for an engine the user passed in."""
 
+    async def prepare(self, engine: AsyncEngine) -> None:  # noqa: B027
+        """Read server settings the statements depend on, once at connect."""
+
     # -- operations -------------------------------------------------------------------
     @abc.abstractmethod
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[sa.RowMapping]:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import utc_now
+from faststream_sqla.exceptions import MessageTooLargeError
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
@@ -16,6 +18,10 @@ from .base import Dialect, Outcome, outcomes_document
 # deadlock, lock wait timeout, "record has changed" (MariaDB optimistic conflicts)
 TRANSIENT_CODES = {1213, 1205, 1020}
 DISCONNECT_CODES = {2002, 2003, 2006, 2013, 2055, 1927, 4031}
+
+# room for the statement text and the other columns of a row
+PACKET_HEADROOM = 64 * 1024
+DEFAULT_MAX_PACKET = 16 * 1024 * 1024
 
 _OUTCOME_ROWS = """JSON_TABLE(:outcomes, '$[*]' COLUMNS (
     id BIGINT PATH '$.id', token INT PATH '$.token', state VARCHAR(16) PATH '$.state',
@@ -52,6 +58,40 @@ class MySQLDialect(Dialect):
             )
         )
         self._outcome_sql: tuple[str, str, str] | None = None
+        self.max_packet = DEFAULT_MAX_PACKET
+
+    async def prepare(self, engine: AsyncEngine) -> None:
+        async with engine.connect() as conn:
+            self.max_packet = int(
+                (await conn.execute(sa.text("SELECT @@max_allowed_packet"))).scalar_one()
+            )
+
+    async def insert_messages(
+        self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]
+    ) -> list[int]:
+        """Multi-row inserts are one packet each: split a batch so every chunk fits
+        max_allowed_packet, and refuse a single message that never can."""
+        limit = self.max_packet - PACKET_HEADROOM
+        ids: list[int] = []
+        chunk: list[dict[str, Any]] = []
+        size = 0
+        for row in rows:
+            row_size = len(row["payload"]) * 2 + 512  # binary is sent escaped
+            if row_size > limit:
+                msg = (
+                    f"a {len(row['payload'])}-byte message does not fit this server's "
+                    f"max_allowed_packet ({self.max_packet} bytes); raise it, e.g. "
+                    "SET GLOBAL max_allowed_packet = 67108864, or send smaller messages"
+                )
+                raise MessageTooLargeError(msg)
+            if chunk and size + row_size > limit:
+                ids += await super().insert_messages(conn, chunk)
+                chunk, size = [], 0
+            chunk.append(row)
+            size += row_size
+        if chunk:
+            ids += await super().insert_messages(conn, chunk)
+        return ids
 
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[sa.RowMapping]:
         async with engine.connect() as conn:

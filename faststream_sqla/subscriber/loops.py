@@ -109,7 +109,7 @@ class Fetcher:
             except Exception as exc:  # noqa: BLE001 - any failure: log, back off, retry
                 delay = backoff.next_delay()
                 log_failure(self.log, "claiming messages", exc, backoff)
-                await asyncio.sleep(delay)
+                await wait_event(self.wake, delay)  # stop() wakes it at once
                 continue
             backoff.reset()
             full = got >= batch

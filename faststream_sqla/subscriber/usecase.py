@@ -181,18 +181,25 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
             if not task.done():
                 task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for attempt in range(3):
-            if await self._flusher.flush():
-                break
-            await asyncio.sleep(0.2 * (attempt + 1))
-        else:
-            self._log(
-                logging.ERROR,
-                f"{len(self._flusher.pending)} outcomes could not be written at shutdown; "
-                "their messages will be delivered again after release_stuck_timeout",
-            )
+        await self._final_flush()
         self._tasks, self._workers = [], []
         await super().stop()
+
+    async def _final_flush(self) -> None:
+        """Write every finished outcome, retrying for up to graceful_timeout."""
+        assert self._flusher is not None
+        deadline = time.monotonic() + max(self._outer_config.graceful_timeout or 0.0, 1.0)
+        delay = 0.05
+        while not await self._flusher.flush():
+            if time.monotonic() + delay > deadline:
+                self._log(
+                    logging.ERROR,
+                    f"{len(self._flusher.pending)} outcomes could not be written at shutdown; "
+                    "their messages will be delivered again after release_stuck_timeout",
+                )
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     # -- processing -------------------------------------------------------------------
     async def _work(self) -> None:

@@ -20,7 +20,7 @@ from faststream_sqla.exceptions import (
     SchemaOutdatedError,
 )
 
-from .helpers import FAST, Recorder, rows
+from .helpers import FAST, Recorder, rows, wait_until
 
 
 async def test_graceful_stop_requeues_prefetched_and_finishes_running(database_url, engine, tables):
@@ -314,3 +314,51 @@ async def test_lost_connections_are_replaced_and_nothing_is_lost(server, server_
         await broker.publish_batch(2, 3, queue="reconnect")
         await got.wait_for(3)
     assert sorted(got.calls) == [1, 2, 3]
+
+
+# -- loops survive failures -----------------------------------------------------------
+
+
+async def _archived_count(engine, tables, n: int) -> bool:
+    return len(await rows(engine, tables.archive)) == n
+
+
+class FlakyOnce:
+    """Wraps a dialect method so its first `failures` calls raise, like a dropped link."""
+
+    def __init__(self, method, failures: int) -> None:
+        self.method, self.failures, self.calls = method, failures, 0
+
+    async def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise ConnectionResetError("injected failure")
+        return await self.method(*args, **kwargs)
+
+
+@pytest.mark.parametrize("operation", ["claim", "write_outcomes"])
+async def test_failing_loop_step_is_retried_and_nothing_is_lost(
+    database_url, engine, tables, operation
+):
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber("q", **FAST)
+    async def handle(n: int) -> None:
+        got.record(n)
+
+    async with broker:
+        await broker.connect()
+        dialect = broker.config.dialect
+        flaky = FlakyOnce(getattr(dialect, operation), failures=3)
+        setattr(dialect, operation, flaky)
+        await broker.publish_batch(1, 2, queue="q")
+        await broker.start()
+        await got.wait_for(2)
+        # the loops' own retries must get them archived, not the final flush at stop
+        await wait_until(lambda: _archived_count(engine, tables, 2))
+        await broker.stop()
+
+    assert flaky.calls > 3
+    assert sorted(got.calls) == [1, 2]  # each handled once: failed flushes were retried
+    assert [r["state"] for r in await rows(engine, tables.archive)] == [MessageState.COMPLETED] * 2
