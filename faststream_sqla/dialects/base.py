@@ -126,6 +126,8 @@ class Dialect(abc.ABC):
             )
         )
 
+        self._insert_returning = self._insert.returning(m.c.id)
+
     # -- connection setup -------------------------------------------------------------
     def configure_engine(self, engine: AsyncEngine, *, owned: bool) -> None:  # noqa: B027
         """Tune an engine; `owned` is False for an engine the user passed in."""
@@ -158,10 +160,11 @@ class Dialect(abc.ABC):
         self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]
     ) -> list[int]:
         """Insert messages on the caller's connection (and so its transaction)."""
-        m = self.tables.message
-        stmt = self._insert.returning(m.c.id, sort_by_parameter_order=True)
-        result = await conn.execute(stmt, list(rows))
-        return [r[0] for r in result]
+        # Ids come from one auto-increment sequence, handed out in the order the rows are
+        # inserted, so sorting them restores parameter order. (Asking SQLAlchemy to keep
+        # that order itself makes it insert row by row on SQLite: 30x slower.)
+        result = await conn.execute(self._insert_returning, list(rows))
+        return sorted(r[0] for r in result)
 
     async def after_publish(self, conn: AsyncConnection, queues: set[str]) -> None:  # noqa: B027
         """Hook run on the publishing connection after an insert (NOTIFY on PostgreSQL)."""
