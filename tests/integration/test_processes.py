@@ -1,0 +1,182 @@
+"""Real processes on every database: crash recovery, sharing a queue, the example app."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from faststream_sqla import MessageState, SqlaBroker, SqlaMessage
+
+from .helpers import FAST, Recorder, rows, wait_until
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+WORKERS = Path(__file__).resolve().parent / "workers"
+LINE_TIMEOUT = 30.0
+EXIT_TIMEOUT = 30.0
+
+
+@asynccontextmanager
+async def spawn(
+    *argv: str | Path, log: Path, pipe: bool = True, **kwargs
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """Start a subprocess with stderr (and stdout unless `pipe`) in `log`; kill it at exit."""
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            *map(str, argv),
+            stdout=asyncio.subprocess.PIPE if pipe else out,
+            stderr=out,
+            **kwargs,
+        )
+        try:
+            yield proc
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def read_line(proc: asyncio.subprocess.Process, log: Path) -> str:
+    """The subprocess's next stdout line; fails with its stderr if it died instead."""
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT)
+    assert line, f"subprocess exited early:\n{log.read_text()}"
+    return line.decode().strip()
+
+
+async def exit_code(proc: asyncio.subprocess.Process) -> int:
+    try:
+        return await asyncio.wait_for(proc.wait(), EXIT_TIMEOUT)
+    except asyncio.TimeoutError:
+        pytest.fail(f"process {proc.pid} did not exit within {EXIT_TIMEOUT}s")
+
+
+async def publish(database_url: str, queue: str, *bodies: object, chunk: int = 500) -> list[int]:
+    """Publish from a broker of its own, as another service would."""
+    ids: list[int] = []
+    async with SqlaBroker(database_url) as broker:
+        for start in range(0, len(bodies), chunk):
+            ids += await broker.publish_batch(*bodies[start : start + chunk], queue=queue)
+    return ids
+
+
+async def test_sigkilled_worker_message_is_delivered_again(database_url, engine, tables, tmp_path):
+    log = tmp_path / "stuck.log"
+    (message_id,) = await publish(database_url, "jobs", "job")
+    async with spawn(sys.executable, WORKERS / "stuck.py", database_url, log=log) as proc:
+        assert await read_line(proc, log) == f"STARTED {message_id} 1"
+        proc.send_signal(signal.SIGKILL)
+        assert await exit_code(proc) == -signal.SIGKILL
+
+    # The crash left the claim behind: only release-stuck can bring the message back.
+    (row,) = await rows(engine, tables.message)
+    assert (row["id"], row["state"], row["deliveries_count"]) == (
+        message_id, MessageState.PROCESSING, 1
+    )
+
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber("jobs", release_stuck_timeout=0.5, release_stuck_interval=0.1, **FAST)
+    async def handle(body: str, msg: SqlaMessage) -> None:
+        got.record((msg.message_id, msg.deliveries_count, msg.attempts_count))
+
+    async with broker:
+        await broker.start()
+        assert await got.wait_for(1) == [(message_id, 2, 0)]
+
+    # Leaving the block stopped the broker, which flushed the outcome.
+    (done,) = await rows(engine, tables.archive)
+    assert (done["id"], done["state"], done["deliveries_count"]) == (
+        message_id, MessageState.COMPLETED, 2
+    )
+    assert await rows(engine, tables.message) == []
+
+
+async def test_three_processes_share_a_queue_exactly_once(database_url, engine, tables, tmp_path):
+    n, workers = 2000, 3
+    # No unique key: a second handling must show up as a row, not fail the handler.
+    handled = sa.Table(
+        "handled", sa.MetaData(), sa.Column("value", sa.Integer), sa.Column("pid", sa.Integer)
+    )
+    async with engine.begin() as conn:
+        await conn.run_sync(handled.metadata.drop_all)
+        await conn.run_sync(handled.metadata.create_all)
+    try:
+        await publish(database_url, "shared", *range(n))
+
+        logs = [tmp_path / f"sharer-{i}.log" for i in range(workers)]
+        async with AsyncExitStack() as stack:
+            procs = [
+                await stack.enter_async_context(
+                    spawn(sys.executable, WORKERS / "sharer.py", database_url, log=log,
+                          stdin=asyncio.subprocess.PIPE)
+                )
+                for log in logs
+            ]
+            # Release them together once all are up: a head start could drain the queue alone.
+            for proc, log in zip(procs, logs):
+                assert await read_line(proc, log) == "READY"
+            for proc in procs:
+                proc.stdin.write(b"GO\n")
+                await proc.stdin.drain()
+
+            async def all_archived() -> bool:
+                async with engine.connect() as conn:
+                    count = sa.select(sa.func.count()).select_from(tables.archive)
+                    return await conn.scalar(count) == n
+
+            try:
+                await wait_until(all_archived, timeout=60)
+            except TimeoutError:
+                pytest.fail("queue not drained:\n" + "\n".join(log.read_text() for log in logs))
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            for proc, log in zip(procs, logs):
+                assert await exit_code(proc) == 0, log.read_text()
+
+        async with engine.connect() as conn:
+            result = await conn.execute(sa.select(handled.c.value, handled.c.pid))
+            pairs = result.all()
+        counts = Counter(value for value, _ in pairs)
+        assert [v for v, c in counts.items() if c > 1] == [], "handled more than once"
+        assert set(range(n)) - set(counts) == set(), "never handled"
+        assert len(pairs) == n
+        assert {pid for _, pid in pairs} == {p.pid for p in procs}, "a worker handled nothing"
+        archive = await rows(engine, tables.archive)
+        assert [r["state"] for r in archive] == [MessageState.COMPLETED] * n
+        assert await rows(engine, tables.message) == []
+    finally:
+        async with engine.begin() as conn:
+            await conn.run_sync(handled.metadata.drop_all)
+
+
+async def test_example_app_runs_under_faststream_run(database_url, engine, tables, tmp_path):
+    log = tmp_path / "app.log"
+    faststream = Path(sys.executable).parent / "faststream"
+    env = {**os.environ, "DATABASE_URL": database_url}
+    async with spawn(
+        faststream, "run", "examples.app:app", log=log, pipe=False, cwd=REPO, env=env
+    ) as proc:
+
+        async def all_completed() -> bool:
+            archive = await rows(engine, tables.archive)
+            done = [r["queue"] for r in archive if r["state"] == MessageState.COMPLETED]
+            return sorted(done) == ["orders"] * 3 + ["shipments"] * 3
+
+        try:
+            await wait_until(all_completed, timeout=60)
+        except TimeoutError:
+            pytest.fail(f"example did not complete its orders:\n{log.read_text()}")
+        proc.send_signal(signal.SIGTERM)
+        assert await exit_code(proc) == 0, log.read_text()
