@@ -51,6 +51,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         dependencies: Sequence[Dependant] = (),
         parser: CustomCallable | None = None,
         decoder: CustomCallable | None = None,
+        middlewares: Sequence[BrokerMiddleware[Any, Any]] = (),
         persistent: bool = True,
         # AsyncAPI
         title: str | None = None,
@@ -74,6 +75,8 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             flush_interval: how often finished outcomes are written, seconds.
             release_stuck_interval: how often stuck messages are looked for, seconds.
             release_stuck_timeout: a message PROCESSING longer than this is released.
+            middlewares: FastStream middlewares for this subscriber only, run inside the
+                broker's and router's.
         """
         options = ConsumeOptions(
             max_workers=max_workers,
@@ -92,6 +95,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             options=options,
             ack_policy=ack_policy,
             no_reply=no_reply,
+            middlewares=middlewares,
             config=cast("SqlaBrokerConfig", self.config),
             title_=title,
             description_=description,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from faststream._internal.configs import (
     SubscriberSpecificationConfig,
@@ -15,6 +17,9 @@ from faststream.middlewares import AckPolicy
 from faststream_sqla.broker.config import SqlaBrokerConfig
 from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.retry import ExponentialBackoffWithJitterRetryStrategy, RetryStrategy
+
+if TYPE_CHECKING:
+    from faststream._internal.types import BrokerMiddleware
 
 
 def default_retry_strategy() -> RetryStrategy:
@@ -91,6 +96,7 @@ class SqlaSubscriberConfig(SubscriberUsecaseConfig):
     _outer_config: SqlaBrokerConfig = field(default_factory=SqlaBrokerConfig)
     queues: tuple[str, ...]
     options: ConsumeOptions
+    middlewares: Sequence[BrokerMiddleware[Any]] = ()
 
     @property
     def ack_policy(self) -> AckPolicy:

@@ -45,6 +45,7 @@ def create_subscriber(
     options: ConsumeOptions,
     ack_policy: AckPolicy,
     no_reply: bool,
+    middlewares: Sequence[Any] = (),
     config: SqlaBrokerConfig,
     title_: str | None,
     description_: str | None,
@@ -54,6 +55,7 @@ def create_subscriber(
     subscriber_config = SqlaSubscriberConfig(
         queues=names,
         options=options,
+        middlewares=middlewares,
         no_reply=no_reply,
         _outer_config=config,
         _ack_policy=ack_policy,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from faststream._internal.endpoint.publisher import PublisherProto
     from faststream._internal.endpoint.subscriber import SubscriberSpecification
     from faststream._internal.endpoint.subscriber.call_item import CallsCollection
+    from faststream._internal.types import BrokerMiddleware
     from faststream.message import StreamMessage
 
     from faststream_sqla.broker.config import SqlaBrokerConfig
@@ -53,6 +54,7 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
         super().__init__(config, specification, calls)
         self._queues = config.queues
         self.options = config.options
+        self._own_middlewares = tuple(config.middlewares)
         self._tasks: list[asyncio.Task[Any]] = []
         self._workers: list[asyncio.Task[Any]] = []
         self._buffer: asyncio.Queue[ClaimedMessage | None] = asyncio.Queue()
@@ -60,6 +62,12 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
         self._fetcher: Fetcher | None = None
         self._flusher: OutcomeFlusher | None = None
         self._releaser: StuckReleaser | None = None
+
+    @property
+    def _broker_middlewares(self) -> Sequence[BrokerMiddleware[ClaimedMessage]]:
+        # FastStream 0.7 keeps middlewares on brokers and routers; a subscriber's own
+        # run inside them, closest to the handler.
+        return (*self._outer_config.broker_middlewares, *self._own_middlewares)
 
     # -- addressing -------------------------------------------------------------------
     @property

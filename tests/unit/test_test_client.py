@@ -202,3 +202,29 @@ async def test_with_real_database(database_url: str) -> None:
     assert msg.correlation_id == "real-1"
     assert msg.queue == "real"
     assert msg.deliveries_count == 1
+
+
+async def test_subscriber_middlewares_wrap_only_that_subscriber() -> None:
+    from faststream import BaseMiddleware
+
+    seen: list[str] = []
+
+    class Tag(BaseMiddleware):
+        async def consume_scope(self, call_next, msg):
+            seen.append(f"tag:{msg.raw_message.queue}")
+            return await call_next(msg)
+
+    broker = SqlaBroker("sqlite+aiosqlite:///never-created.db")
+
+    @broker.subscriber("tagged", middlewares=(Tag,))
+    async def tagged(body: str) -> None:
+        seen.append(f"handler:{body}")
+
+    @broker.subscriber("plain")
+    async def plain(body: str) -> None:
+        seen.append(f"handler:{body}")
+
+    async with TestSqlaBroker(broker) as br:
+        await br.publish("a", queue="tagged")
+        await br.publish("b", queue="plain")
+    assert seen == ["tag:tagged", "handler:a", "handler:b"]
