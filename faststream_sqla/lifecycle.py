@@ -82,6 +82,9 @@ def after_attempt(
         return Outcome(state=MessageState.FAILED, **base)
     if message.nack_delay is not None:
         next_at = finished_at + timedelta(seconds=message.nack_delay)
+        limit = retry_strategy.max_total_delay_seconds
+        if limit is not None and next_at > first + timedelta(seconds=limit):
+            return Outcome(state=MessageState.FAILED, **base)
     return Outcome(state=MessageState.RETRYABLE, next_attempt_at=_naive(next_at), **base)
 
 

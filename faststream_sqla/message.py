@@ -12,6 +12,10 @@ from faststream.message import AckStatus, StreamMessage
 from .exceptions import InvalidOptionError
 
 
+#: ten years: a longer wait is a mistake, and would overflow datetime arithmetic
+MAX_NACK_DELAY_SECONDS = 10 * 365 * 24 * 3600
+
+
 @dataclass(slots=True, eq=False)
 class ClaimedMessage:
     """One delivery of a stored message: the row as claimed, plus the handler's decision.
@@ -99,8 +103,10 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
         `delay` (seconds) replaces the retry strategy's delay; the strategy's
         `max_attempts` still applies, so a poison message still ends FAILED.
         """
-        if delay is not None and not (delay >= 0):
-            msg = f"nack delay must be >= 0 seconds, got {delay!r}"
+        if delay is not None and not (
+            isinstance(delay, (int, float)) and 0 <= delay <= MAX_NACK_DELAY_SECONDS
+        ):
+            msg = f"nack delay must be 0 to {MAX_NACK_DELAY_SECONDS} seconds, got {delay!r}"
             raise InvalidOptionError(msg)
         if self.committed is None:
             self.raw_message.decision = AckStatus.NACKED
@@ -117,3 +123,31 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
     async def _settle(self) -> None:
         if self.raw_message.settle is not None:
             await self.raw_message.settle(self.raw_message)
+
+
+class SqlaBatchMessage(StreamMessage[list[ClaimedMessage]]):
+    """What a `batch=True` handler's `msg` is: the whole batch.
+
+    `ack()`, `nack(delay=None)` and `reject()` settle every message of the batch that
+    was not settled on its own; `messages` holds one `SqlaMessage` per item, for
+    per-message decisions (those take precedence).
+    """
+
+    def __init__(self, *args: Any, messages: list[SqlaMessage], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.messages = messages
+
+    async def ack(self) -> None:
+        for item in self.messages:
+            await item.ack()
+        await super().ack()
+
+    async def nack(self, delay: float | None = None) -> None:
+        for item in self.messages:
+            await item.nack(delay=delay)
+        await super().nack()
+
+    async def reject(self) -> None:
+        for item in self.messages:
+            await item.reject()
+        await super().reject()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from faststream.message import decode_message
 
-from .message import ClaimedMessage, SqlaMessage
+from .message import ClaimedMessage, SqlaBatchMessage, SqlaMessage
 
 if TYPE_CHECKING:
     from faststream._internal.basic_types import DecodedMessage
@@ -34,6 +34,30 @@ class SqlaParser:
 
     async def decode_message(self, msg: StreamMessage[Any]) -> DecodedMessage:
         return decode_message(msg)
+
+
+class SqlaBatchParser(SqlaParser):
+    """Parses a list of `ClaimedMessage` into one `SqlaBatchMessage`."""
+
+    async def parse_message(self, raw: list[ClaimedMessage]) -> SqlaBatchMessage:  # type: ignore[override]
+        items = [await super(SqlaBatchParser, self).parse_message(r) for r in raw]
+        for item in items:  # so `await item.decode()` works inside a batch handler
+            item.set_decoder(self.decode_message)
+        first = items[0]
+        return SqlaBatchMessage(
+            raw_message=raw,
+            body=[item.body for item in items],
+            headers=first.headers,
+            batch_headers=[item.headers for item in items],
+            content_type=first.content_type,
+            correlation_id=first.correlation_id,
+            message_id=f"{raw[0].id}..{raw[-1].id}",
+            messages=items,
+        )
+
+    async def decode_batch(self, msg: StreamMessage[Any]) -> list[DecodedMessage]:
+        # each item keeps its own content type
+        return [decode_message(item) for item in msg.messages]  # type: ignore[attr-defined]
 
 
 def load_headers(value: Any) -> dict[str, Any]:

@@ -65,10 +65,9 @@ def _subscribers(brokers: tuple[SqlaBroker, ...]) -> Iterator[SqlaSubscriber]:
 class FakeProducer(SqlaProducer):
     """Validates and encodes like the real producer, then calls handlers in process."""
 
-    _ids = itertools.count(1)
-
     def __init__(self, broker: SqlaBroker, brokers: tuple[SqlaBroker, ...]) -> None:
         super().__init__(parser=broker._parser, decoder=broker._decoder)
+        self._ids = itertools.count(1)
         self.brokers = brokers
         self.serializer = broker.config.fd_config._serializer
         if broker.config.broker_codec is not None:
@@ -94,7 +93,7 @@ class FakeProducer(SqlaProducer):
             ids.append(raw.id)
             for sub in _subscribers(self.brokers):
                 if raw.queue in sub.queues:
-                    await sub.process_message(raw)
+                    await sub.process_message([raw] if sub.batch else raw)
         return ids
 
     @override

@@ -154,14 +154,25 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
     async def _connect(self) -> AsyncEngine:
         target = self._connection_kwargs["url_or_engine"]
         owned = not isinstance(target, AsyncEngine)
-        engine = (
-            create_async_engine(
-                target, **{"pool_pre_ping": True, **self._connection_kwargs["engine_options"]}
-            )
-            if owned
-            else target
-        )
-        dialect = dialect_for(engine, self.config.tables)
+        if owned:
+            try:
+                engine = create_async_engine(
+                    target, **{"pool_pre_ping": True, **self._connection_kwargs["engine_options"]}
+                )
+            except (ImportError, sa.exc.ArgumentError, sa.exc.InvalidRequestError) as e:
+                msg = (
+                    f"cannot use {masked(self.url)}: {e}. Use an async driver: "
+                    "postgresql+asyncpg://, mysql+asyncmy:// or sqlite+aiosqlite:///"
+                )
+                raise InvalidOptionError(msg) from e
+        else:
+            engine = target
+        try:
+            dialect = dialect_for(engine, self.config.tables)
+        except InvalidOptionError:
+            if owned:
+                await engine.dispose()
+            raise
         dialect.configure_engine(engine, owned=owned)
         try:
             async with engine.connect() as conn:

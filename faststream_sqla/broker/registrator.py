@@ -35,6 +35,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         self,
         queues: str | Sequence[str],
         *,
+        batch: bool = False,
         max_workers: int = _DEFAULTS.max_workers,
         retry_strategy: RetryStrategy | None = None,
         ack_policy: AckPolicy = EMPTY,
@@ -62,9 +63,11 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
 
         Args:
             queues: a queue name or a list of them.
+            batch: the handler receives a list: every message waiting in the prefetch
+                buffer, up to fetch_batch_size; `msg.messages` settles them one by one.
             max_workers: handlers running at once in this process.
             retry_strategy: when a nacked or failed message is tried again (default:
-                exponential backoff with jitter from 1 s to 300 s, 5 attempts).
+                exponential backoff with jitter, about 1, 2, 4, 8 s: 5 attempts in all).
             ack_policy: what an unhandled exception means (default NACK_ON_ERROR).
             max_deliveries: a message delivered more often than this is FAILED without
                 running the handler (poison messages that crash the process).
@@ -74,7 +77,8 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             max_fetch_interval: longest pause when idle (publishes wake it sooner).
             flush_interval: how often finished outcomes are written, seconds.
             release_stuck_interval: how often stuck messages are looked for, seconds.
-            release_stuck_timeout: a message PROCESSING longer than this is released.
+            release_stuck_timeout: a claim not renewed for this long (its process died or
+                lost the database) is released; live workers renew theirs every third of it.
             middlewares: FastStream middlewares for this subscriber only, run inside the
                 broker's and router's.
         """
@@ -95,6 +99,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             options=options,
             ack_policy=ack_policy,
             no_reply=no_reply,
+            batch=batch,
             middlewares=middlewares,
             config=cast("SqlaBrokerConfig", self.config),
             title_=title,

@@ -72,6 +72,10 @@ def _ts(value: datetime | None) -> str | None:
     return None if value is None else value.strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
+def leases_document(leases: Sequence[tuple[int, int]]) -> str:
+    return json.dumps([{"id": i, "token": t} for i, t in leases], separators=(",", ":"))
+
+
 def outcomes_document(outcomes: Sequence[Outcome]) -> str:
     """The whole outcome batch as one JSON parameter: one statement shape, any size."""
     rows = []
@@ -145,6 +149,13 @@ class Dialect(abc.ABC):
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         """Archive terminal outcomes and update the rest, in one transaction.
         Returns how many rows were changed (fenced, stale outcomes change nothing)."""
+
+    @abc.abstractmethod
+    async def extend_leases(
+        self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]
+    ) -> int:
+        """Set acquired_at to now for held messages, given (id, token) pairs; fenced
+        like outcomes. One statement for all of them."""
 
     async def release_stuck(
         self, engine: AsyncEngine, queues: Sequence[str], timeout_seconds: float

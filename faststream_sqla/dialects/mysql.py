@@ -13,7 +13,7 @@ from faststream_sqla.exceptions import MessageTooLargeError
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
-from .base import Dialect, Outcome, outcomes_document
+from .base import Dialect, Outcome, leases_document, outcomes_document
 
 # deadlock, lock wait timeout, "record has changed" (MariaDB optimistic conflicts)
 TRANSIENT_CODES = {1213, 1205, 1020}
@@ -72,18 +72,19 @@ class MySQLDialect(Dialect):
         """Multi-row inserts are one packet each: split a batch so every chunk fits
         max_allowed_packet, and refuse a single message that never can."""
         limit = self.max_packet - PACKET_HEADROOM
-        ids: list[int] = []
-        chunk: list[dict[str, Any]] = []
-        size = 0
-        for row in rows:
-            row_size = len(row["payload"]) * 2 + 512  # binary is sent escaped
-            if row_size > limit:
+        sizes = [len(row["payload"]) * 2 + 512 for row in rows]  # binary is sent escaped
+        for row, row_size in zip(rows, sizes):
+            if row_size > limit:  # checked for all rows before any is written
                 msg = (
                     f"a {len(row['payload'])}-byte message does not fit this server's "
                     f"max_allowed_packet ({self.max_packet} bytes); raise it, e.g. "
                     "SET GLOBAL max_allowed_packet = 67108864, or send smaller messages"
                 )
                 raise MessageTooLargeError(msg)
+        ids: list[int] = []
+        chunk: list[dict[str, Any]] = []
+        size = 0
+        for row, row_size in zip(rows, sizes):
             if chunk and size + row_size > limit:
                 ids += await super().insert_messages(conn, chunk)
                 chunk, size = [], 0
@@ -158,6 +159,20 @@ WHERE o.state IN ('PENDING', 'RETRYABLE')"""
                 if not all(o.archives for o in outcomes):
                     changed += (await conn.execute(sa.text(requeue), params)).rowcount or 0
         return changed
+
+    async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
+        m = self._q(engine, self.tables.message)
+        stmt = sa.text(
+            f"UPDATE {m} AS m JOIN JSON_TABLE(:leases, '$[*]' COLUMNS ("
+            "id BIGINT PATH '$.id', token INT PATH '$.token')) AS o "
+            "ON m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING' "
+            "SET m.acquired_at = UTC_TIMESTAMP(6)"
+        )
+        async with engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="READ COMMITTED")
+            async with conn.begin():
+                result = await conn.execute(stmt, {"leases": leases_document(leases)})
+                return result.rowcount or 0
 
     def is_transient(self, exc: BaseException) -> bool:
         return _mysql_code(exc) in TRANSIENT_CODES

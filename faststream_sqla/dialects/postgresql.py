@@ -11,7 +11,7 @@ from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
-from .base import Dialect, Outcome, outcomes_document, sqlstate
+from .base import Dialect, Outcome, leases_document, outcomes_document, sqlstate
 
 TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03"}
 
@@ -90,6 +90,17 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
         async with engine.begin() as conn:
             result = await conn.execute(stmt, {"outcomes": outcomes_document(outcomes)})
             return int(result.scalar_one())
+
+    async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
+        m = self._q(engine, self.tables.message)
+        stmt = sa.text(
+            f"UPDATE {m} AS m SET acquired_at = (now() AT TIME ZONE 'UTC') "
+            "FROM jsonb_to_recordset(CAST(:leases AS jsonb)) AS o(id bigint, token int) "
+            "WHERE m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING'"
+        )
+        async with engine.begin() as conn:
+            result = await conn.execute(stmt, {"leases": leases_document(leases)})
+            return result.rowcount or 0
 
     def is_transient(self, exc: BaseException) -> bool:
         return sqlstate(exc) in TRANSIENT_SQLSTATES

@@ -14,7 +14,7 @@ from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
-from .base import Dialect, Outcome, outcomes_document
+from .base import Dialect, Outcome, leases_document, outcomes_document
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -114,6 +114,17 @@ WHERE {match} AND {_field('state')} IN ('PENDING', 'RETRYABLE')"""
             if not all(o.archives for o in outcomes):
                 changed += (await conn.execute(sa.text(requeue), params)).rowcount or 0
         return changed
+
+    async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
+        m = self._q(engine, self.tables.message)
+        stmt = sa.text(
+            f"UPDATE {m} AS m SET acquired_at = strftime('%Y-%m-%d %H:%M:%f', 'now') || '000' "
+            f"FROM json_each(:leases) AS o WHERE m.id = {_field('id')} "
+            f"AND m.deliveries_count = {_field('token')} AND m.state = 'PROCESSING'"
+        )
+        async with engine.begin() as conn:
+            result = await conn.execute(stmt, {"leases": leases_document(leases)})
+            return result.rowcount or 0
 
     def is_transient(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None) or exc

@@ -15,6 +15,7 @@ from faststream._internal.endpoint.utils import ParserComposition
 from faststream._internal.parser import DefaultCodec
 from faststream._internal.producer import ProducerProto
 from faststream.exceptions import FeatureNotSupportedException, IncorrectState
+from faststream.message import gen_cor_id
 
 from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import with_retries
@@ -148,7 +149,8 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                 "state": MessageState.PENDING,
                 "attempts_count": 0,
                 "deliveries_count": 0,
-                "correlation_id": None if correlation_id is None else str(correlation_id),
+                # each message of a batch gets its own id unless the caller gave one
+                "correlation_id": gen_cor_id() if correlation_id is None else str(correlation_id),
                 "publish_at": publish_at,
                 "publish_delay": delay,
             })

@@ -96,6 +96,7 @@ class SqlaSubscriberConfig(SubscriberUsecaseConfig):
     _outer_config: SqlaBrokerConfig = field(default_factory=SqlaBrokerConfig)
     queues: tuple[str, ...]
     options: ConsumeOptions
+    batch: bool = False
     middlewares: Sequence[BrokerMiddleware[Any]] = ()
 
     @property

@@ -77,10 +77,12 @@ class Fetcher:
         options: ConsumeOptions,
         buffer: asyncio.Queue[ClaimedMessage | None],
         wake: asyncio.Event,
+        on_claimed: Callable[[Sequence[ClaimedMessage]], None],
         log: Log,
     ) -> None:
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
         self.options, self.buffer, self.wake, self.log = options, buffer, wake, log
+        self.on_claimed = on_claimed
         self.space = asyncio.Event()
         self.stopping = False
         self._rotation = 0
@@ -135,8 +137,10 @@ class Fetcher:
 
             rows = await with_retries(self.dialect, claim)
             now = time.monotonic()
-            for row in rows:
-                self.buffer.put_nowait(claimed_from_row(row, now))
+            claimed = [claimed_from_row(row, now) for row in rows]
+            self.on_claimed(claimed)
+            for raw in claimed:
+                self.buffer.put_nowait(raw)
             got += len(rows)
         return got
 
@@ -151,23 +155,30 @@ class OutcomeFlusher:
         dialect: Dialect,
         interval: float,
         batch_size: int,
+        on_written: Callable[[Sequence[Outcome]], None],
         log: Log,
     ) -> None:
         self.engine, self.dialect, self.interval, self.log = engine, dialect, interval, log
         self.batch_size = max(batch_size, 1)
+        self.on_written = on_written
         self.pending: list[Outcome] = []
         self._full = asyncio.Event()
+        self._nonempty = asyncio.Event()
         self._lock = asyncio.Lock()
         self._backoff = Backoff()
         self.written = 0
 
     def add(self, outcome: Outcome) -> None:
         self.pending.append(outcome)
+        self._nonempty.set()
         if len(self.pending) >= self.batch_size:
             self._full.set()
 
     async def run(self) -> None:
         while True:
+            # Idle until there is something to write (no busy loop at flush_interval=0),
+            # then gather more for up to flush_interval unless a batch fills first.
+            await self._nonempty.wait()
             await wait_event(self._full, self.interval)
             self._full.clear()
             if not await self.flush():
@@ -190,6 +201,7 @@ class OutcomeFlusher:
                 self._backoff.reset()
                 del self.pending[: len(batch)]
                 self.written += len(batch)
+                self.on_written(batch)
                 if changed < len(batch):
                     # Fenced: the claim expired and the message was released or re-claimed.
                     self.log(
@@ -197,6 +209,7 @@ class OutcomeFlusher:
                         f"{len(batch) - changed} outcomes were stale (claim released by "
                         "release-stuck); those messages will be delivered again",
                     )
+            self._nonempty.clear()
             return True
 
 
@@ -241,3 +254,44 @@ class StuckReleaser:
                 backoff.reset()
             except Exception as exc:  # noqa: BLE001
                 log_failure(self.log, "releasing stuck messages", exc, backoff)
+
+
+class LeaseKeeper:
+    """Renews the claim of every message this subscriber holds, prefetched or running.
+
+    One statement renews them all. A message's lease lapses only when its process
+    stops renewing it (killed, or cut off from the database), so release-stuck never
+    takes a message from a live worker because it waited in the buffer or ran long.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        dialect: Dialect,
+        held: dict[int, ClaimedMessage],
+        interval: float,
+        log: Log,
+    ) -> None:
+        self.engine, self.dialect, self.held, self.log = engine, dialect, held, log
+        self.interval = interval
+
+    async def renew_once(self) -> int:
+        leases = [(raw.id, raw.token) for raw in list(self.held.values())]
+        if not leases:
+            return 0
+
+        async def renew() -> int:
+            return await self.dialect.extend_leases(self.engine, leases)
+
+        return await with_retries(self.dialect, renew)
+
+    async def run(self) -> None:
+        backoff = Backoff()
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.renew_once()
+                backoff.reset()
+            except Exception as exc:  # noqa: BLE001
+                log_failure(self.log, "renewing leases", exc, backoff)

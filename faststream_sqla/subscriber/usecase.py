@@ -1,4 +1,4 @@
-"""The subscriber: composes the fetch, worker, flush and release-stuck loops."""
+"""The subscriber: composes the fetch, worker, flush, lease and release-stuck loops."""
 
 from __future__ import annotations
 
@@ -12,16 +12,17 @@ from typing_extensions import override
 
 from faststream._internal.endpoint.subscriber import SubscriberUsecase
 from faststream._internal.endpoint.utils import process_msg
-from faststream.exceptions import StopConsume
+from faststream.exceptions import AckMessage, NackMessage, RejectMessage, StopConsume
+from faststream.message import AckStatus
 
 from faststream_sqla import lifecycle
-from faststream_sqla.dialects.base import with_retries
+from faststream_sqla.dialects.base import Outcome, with_retries
 from faststream_sqla.message import ClaimedMessage
-from faststream_sqla.parser import SqlaParser, claimed_from_row
+from faststream_sqla.parser import SqlaBatchParser, SqlaParser, claimed_from_row
 from faststream_sqla.publisher.fake import SqlaFakePublisher
 from faststream_sqla.schema import validate_queue_name
 
-from .loops import Fetcher, OutcomeFlusher, StuckReleaser, wait_event
+from .loops import Fetcher, LeaseKeeper, OutcomeFlusher, StuckReleaser, wait_event
 
 if TYPE_CHECKING:
     from faststream._internal.endpoint.publisher import PublisherProto
@@ -31,14 +32,20 @@ if TYPE_CHECKING:
     from faststream.message import StreamMessage
 
     from faststream_sqla.broker.config import SqlaBrokerConfig
-    from faststream_sqla.dialects.base import Outcome
     from faststream_sqla.message import SqlaMessage
 
     from .config import SqlaSubscriberConfig
 
+# A handler's own Ack/Nack/RejectMessage under AckPolicy.MANUAL (no middleware catches them)
+_DECISIONS = {AckMessage: AckStatus.ACKED, NackMessage: AckStatus.NACKED, RejectMessage: AckStatus.REJECTED}
 
-class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
-    """Consumes one or more database queues with `max_workers` concurrent handlers."""
+
+class SqlaSubscriber(SubscriberUsecase[Any]):
+    """Consumes one or more database queues with `max_workers` concurrent handlers.
+
+    With `batch=True` a handler call receives every message waiting in the prefetch
+    buffer, up to `fetch_batch_size`, as one list.
+    """
 
     _outer_config: SqlaBrokerConfig
 
@@ -46,25 +53,28 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
         self,
         config: SqlaSubscriberConfig,
         specification: SubscriberSpecification[Any, Any],
-        calls: CallsCollection[ClaimedMessage],
+        calls: CallsCollection[Any],
     ) -> None:
-        parser = SqlaParser()
+        parser = SqlaBatchParser() if config.batch else SqlaParser()
         config.parser = parser.parse_message
-        config.decoder = parser.decode_message
+        config.decoder = parser.decode_batch if config.batch else parser.decode_message
         super().__init__(config, specification, calls)
+        self._config = config
         self._queues = config.queues
+        self.batch = config.batch
         self.options = config.options
         self._own_middlewares = tuple(config.middlewares)
         self._tasks: list[asyncio.Task[Any]] = []
         self._workers: list[asyncio.Task[Any]] = []
         self._buffer: asyncio.Queue[ClaimedMessage | None] = asyncio.Queue()
         self._wake = asyncio.Event()
+        #: claimed and not yet settled in the database: the leases this process keeps
+        self._held: dict[int, ClaimedMessage] = {}
         self._fetcher: Fetcher | None = None
         self._flusher: OutcomeFlusher | None = None
-        self._releaser: StuckReleaser | None = None
 
     @property
-    def _broker_middlewares(self) -> Sequence[BrokerMiddleware[ClaimedMessage]]:
+    def _broker_middlewares(self) -> Sequence[BrokerMiddleware[Any]]:
         # FastStream 0.7 keeps middlewares on brokers and routers; a subscriber's own
         # run inside them, closest to the handler.
         return (*self._outer_config.broker_middlewares, *self._own_middlewares)
@@ -75,8 +85,10 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
         prefix = self._outer_config.prefix
         return tuple(f"{prefix}{q}" for q in self._queues)
 
-    def get_log_context(self, message: StreamMessage[ClaimedMessage] | None) -> dict[str, str]:
-        queue = message.raw_message.queue if message is not None else ",".join(self.queues)
+    def get_log_context(self, message: StreamMessage[Any] | None) -> dict[str, str]:
+        queue = ",".join(self.queues)
+        if message is not None and isinstance(message.raw_message, ClaimedMessage):
+            queue = message.raw_message.queue
         return {"queue": queue, "message_id": str(getattr(message, "message_id", ""))}
 
     def _log(self, log_level: int | None, message: str, **kwargs: Any) -> None:
@@ -84,12 +96,18 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
             message, log_level, extra=self.get_log_context(None), **kwargs
         )
 
-    def _make_response_publisher(
-        self, message: StreamMessage[ClaimedMessage]
-    ) -> Iterable[PublisherProto]:
+    def _make_response_publisher(self, message: StreamMessage[Any]) -> Iterable[PublisherProto]:
         return (SqlaFakePublisher(self._outer_config.producer, queue=message.reply_to),)
 
     # -- lifecycle --------------------------------------------------------------------
+    @override
+    def _post_start(self) -> None:
+        # A router's subscriber learns the broker's ack_policy only once included;
+        # FastStream read it at construction, so read it again now.
+        self.ack_policy = self._config.ack_policy
+        setattr(self, "_SubscriberUsecase__auto_ack_disabled", self._config.auto_ack_disabled)  # noqa: B010
+        super()._post_start()
+
     @override
     async def start(self) -> None:
         for queue in self.queues:  # router prefixes are known only now
@@ -103,37 +121,40 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
         engine, dialect, opts = self._outer_config.engine, self._outer_config.dialect, self.options
         self._buffer = asyncio.Queue()
         self._wake = asyncio.Event()
+        self._held = {}
         self._fetcher = Fetcher(
-            engine=engine,
-            dialect=dialect,
-            queues=self.queues,
-            options=opts,
-            buffer=self._buffer,
-            wake=self._wake,
-            log=self._log,
+            engine=engine, dialect=dialect, queues=self.queues, options=opts,
+            buffer=self._buffer, wake=self._wake, on_claimed=self._hold, log=self._log,
         )
         self._flusher = OutcomeFlusher(
-            engine=engine,
-            dialect=dialect,
-            interval=opts.flush_interval,
+            engine=engine, dialect=dialect, interval=opts.flush_interval,
             batch_size=max(opts.fetch_batch_size, opts.max_workers),
-            log=self._log,
+            on_written=self._release_held, log=self._log,
         )
-        self._releaser = StuckReleaser(
-            engine=engine,
-            dialect=dialect,
-            queues=self.queues,
-            options=opts,
-            on_released=self._wake.set,
-            log=self._log,
+        releaser = StuckReleaser(
+            engine=engine, dialect=dialect, queues=self.queues, options=opts,
+            on_released=self._wake.set, log=self._log,
+        )
+        leases = LeaseKeeper(
+            engine=engine, dialect=dialect, held=self._held,
+            interval=opts.release_stuck_timeout / 3, log=self._log,
         )
         self._outer_config.wakeups.register(self.queues, self._wake)
         self._tasks = [
             self._spawn(self._fetcher.run(), "fetch"),
             self._spawn(self._flusher.run(), "flush"),
-            self._spawn(self._releaser.run(), "release-stuck"),
+            self._spawn(releaser.run(), "release-stuck"),
+            self._spawn(leases.run(), "leases"),
         ]
         self._workers = [self._spawn(self._work(), f"worker-{i}") for i in range(opts.max_workers)]
+
+    def _hold(self, claimed: Sequence[ClaimedMessage]) -> None:
+        for raw in claimed:
+            self._held[raw.id] = raw
+
+    def _release_held(self, outcomes: Sequence[Outcome]) -> None:
+        for outcome in outcomes:
+            self._held.pop(outcome.id, None)
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro, name=f"faststream-sqla:{','.join(self.queues)}:{name}")
@@ -153,22 +174,20 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
             return
         self.running = False
         self._outer_config.wakeups.unregister(self.queues, self._wake)
-        fetch_task, flush_task, release_task = self._tasks
+        fetch_task, *others = self._tasks
         assert self._fetcher is not None and self._flusher is not None
 
         # 1. Stop claiming; a claim in flight is let finish so its rows get released too.
         self._fetcher.stopping = True
         self._wake.set()
         self._fetcher.space.set()
-        release_task.cancel()
         done, _ = await asyncio.wait({fetch_task}, timeout=5.0)
         if not done:
             fetch_task.cancel()
 
         # 2. Prefetched messages never started: back to PENDING, delivery not counted.
         while not self._buffer.empty():
-            raw = self._buffer.get_nowait()
-            if raw is not None:
+            if (raw := self._buffer.get_nowait()) is not None:
                 self._flusher.add(lifecycle.released(raw, started=False))
         for _ in self._workers:
             self._buffer.put_nowait(None)
@@ -183,11 +202,9 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
             if running:
                 await asyncio.wait(running)
 
-        # 4. Final flush of every finished outcome.
-        flush_task.cancel()
-        for task in self._tasks:
-            if not task.done():
-                task.cancel()
+        # 4. Final flush of every finished outcome; leases are kept until then.
+        for task in others:
+            task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._final_flush()
         self._tasks, self._workers = [], []
@@ -210,33 +227,66 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
             delay = min(delay * 2, 1.0)
 
     # -- processing -------------------------------------------------------------------
-    async def _work(self) -> None:
-        assert self._fetcher is not None
-        while True:
-            raw = await self._buffer.get()
-            if raw is None:
-                return
-            self._fetcher.notify_taken()
-            if not self.running:  # stopping: a message not yet started goes back
-                assert self._flusher is not None
-                self._flusher.add(lifecycle.released(raw, started=False))
-                continue
-            await self._deliver(raw)
+    def _take_batch(self, first: ClaimedMessage) -> list[ClaimedMessage]:
+        batch = [first]
+        while self.batch and len(batch) < self.options.fetch_batch_size:
+            try:
+                raw = self._buffer.get_nowait()
+            except asyncio.QueueEmpty:
+                break
+            if raw is None:  # a stop sentinel: leave it for the next round
+                self._buffer.put_nowait(None)
+                break
+            batch.append(raw)
+        return batch
 
-    async def _deliver(self, raw: ClaimedMessage) -> None:
+    async def _work(self) -> None:
+        assert self._fetcher is not None and self._flusher is not None
+        while True:
+            first = await self._buffer.get()
+            if first is None:
+                return
+            batch = self._take_batch(first)
+            self._fetcher.notify_taken()
+            if not self.running:  # stopping: messages not yet started go back
+                for raw in batch:
+                    self._flusher.add(lifecycle.released(raw, started=False))
+                continue
+            try:
+                await self._deliver(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a worker must outlive any bug
+                self._log(logging.CRITICAL, f"delivery failed unexpectedly: {exc!r}", exc_info=exc)
+                for raw in batch:
+                    if raw.id in self._held:
+                        self._flusher.add(lifecycle.released(raw, started=True))
+
+    async def _deliver(self, batch: list[ClaimedMessage]) -> None:
         assert self._flusher is not None
         opts = self.options
-        if opts.max_deliveries is not None and raw.deliveries_count > opts.max_deliveries:
-            self._flusher.add(lifecycle.deliveries_exceeded(raw, opts.max_deliveries))
+        live = []
+        for raw in batch:
+            if opts.max_deliveries is not None and raw.deliveries_count > opts.max_deliveries:
+                self._flusher.add(lifecycle.deliveries_exceeded(raw, opts.max_deliveries))
+            else:
+                live.append(raw)
+        if not live:
             return
-        started_at = lifecycle.db_time(raw, time.monotonic())
+        started = time.monotonic()
         error: BaseException | None = None
         try:
-            await self.process_message(raw)
+            await self.process_message(live if self.batch else live[0])
         except asyncio.CancelledError:
             # Shutdown cut the handler short: not its fault, so no attempt is spent.
-            self._flusher.add(lifecycle.released(raw, started=True))
+            for raw in live:
+                self._flusher.add(lifecycle.released(raw, started=True))
             raise
+        except (AckMessage, NackMessage, RejectMessage) as exc:
+            for raw in live:
+                raw.decision = raw.decision or _DECISIONS[type(exc)]
+                if raw.decision is AckStatus.NACKED and raw.nack_delay is None:
+                    raw.nack_delay = exc.extra_options.get("delay")
         except StopConsume:
             asyncio.get_running_loop().create_task(self.stop())
         except SystemExit:
@@ -245,22 +295,20 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
                 app.exit()
         except Exception as exc:  # noqa: BLE001 - logged by FastStream; recorded here
             error = exc
-        outcome = lifecycle.after_attempt(
-            raw,
-            started_at=started_at,
-            finished_at=lifecycle.db_time(raw, time.monotonic()),
-            error=error,
-            retry_strategy=opts.retry_strategy,
-        )
-        self._flusher.add(outcome)
+        finished = time.monotonic()
+        for raw in live:
+            self._flusher.add(
+                lifecycle.after_attempt(
+                    raw,
+                    started_at=lifecycle.db_time(raw, started),
+                    finished_at=lifecycle.db_time(raw, finished),
+                    error=error,
+                    retry_strategy=opts.retry_strategy,
+                )
+            )
 
     # -- pulling without a handler ----------------------------------------------------
-    async def _settle_now(self, raw: ClaimedMessage) -> None:
-        now = lifecycle.db_time(raw, time.monotonic())
-        outcome: Outcome = lifecycle.after_attempt(
-            raw, started_at=now, finished_at=now, error=None,
-            retry_strategy=self.options.retry_strategy,
-        )
+    async def _write_now(self, outcome: Outcome) -> None:
         dialect, engine = self._outer_config.dialect, self._outer_config.engine
 
         async def write() -> int:
@@ -268,16 +316,27 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
 
         await with_retries(dialect, write)
 
+    async def _settle_now(self, raw: ClaimedMessage) -> None:
+        now = lifecycle.db_time(raw, time.monotonic())
+        await self._write_now(
+            lifecycle.after_attempt(
+                raw, started_at=now, finished_at=now, error=None,
+                retry_strategy=self.options.retry_strategy,
+            )
+        )
+
     async def _claim_one(self) -> ClaimedMessage | None:
-        dialect, engine = self._outer_config.dialect, self._outer_config.engine
+        dialect, engine, opts = self._outer_config.dialect, self._outer_config.engine, self.options
         for queue in self.queues:
 
             async def claim(queue: str = queue) -> list[Any]:
                 return await dialect.claim(engine, queue, 1)
 
-            rows = await with_retries(dialect, claim)
-            if rows:
+            while rows := await with_retries(dialect, claim):
                 raw = claimed_from_row(rows[0], time.monotonic())
+                if opts.max_deliveries is not None and raw.deliveries_count > opts.max_deliveries:
+                    await self._write_now(lifecycle.deliveries_exceeded(raw, opts.max_deliveries))
+                    continue
                 raw.settle = self._settle_now
                 return raw
         return None
@@ -286,7 +345,8 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
     async def get_one(self, *, timeout: float = 5.0) -> SqlaMessage | None:
         """Claim one message without a handler; settle it with ack/nack/reject.
 
-        An unsettled message is released by release-stuck after release_stuck_timeout.
+        Nobody keeps its lease: an unsettled message goes back to the queue when a
+        running subscriber of that queue next releases stuck messages.
         """
         assert not self.calls, "get_one() is for subscribers without a handler"
         wake = asyncio.Event()
@@ -309,8 +369,8 @@ class SqlaSubscriber(SubscriberUsecase[ClaimedMessage]):
         msg: SqlaMessage = await process_msg(  # type: ignore[assignment]
             msg=raw,
             middlewares=(m(raw, context=context) for m in self._broker_middlewares),
-            parser=parser,
-            decoder=decoder,
+            parser=SqlaParser().parse_message if self.batch else parser,
+            decoder=SqlaParser().decode_message if self.batch else decoder,
         )
         return msg
 
