@@ -25,6 +25,7 @@ from faststream.specification.schema import BrokerSpec
 
 from faststream_sqla.broker.config import SqlaBrokerConfig
 from faststream_sqla.dialects import dialect_for
+from faststream_sqla.dialects.base import NotificationListener
 from faststream_sqla.exceptions import DatabaseUnreachableError, InvalidOptionError
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.migrations import check_schema
@@ -140,6 +141,8 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             ),
         )
         self.url = url
+        #: the cross-process wake-up listener while running (PostgreSQL), else None
+        self.notifications: NotificationListener | None = None
 
     @property
     def engine(self) -> AsyncEngine:
@@ -201,6 +204,27 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             f"Connected to {masked(self.url)}", logging.INFO, {"queue": "", "message_id": ""}
         )
         await super().start()
+        await self._start_notifications()
+
+    async def _start_notifications(self) -> None:
+        """Hear publishes from other processes where the database can tell us."""
+        consumed = {q for sub in self.subscribers if sub.calls for q in sub.queues}  # type: ignore[attr-defined]
+        if not consumed or self.notifications is not None:
+            return
+        wakeups = self.config.wakeups
+
+        def log(level: int, message: str) -> None:
+            self.config.logger.log(message, level, {"queue": "", "message_id": ""})
+
+        listener = self.config.dialect.listener(
+            self.config.engine,
+            on_queue=lambda queue: wakeups.wake((queue,)),
+            on_reconnect=lambda: wakeups.wake(consumed),
+            log=log,
+        )
+        if listener is not None:
+            self.notifications = listener
+            await listener.start()
 
     @override
     async def stop(
@@ -209,6 +233,9 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         exc_val: BaseException | None = None,
         exc_tb: TracebackType | None = None,
     ) -> None:
+        if self.notifications is not None:
+            await self.notifications.stop()
+            self.notifications = None
         await super().stop(exc_type, exc_val, exc_tb)
         if self._connection is not None:
             if getattr(self, "_owns_engine", False):

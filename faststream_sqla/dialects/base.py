@@ -100,6 +100,16 @@ def outcomes_document(outcomes: Sequence[Outcome]) -> str:
     return json.dumps(rows, separators=(",", ":"))
 
 
+class NotificationListener(abc.ABC):
+    """Keeps a connection that hears about publishes from other processes."""
+
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def stop(self) -> None: ...
+
+
 class Dialect(abc.ABC):
     """SQL for one database, built once per engine from our table definitions."""
 
@@ -179,6 +189,16 @@ class Dialect(abc.ABC):
 
     async def after_publish(self, conn: AsyncConnection, queues: set[str]) -> None:  # noqa: B027
         """Hook run on the publishing connection after an insert (NOTIFY on PostgreSQL)."""
+
+    def listener(
+        self,
+        engine: AsyncEngine,
+        on_queue: Callable[[str], None],
+        on_reconnect: Callable[[], None],
+        log: Callable[..., None],
+    ) -> NotificationListener | None:
+        """A cross-process wake-up listener, where the database has one."""
+        return None
 
     @abc.abstractmethod
     def is_transient(self, exc: BaseException) -> bool:

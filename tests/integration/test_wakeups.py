@@ -1,0 +1,123 @@
+"""Wake-ups: local publishes on every database, LISTEN/NOTIFY across processes on PostgreSQL.
+
+Subscribers here poll once an hour, so a message arriving at all proves a wake-up.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from faststream_sqla import SqlaBroker
+
+from .helpers import Recorder
+
+NO_POLLING = {"min_fetch_interval": 0.0, "max_fetch_interval": 3600.0, "flush_interval": 0.01}
+
+
+async def test_local_publish_wakes_an_idle_subscriber(database_url):
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber("q", **NO_POLLING)
+    async def handle(body: str) -> None:
+        got.record(body)
+
+    async with broker:
+        await broker.start()
+        await broker.publish("first", queue="q")
+        await got.wait_for(1, timeout=10)
+        await broker.publish_batch("second", "third", queue="q")
+        await got.wait_for(3, timeout=10)
+    assert got.calls == ["first", "second", "third"]
+
+
+async def test_local_outbox_publish_wakes_at_commit(database_url, engine):
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber("q", **NO_POLLING)
+    async def handle(body: str) -> None:
+        got.record(body)
+
+    async with broker:
+        await broker.start()
+        async with engine.connect() as conn:
+            await broker.publish("outbox", queue="q", connection=conn)
+            await conn.commit()
+        await got.wait_for(1, timeout=10)
+
+
+async def _listening_subscriber(url: str, got: Recorder) -> SqlaBroker:
+    broker = SqlaBroker(url)
+
+    @broker.subscriber(["a", "b"], **NO_POLLING)
+    async def handle(body: str) -> None:
+        got.record(body)
+
+    await broker.start()
+    assert broker.notifications is not None
+    await broker.notifications.wait_connects(1)
+    return broker
+
+
+async def test_notify_wakes_a_subscriber_in_another_broker(server_databases):
+    url = server_databases["postgresql"]
+    got = Recorder()
+    consumer = await _listening_subscriber(url, got)
+    try:
+        async with SqlaBroker(url) as producer:  # another broker: no local wake-up
+            await producer.publish("from afar", queue="a")
+            await got.wait_for(1, timeout=10)
+    finally:
+        await consumer.stop()
+    assert got.calls == ["from afar"]
+
+
+async def test_rolled_back_publish_notifies_nobody(server_databases):
+    url = server_databases["postgresql"]
+    got = Recorder()
+    consumer = await _listening_subscriber(url, got)
+    heard: list[str] = []
+    wakeups = consumer.config.wakeups
+    original = wakeups.wake
+
+    def spy(queues):  # records what the listener passes on
+        heard.extend(queues)
+        original(queues)
+
+    consumer.notifications.on_queue = lambda q: spy((q,))
+    engine = create_async_engine(url)
+    try:
+        async with SqlaBroker(url) as producer:
+            async with engine.connect() as conn:
+                await producer.publish("never", queue="a", connection=conn)
+                await conn.rollback()
+            await producer.publish("after", queue="b")
+            await got.wait_for(1, timeout=10)
+    finally:
+        await consumer.stop()
+        await engine.dispose()
+    assert got.calls == ["after"]
+    assert heard == ["b"]  # notifications arrive in commit order: "a" would be first
+
+
+async def test_listener_comes_back_after_its_connection_is_killed(server_databases):
+    url = server_databases["postgresql"]
+    got = Recorder()
+    consumer = await _listening_subscriber(url, got)
+    engine = create_async_engine(url)
+    try:
+        listener = consumer.notifications
+        async with engine.connect() as conn:
+            await conn.execute(
+                sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": listener.backend_pid}
+            )
+        await listener.wait_connects(2)
+        async with SqlaBroker(url) as producer:
+            await producer.publish("after reconnect", queue="b")
+            await got.wait_for(1, timeout=10)
+    finally:
+        await consumer.stop()
+        await engine.dispose()
+    assert got.calls == ["after reconnect"]
