@@ -233,10 +233,10 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         exc_val: BaseException | None = None,
         exc_tb: TracebackType | None = None,
     ) -> None:
+        await super().stop(exc_type, exc_val, exc_tb)
         if self.notifications is not None:
             await self.notifications.stop()
             self.notifications = None
-        await super().stop(exc_type, exc_val, exc_tb)
         if self._connection is not None:
             if getattr(self, "_owns_engine", False):
                 await self._connection.dispose()

@@ -27,18 +27,23 @@ async def test_graceful_stop_requeues_prefetched_and_finishes_running(database_u
     broker = SqlaBroker(database_url)
     started, release = Recorder(), asyncio.Event()
 
-    @broker.subscriber("q", max_workers=1, fetch_batch_size=10, **FAST)
+    subscriber = broker.subscriber("q", max_workers=1, fetch_batch_size=10, **FAST)
+
+    @subscriber
     async def handle(n: int) -> None:
         started.record(n)
         await release.wait()
 
-    ids = None
     async with broker:
         ids = await broker.publish_batch(*range(5), queue="q")
         await broker.start()
         await started.wait_for(1)  # one running, four waiting in the prefetch buffer
         stopping = asyncio.create_task(broker.stop())
-        await asyncio.sleep(0)  # let stop() begin before the handler is released
+
+        async def stop_has_begun() -> bool:
+            return not subscriber.running  # workers take nothing new from here on
+
+        await wait_until(stop_has_begun, interval=0.001)
         release.set()
         await stopping
 
