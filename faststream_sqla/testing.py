@@ -80,15 +80,15 @@ class FakeProducer(SqlaProducer):
             now = datetime.now(timezone.utc)
             raw = ClaimedMessage(
                 id=next(self._ids),
-                queue=row["queue"],
-                headers=row["headers"],
-                payload=row["payload"],
+                queue=row.queue,
+                headers=dict(row.headers),
+                payload=row.payload,
                 attempts_count=0,
                 deliveries_count=1,
                 created_at=now,
                 next_attempt_at=now,
                 acquired_at=now,
-                correlation_id=row["correlation_id"],
+                correlation_id=row.correlation_id,
             )
             ids.append(raw.id)
             for sub in _subscribers(self.brokers):

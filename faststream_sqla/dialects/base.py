@@ -43,6 +43,32 @@ CLAIMED_COLUMNS = (
 
 
 @dataclass(slots=True)
+class NewMessage:
+    """A validated, encoded message on its way into the table."""
+
+    queue: str
+    headers: dict[str, Any]
+    headers_json: str
+    payload: bytes
+    correlation_id: str | None
+    publish_at: datetime | None  # naive UTC; None means now + publish_delay
+    publish_delay: float = 0.0
+
+    def as_params(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "headers": self.headers,
+            "payload": self.payload,
+            "state": MessageState.PENDING,
+            "attempts_count": 0,
+            "deliveries_count": 0,
+            "correlation_id": self.correlation_id,
+            "publish_at": self.publish_at,
+            "publish_delay": self.publish_delay,
+        }
+
+
+@dataclass(slots=True)
 class Outcome:
     """What one delivery ended with, ready to be written.
 
@@ -177,14 +203,14 @@ class Dialect(abc.ABC):
             )
             return result.rowcount or 0
 
-    async def insert_messages(
-        self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]
-    ) -> list[int]:
-        """Insert messages on the caller's connection (and so its transaction)."""
+    async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
+        """Insert messages on the caller's connection (and so its transaction); ids in
+        order. This portable path goes through SQLAlchemy; dialects override it with
+        one cheaper statement where their driver allows."""
         # Ids come from one auto-increment sequence, handed out in the order the rows are
         # inserted, so sorting them restores parameter order. (Asking SQLAlchemy to keep
         # that order itself makes it insert row by row on SQLite: 30x slower.)
-        result = await conn.execute(self._insert_returning, list(rows))
+        result = await conn.execute(self._insert_returning, [r.as_params() for r in rows])
         return sorted(r[0] for r in result)
 
     async def after_publish(self, conn: AsyncConnection, queues: set[str]) -> None:  # noqa: B027

@@ -13,7 +13,7 @@ from faststream_sqla.exceptions import MessageTooLargeError
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
-from .base import Dialect, Outcome, leases_document, outcomes_document
+from .base import Dialect, NewMessage, Outcome, leases_document, outcomes_document
 
 # deadlock, lock wait timeout, "record has changed" (MariaDB optimistic conflicts)
 TRANSIENT_CODES = {1213, 1205, 1020}
@@ -22,6 +22,15 @@ DISCONNECT_CODES = {2002, 2003, 2006, 2013, 2055, 1927, 4031}
 # room for the statement text and the other columns of a row
 PACKET_HEADROOM = 64 * 1024
 DEFAULT_MAX_PACKET = 16 * 1024 * 1024
+
+_INSERT = (
+    "INSERT INTO {m} (queue, headers, payload, state, attempts_count, deliveries_count, "
+    "created_at, next_attempt_at, correlation_id) VALUES"
+)
+_ROW = (
+    "(%s, %s, %s, 'PENDING', 0, 0, UTC_TIMESTAMP(6), "
+    "COALESCE(%s, UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND), %s)"
+)
 
 _OUTCOME_ROWS = """JSON_TABLE(:outcomes, '$[*]' COLUMNS (
     id BIGINT PATH '$.id', token INT PATH '$.token', state VARCHAR(16) PATH '$.state',
@@ -66,33 +75,48 @@ class MySQLDialect(Dialect):
                 (await conn.execute(sa.text("SELECT @@max_allowed_packet"))).scalar_one()
             )
 
-    async def insert_messages(
-        self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]
-    ) -> list[int]:
+    async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
         """Multi-row inserts are one packet each: split a batch so every chunk fits
         max_allowed_packet, and refuse a single message that never can."""
         limit = self.max_packet - PACKET_HEADROOM
-        sizes = [len(row["payload"]) * 2 + 512 for row in rows]  # binary is sent escaped
+        sizes = [len(row.payload) * 2 + 512 for row in rows]  # binary is sent escaped
         for row, row_size in zip(rows, sizes):
             if row_size > limit:  # checked for all rows before any is written
                 msg = (
-                    f"a {len(row['payload'])}-byte message does not fit this server's "
+                    f"a {len(row.payload)}-byte message does not fit this server's "
                     f"max_allowed_packet ({self.max_packet} bytes); raise it, e.g. "
                     "SET GLOBAL max_allowed_packet = 67108864, or send smaller messages"
                 )
                 raise MessageTooLargeError(msg)
         ids: list[int] = []
-        chunk: list[dict[str, Any]] = []
+        chunk: list[NewMessage] = []
         size = 0
         for row, row_size in zip(rows, sizes):
             if chunk and size + row_size > limit:
-                ids += await super().insert_messages(conn, chunk)
+                ids += await self._insert_chunk(conn, chunk)
                 chunk, size = [], 0
             chunk.append(row)
             size += row_size
         if chunk:
-            ids += await super().insert_messages(conn, chunk)
+            ids += await self._insert_chunk(conn, chunk)
         return ids
+
+    async def _insert_chunk(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
+        dialect = conn.dialect
+        if not (getattr(dialect, "is_mariadb", False) and dialect.server_version_info >= (10, 5)):
+            return await super().insert_messages(conn, rows)  # MySQL 8: no INSERT RETURNING
+        # MariaDB: one multi-row INSERT ... RETURNING built at the driver level; asyncmy
+        # interpolates client-side, so there is no statement cache to miss.
+        m = self._q(conn, self.tables.message)
+        values = ", ".join([_ROW] * len(rows))
+        params: list[Any] = []
+        for r in rows:
+            params += (
+                r.queue, r.headers_json, r.payload, r.publish_at,
+                round(r.publish_delay * 1_000_000), r.correlation_id,
+            )
+        result = await conn.exec_driver_sql(f"{_INSERT.format(m=m)} {values} RETURNING id", tuple(params))
+        return sorted(result.scalars())
 
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[sa.RowMapping]:
         async with engine.connect() as conn:

@@ -16,6 +16,7 @@ from faststream_sqla.schema import MessageState, QueueTables
 from ._claim import claimed_columns, ready_ids
 from .base import (
     Dialect,
+    NewMessage,
     NotificationListener,
     Outcome,
     leases_document,
@@ -45,6 +46,7 @@ class PostgresDialect(Dialect):
             .returning(*claimed_columns(m))
         )
         self._outcomes_sql: str | None = None
+        self._insert_sql: sa.TextClause | None = None
         # One channel per table set, so brokers on other tables are not woken.
         self.channel = f"fsqla_{tables.message.name}"
         self._notify = sa.select(sa.func.pg_notify(sa.bindparam("channel"), sa.bindparam("queue")))
@@ -118,6 +120,37 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
         async with engine.begin() as conn:
             result = await conn.execute(stmt, {"leases": leases_document(leases)})
             return result.rowcount or 0
+
+    async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
+        # One statement whatever the batch size: columns travel as arrays (binary-encoded
+        # by asyncpg) and unnest turns them back into rows; no per-row SQL compilation.
+        if self._insert_sql is None:
+            m = self._q(conn, self.tables.message)
+            self._insert_sql = sa.text(
+                f"INSERT INTO {m} (queue, headers, payload, state, attempts_count, "
+                "deliveries_count, created_at, next_attempt_at, correlation_id) "
+                "SELECT t.queue, CAST(t.headers AS json), t.payload, 'PENDING', 0, 0, "
+                "(now() AT TIME ZONE 'UTC'), COALESCE(t.publish_at, "
+                "(now() AT TIME ZONE 'UTC') + make_interval(secs => t.delay)), t.correlation_id "
+                "FROM unnest(CAST(:queues AS text[]), CAST(:headers AS text[]), "
+                "CAST(:payloads AS bytea[]), CAST(:correlation_ids AS text[]), "
+                "CAST(:publish_ats AS timestamp[]), CAST(:delays AS float8[])) "
+                "AS t(queue, headers, payload, correlation_id, publish_at, delay) "
+                "RETURNING id"
+            )
+        result = await conn.execute(
+            self._insert_sql,
+            {
+                "queues": [r.queue for r in rows],
+                "headers": [r.headers_json for r in rows],
+                "payloads": [r.payload for r in rows],
+                "correlation_ids": [r.correlation_id for r in rows],
+                "publish_ats": [r.publish_at for r in rows],
+                "delays": [r.publish_delay for r in rows],
+            },
+        )
+        # ids come from one sequence in insertion order: sorting restores row order
+        return sorted(result.scalars())
 
     async def after_publish(self, conn: AsyncConnection, queues: set[str]) -> None:
         # Delivered at commit, never for a rollback; PostgreSQL folds repeats of the same

@@ -18,10 +18,10 @@ from faststream.exceptions import FeatureNotSupportedException, IncorrectState
 from faststream.message import gen_cor_id
 
 from faststream_sqla.clock import to_naive_utc
-from faststream_sqla.dialects.base import with_retries
+from faststream_sqla.dialects.base import NewMessage, with_retries
 from faststream_sqla.exceptions import InvalidOptionError, MessageSerializationError
 from faststream_sqla.parser import CONTENT_TYPE_HEADER, REPLY_TO_HEADER, SqlaParser
-from faststream_sqla.schema import MAX_CORRELATION_ID_LENGTH, MessageState, validate_queue_name
+from faststream_sqla.schema import MAX_CORRELATION_ID_LENGTH, validate_queue_name
 from faststream_sqla.response import SqlaPublishCommand
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
 
     async def build_rows(
         self, cmd: SqlaPublishCommand, bodies: tuple[Any, ...]
-    ) -> list[dict[str, Any]]:
+    ) -> list[NewMessage]:
         """Validate everything before anything is written."""
         queue = validate_queue_name(cmd.destination)
         publish_at = storable_time(cmd.next_attempt_at)
@@ -134,26 +134,35 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         if cmd.reply_to:
             headers[REPLY_TO_HEADER] = validate_queue_name(cmd.reply_to)
 
+        # Each message of a batch gets its own correlation id unless the caller gave one:
+        # one random base per call, numbered, is unique and costs no uuid4 per message.
+        base_id = None if correlation_id is not None else gen_cor_id()
+        # Rows of one content type share one headers dict and its JSON text.
+        by_content_type: dict[str | None, tuple[dict[str, Any], str]] = {}
         rows = []
-        for body in bodies:
+        for index, body in enumerate(bodies):
             try:
                 payload, content_type = await self.codec.encode(body, self.serializer)
             except Exception as e:
                 msg = f"cannot serialise a message body of type {type(body).__name__}: {e}"
                 raise MessageSerializationError(msg) from e
-            row_headers = {**headers, CONTENT_TYPE_HEADER: content_type} if content_type else headers
-            rows.append({
-                "queue": queue,
-                "headers": row_headers,
-                "payload": payload,
-                "state": MessageState.PENDING,
-                "attempts_count": 0,
-                "deliveries_count": 0,
-                # each message of a batch gets its own id unless the caller gave one
-                "correlation_id": gen_cor_id() if correlation_id is None else str(correlation_id),
-                "publish_at": publish_at,
-                "publish_delay": delay,
-            })
+            if (shared := by_content_type.get(content_type)) is None:
+                row_headers = {**headers, CONTENT_TYPE_HEADER: content_type} if content_type else headers
+                shared = by_content_type[content_type] = (row_headers, json.dumps(row_headers))
+            rows.append(
+                NewMessage(
+                    queue=queue,
+                    headers=shared[0],
+                    headers_json=shared[1],
+                    payload=payload,
+                    correlation_id=(
+                        str(correlation_id) if base_id is None
+                        else base_id if len(bodies) == 1 else f"{base_id}-{index}"
+                    ),
+                    publish_at=publish_at,
+                    publish_delay=delay,
+                )
+            )
         return rows
 
     async def _insert(self, cmd: SqlaPublishCommand, bodies: tuple[Any, ...]) -> list[int]:
@@ -163,7 +172,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         rows = await self.build_rows(cmd, bodies)
         if not rows:
             return []
-        dialect, wakeups, queues = self._dialect, self._wakeups, {rows[0]["queue"]}
+        dialect, wakeups, queues = self._dialect, self._wakeups, {rows[0].queue}
 
         if cmd.connection is None:
 
