@@ -205,16 +205,19 @@ class Dialect(abc.ABC):
 
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
         """Insert messages on the caller's connection (and so its transaction); ids in
-        order. This portable path goes through SQLAlchemy; dialects override it with
-        one cheaper statement where their driver allows."""
+        order. Where the database can wake consumers in other processes, the insert
+        tells them (at commit). This portable path goes through SQLAlchemy; dialects
+        override it with one cheaper statement where their driver allows."""
         # Ids come from one auto-increment sequence, handed out in the order the rows are
         # inserted, so sorting them restores parameter order. (Asking SQLAlchemy to keep
         # that order itself makes it insert row by row on SQLite: 30x slower.)
         result = await conn.execute(self._insert_returning, [r.as_params() for r in rows])
         return sorted(r[0] for r in result)
 
-    async def after_publish(self, conn: AsyncConnection, queues: set[str]) -> None:  # noqa: B027
-        """Hook run on the publishing connection after an insert (NOTIFY on PostgreSQL)."""
+    async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
+        """Insert in a transaction of its own, committed on return."""
+        async with engine.begin() as conn:
+            return await self.insert_messages(conn, rows)
 
     def listener(
         self,

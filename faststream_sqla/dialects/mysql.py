@@ -54,7 +54,8 @@ class MySQLDialect(Dialect):
         # Read the rows (and the server clock) under SKIP LOCKED, then flip them. The
         # clock value read here becomes acquired_at, so both statements agree on it.
         columns = [c for c in claimed_columns(m) if c.name != "id"]
-        self._lock_ready = ready_ids(m, *columns, utc_now().label("claimed_at")).with_for_update(
+        now = sa.type_coerce(utc_now(), sa.types.NullType()).label("claimed_at")
+        self._lock_ready = ready_ids(m, *columns, now).with_for_update(
             skip_locked=True
         )
         self._mark_processing = (

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,6 +28,14 @@ from .base import (
 TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03"}
 
 
+@asynccontextmanager
+async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection on which each statement is its own transaction: a one-statement
+    operation costs one round trip, with no BEGIN and COMMIT around it."""
+    async with engine.connect() as conn:
+        yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+
+
 class PostgresDialect(Dialect):
     name = "postgresql"
     supports_notifications = True
@@ -35,9 +44,13 @@ class PostgresDialect(Dialect):
         super().__init__(tables)
         m = tables.message
         ready = ready_ids(m).with_for_update(skip_locked=True).cte("ready")
+        # A lost claim only means the message is delivered again (at-least-once holds),
+        # so the claim's commit need not wait for its WAL flush. Set inside the statement
+        # itself, so the claim stays one round trip.
+        relaxed = sa.select(sa.func.set_config("synchronous_commit", "off", True)).cte("relaxed")
         self._claim = (
             sa.update(m)
-            .where(m.c.id.in_(sa.select(ready.c.id)))
+            .where(m.c.id.in_(sa.select(ready.c.id)), sa.exists(sa.select(relaxed)))
             .values(
                 state=MessageState.PROCESSING,
                 deliveries_count=m.c.deliveries_count + 1,
@@ -49,14 +62,9 @@ class PostgresDialect(Dialect):
         self._insert_sql: sa.TextClause | None = None
         # One channel per table set, so brokers on other tables are not woken.
         self.channel = f"fsqla_{tables.message.name}"
-        self._notify = sa.select(sa.func.pg_notify(sa.bindparam("channel"), sa.bindparam("queue")))
 
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[sa.RowMapping]:
-        async with engine.begin() as conn:
-            # A lost claim only means the message is delivered again (at-least-once
-            # holds), so the claim need not wait for its WAL flush: this takes a disk
-            # sync off every fetch, which is most of the publish-to-handler latency.
-            await conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+        async with autocommit(engine) as conn:
             result = await conn.execute(self._claim, {"claim_queue": queue, "claim_limit": limit})
             rows = list(result.mappings())
         rows.sort(key=lambda r: (r["next_attempt_at"], r["id"]))
@@ -106,7 +114,7 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         stmt = self._outcomes_statement(engine)
-        async with engine.begin() as conn:
+        async with autocommit(engine) as conn:
             result = await conn.execute(stmt, {"outcomes": outcomes_document(outcomes)})
             return int(result.scalar_one())
 
@@ -117,7 +125,7 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
             "FROM jsonb_to_recordset(CAST(:leases AS jsonb)) AS o(id bigint, token int) "
             "WHERE m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING'"
         )
-        async with engine.begin() as conn:
+        async with autocommit(engine) as conn:
             result = await conn.execute(stmt, {"leases": leases_document(leases)})
             return result.rowcount or 0
 
@@ -138,6 +146,12 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
                 "AS t(queue, headers, payload, correlation_id, publish_at, delay) "
                 "RETURNING id"
             )
+            # The notification rides in the same statement: heard at commit, never for a
+            # rollback, and PostgreSQL folds repeats within one transaction.
+            self._insert_sql = sa.text(
+                f"WITH inserted AS ({self._insert_sql.text}) SELECT inserted.id FROM inserted "
+                "CROSS JOIN (SELECT pg_notify(:channel, :notify_queue)) AS notified"
+            )
         result = await conn.execute(
             self._insert_sql,
             {
@@ -147,16 +161,16 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
                 "correlation_ids": [r.correlation_id for r in rows],
                 "publish_ats": [r.publish_at for r in rows],
                 "delays": [r.publish_delay for r in rows],
+                "channel": self.channel,
+                "notify_queue": rows[0].queue,
             },
         )
         # ids come from one sequence in insertion order: sorting restores row order
         return sorted(result.scalars())
 
-    async def after_publish(self, conn: AsyncConnection, queues: set[str]) -> None:
-        # Delivered at commit, never for a rollback; PostgreSQL folds repeats of the same
-        # payload in one transaction, so it is one notification per transaction and queue.
-        for queue in queues:
-            await conn.execute(self._notify, {"channel": self.channel, "queue": queue})
+    async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
+        async with autocommit(engine) as conn:
+            return await self.insert_messages(conn, rows)
 
     def listener(
         self,

@@ -178,10 +178,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
 
             async def insert_and_commit() -> list[int]:
                 assert self._engine is not None
-                async with self._engine.begin() as conn:
-                    ids = await dialect.insert_messages(conn, rows)
-                    await dialect.after_publish(conn, queues)
-                    return ids
+                return await dialect.insert_committed(self._engine, rows)
 
             ids = await with_retries(dialect, insert_and_commit)
             wakeups.wake(queues)
@@ -196,7 +193,6 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             msg = f"connection must be an AsyncConnection or AsyncSession, got {type(conn).__name__}"
             raise InvalidOptionError(msg)
         ids = await dialect.insert_messages(conn, rows)
-        await dialect.after_publish(conn, queues)
         event.listen(
             conn.sync_connection, "commit", lambda _conn: wakeups.wake(queues), once=True
         )

@@ -254,6 +254,10 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 continue
             try:
                 await self._deliver(batch)
+                # A no-op handler never awaits anything real: without this a worker would
+                # drain the whole buffer in one go, starving the fetch and flush loops of
+                # the event-loop turns their I/O needs, and the buffer would run dry.
+                await asyncio.sleep(0)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a worker must outlive any bug
