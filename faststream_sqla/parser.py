@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from faststream.message import decode_message
@@ -69,21 +70,31 @@ def load_headers(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
-def claimed_from_row(row: Any, claimed_at_monotonic: float) -> ClaimedMessage:
-    from .clock import to_aware
+def _aware(value: Any) -> Any:
+    # asyncpg/asyncmy give naive datetimes, SQLite text; users see aware UTC
+    if value is None:
+        return None
+    if value.__class__ is str:
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=timezone.utc)
 
+
+def claimed_from_row(row: Any, claimed_at_monotonic: float) -> ClaimedMessage:
+    """Hot path: one call per claimed message, so no per-field helpers beyond _aware."""
+    headers = row["headers"]
+    payload = row["payload"]
     return ClaimedMessage(
         id=row["id"],
         queue=row["queue"],
-        headers=load_headers(row["headers"]),
-        payload=bytes(row["payload"]),
+        headers=json.loads(headers) if headers.__class__ is str else load_headers(headers),
+        payload=payload if payload.__class__ is bytes else bytes(payload),
         attempts_count=row["attempts_count"],
         deliveries_count=row["deliveries_count"],
-        created_at=to_aware(row["created_at"]),  # type: ignore[arg-type]
-        next_attempt_at=to_aware(row["next_attempt_at"]),  # type: ignore[arg-type]
-        acquired_at=to_aware(row["acquired_at"]),
-        first_attempt_at=to_aware(row["first_attempt_at"]),
-        last_attempt_at=to_aware(row["last_attempt_at"]),
+        created_at=_aware(row["created_at"]),
+        next_attempt_at=_aware(row["next_attempt_at"]),
+        acquired_at=_aware(row["acquired_at"]),
+        first_attempt_at=_aware(row["first_attempt_at"]),
+        last_attempt_at=_aware(row["last_attempt_at"]),
         correlation_id=row["correlation_id"],
         claimed_at_monotonic=claimed_at_monotonic,
     )

@@ -95,7 +95,7 @@ class Outcome:
 def _ts(value: datetime | None) -> str | None:
     # One text form that PostgreSQL, MariaDB and SQLite all parse as a timestamp, and
     # that sorts like SQLAlchemy's own SQLite storage format.
-    return None if value is None else value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    return None if value is None else value.isoformat(" ", "microseconds")
 
 
 def leases_document(leases: Sequence[tuple[int, int]]) -> str:
