@@ -241,6 +241,25 @@ class Dialect(abc.ABC):
         return engine.dialect.identifier_preparer.format_table(table)
 
 
+async def apply_outcome_statements(
+    conn: AsyncConnection,
+    statements: tuple[sa.TextClause, sa.TextClause, sa.TextClause],
+    outcomes: Sequence[Outcome],
+) -> int:
+    """Run an (archive, delete, requeue) trio over one outcome document, skipping the
+    half a batch does not need; returns the rows changed. The caller owns the
+    transaction, so the archive copy and the delete commit together."""
+    archive, delete, requeue = statements
+    params = {"outcomes": outcomes_document(outcomes)}
+    changed = 0
+    if any(o.archives for o in outcomes):
+        await conn.execute(archive, params)
+        changed += (await conn.execute(delete, params)).rowcount or 0
+    if not all(o.archives for o in outcomes):
+        changed += (await conn.execute(requeue, params)).rowcount or 0
+    return changed
+
+
 async def with_retries(
     dialect: Dialect, operation: Callable[[], Awaitable[T]], *, attempts: int = 5
 ) -> T:

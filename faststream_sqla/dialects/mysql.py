@@ -13,7 +13,13 @@ from faststream_sqla.exceptions import MessageTooLargeError
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
-from .base import Dialect, NewMessage, Outcome, leases_document, outcomes_document
+from .base import (
+    Dialect,
+    NewMessage,
+    Outcome,
+    apply_outcome_statements,
+    leases_document,
+)
 
 # deadlock, lock wait timeout, "record has changed" (MariaDB optimistic conflicts)
 TRANSIENT_CODES = {1213, 1205, 1020}
@@ -67,7 +73,7 @@ class MySQLDialect(Dialect):
                 acquired_at=sa.bindparam("now", type_=m.c.acquired_at.type),
             )
         )
-        self._outcome_sql: tuple[str, str, str] | None = None
+        self._outcome_sql: tuple[sa.TextClause, sa.TextClause, sa.TextClause] | None = None
         self.max_packet = DEFAULT_MAX_PACKET
 
     async def prepare(self, engine: AsyncEngine) -> None:
@@ -141,7 +147,9 @@ class MySQLDialect(Dialect):
         ]
         return rows
 
-    def _statements(self, engine: AsyncEngine) -> tuple[str, str, str]:
+    def _statements(
+        self, engine: AsyncEngine
+    ) -> tuple[sa.TextClause, sa.TextClause, sa.TextClause]:
         # Text, not Core: JSON_TABLE as a join source has no Core construct.
         if self._outcome_sql is None:
             m = self._q(engine, self.tables.message)
@@ -168,22 +176,15 @@ SET m.state = o.state, m.attempts_count = o.attempts, m.deliveries_count = o.del
     m.next_attempt_at = COALESCE(o.next_at, m.next_attempt_at),
     m.last_error = COALESCE(o.error, m.last_error), m.acquired_at = NULL
 WHERE o.state IN ('PENDING', 'RETRYABLE')"""
-            self._outcome_sql = (archive, delete, requeue)
+            self._outcome_sql = (sa.text(archive), sa.text(delete), sa.text(requeue))
         return self._outcome_sql
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
-        archive, delete, requeue = self._statements(engine)
-        params = {"outcomes": outcomes_document(outcomes)}
-        changed = 0
+        statements = self._statements(engine)
         async with engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="READ COMMITTED")
             async with conn.begin():
-                if any(o.archives for o in outcomes):
-                    await conn.execute(sa.text(archive), params)
-                    changed += (await conn.execute(sa.text(delete), params)).rowcount or 0
-                if not all(o.archives for o in outcomes):
-                    changed += (await conn.execute(sa.text(requeue), params)).rowcount or 0
-        return changed
+                return await apply_outcome_statements(conn, statements, outcomes)
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
         m = self._q(engine, self.tables.message)

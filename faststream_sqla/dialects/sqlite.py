@@ -14,7 +14,13 @@ from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
-from .base import Dialect, NewMessage, Outcome, leases_document, outcomes_document
+from .base import (
+    Dialect,
+    NewMessage,
+    Outcome,
+    apply_outcome_statements,
+    leases_document,
+)
 
 BUSY_TIMEOUT_MS = 30_000
 _TS = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's SQLite datetime storage format
@@ -40,7 +46,7 @@ class SQLiteDialect(Dialect):
             )
             .returning(*claimed_columns(m))
         )
-        self._outcome_sql: tuple[str, str, str] | None = None
+        self._outcome_sql: tuple[sa.TextClause, sa.TextClause, sa.TextClause] | None = None
 
     def configure_engine(self, engine: AsyncEngine, *, owned: bool) -> None:
         if not owned:
@@ -70,7 +76,9 @@ class SQLiteDialect(Dialect):
         rows.sort(key=lambda r: (r["next_attempt_at"], r["id"]))
         return rows
 
-    def _statements(self, engine: AsyncEngine) -> tuple[str, str, str]:
+    def _statements(
+        self, engine: AsyncEngine
+    ) -> tuple[sa.TextClause, sa.TextClause, sa.TextClause]:
         # Text, not Core: json_each() as a join source has no Core construct.
         if self._outcome_sql is None:
             m = self._q(engine, self.tables.message)
@@ -101,20 +109,12 @@ UPDATE {m} AS m SET state = {_field('state')}, attempts_count = {_field('attempt
     last_error = COALESCE({_field('error')}, m.last_error), acquired_at = NULL
 FROM json_each(:outcomes) AS o
 WHERE {match} AND {_field('state')} IN ('PENDING', 'RETRYABLE')"""
-            self._outcome_sql = (archive, delete, requeue)
+            self._outcome_sql = (sa.text(archive), sa.text(delete), sa.text(requeue))
         return self._outcome_sql
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
-        archive, delete, requeue = self._statements(engine)
-        params = {"outcomes": outcomes_document(outcomes)}
-        changed = 0
         async with engine.begin() as conn:
-            if any(o.archives for o in outcomes):
-                await conn.execute(sa.text(archive), params)
-                changed += (await conn.execute(sa.text(delete), params)).rowcount or 0
-            if not all(o.archives for o in outcomes):
-                changed += (await conn.execute(sa.text(requeue), params)).rowcount or 0
-        return changed
+            return await apply_outcome_statements(conn, self._statements(engine), outcomes)
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
         m = self._q(engine, self.tables.message)
