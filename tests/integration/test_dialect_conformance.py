@@ -1,0 +1,119 @@
+"""One suite every dialect must pass: the SQL contract behind the `Dialect` interface."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from faststream_sqla.dialects import dialect_for
+from faststream_sqla.dialects.base import NewMessage, Outcome
+from faststream_sqla.schema import MessageState
+
+from .helpers import rows
+
+
+@pytest.fixture
+async def dialect(engine, tables):
+    d = dialect_for(engine, tables)
+    d.configure_engine(engine, owned=False)
+    await d.prepare(engine)
+    return d
+
+
+def new(queue: str = "q", *, delay: float = 0.0, at: datetime | None = None) -> NewMessage:
+    return NewMessage(
+        queue=queue, headers={"k": "v"}, headers_json='{"k": "v"}', payload=b"p",
+        correlation_id="c", publish_at=at, publish_delay=delay,
+    )
+
+
+async def insert(engine, dialect, *messages: NewMessage) -> list[int]:
+    return await dialect.insert_committed(engine, list(messages))
+
+
+async def test_insert_returns_ids_in_order_and_stores_pending_rows(engine, tables, dialect):
+    ids = await insert(engine, dialect, *(new() for _ in range(5)))
+    assert ids == sorted(ids) and len(set(ids)) == 5
+    stored = await rows(engine, tables.message)
+    assert [r["id"] for r in stored] == ids
+    assert {r["state"] for r in stored} == {MessageState.PENDING}
+    assert stored[0]["headers"] == {"k": "v"} and stored[0]["payload"] == b"p"
+
+
+async def test_claim_takes_ready_messages_oldest_first_up_to_the_limit(engine, dialect):
+    later = await insert(engine, dialect, new(delay=3600))
+    first = await insert(engine, dialect, *(new() for _ in range(3)))
+    other = await insert(engine, dialect, new("other"))
+    claimed = await dialect.claim(engine, "q", 2)
+    assert [r["id"] for r in claimed] == first[:2]
+    assert all(r["deliveries_count"] == 1 and r["acquired_at"] is not None for r in claimed)
+    rest = await dialect.claim(engine, "q", 10)
+    assert [r["id"] for r in rest] == first[2:]  # not the delayed one, not other queues
+    assert later[0] not in [r["id"] for r in rest] and other[0] not in [r["id"] for r in rest]
+
+
+async def test_concurrent_claims_never_share_a_message(engine, dialect):
+    await insert(engine, dialect, *(new() for _ in range(60)))
+    batches = await asyncio.gather(*(dialect.claim(engine, "q", 10) for _ in range(8)))
+    ids = [r["id"] for batch in batches for r in batch]
+    assert len(ids) == len(set(ids)) == 60
+
+
+async def test_outcomes_archive_requeue_and_are_fenced(engine, tables, dialect):
+    a, b, c = await insert(engine, dialect, new(), new(), new())
+    claimed = {r["id"]: r for r in await dialect.claim(engine, "q", 3)}
+    now = claimed[a]["acquired_at"]
+    now = datetime.fromisoformat(now) if isinstance(now, str) else now
+    outcomes = [
+        Outcome(id=a, token=1, state=MessageState.COMPLETED, attempts_count=1,
+                deliveries_count=1, first_attempt_at=now, last_attempt_at=now),
+        Outcome(id=b, token=1, state=MessageState.RETRYABLE, attempts_count=1,
+                deliveries_count=1, first_attempt_at=now, last_attempt_at=now,
+                next_attempt_at=now + timedelta(hours=1), last_error="boom"),
+        Outcome(id=c, token=7, state=MessageState.FAILED, attempts_count=1,  # stale token
+                deliveries_count=7),
+    ]
+    assert await dialect.write_outcomes(engine, outcomes) == 2
+    (archived,) = await rows(engine, tables.archive)
+    assert (archived["id"], archived["state"]) == (a, MessageState.COMPLETED)
+    by_id = {r["id"]: r for r in await rows(engine, tables.message)}
+    assert by_id[b]["state"] == MessageState.RETRYABLE and by_id[b]["last_error"] == "boom"
+    assert by_id[b]["acquired_at"] is None
+    assert by_id[c]["state"] == MessageState.PROCESSING  # the stale outcome changed nothing
+
+
+async def test_leases_extend_only_current_claims(engine, tables, dialect):
+    a, b = await insert(engine, dialect, new(), new())
+    await dialect.claim(engine, "q", 2)
+    old = {r["id"]: r["acquired_at"] for r in await rows(engine, tables.message)}
+    assert await dialect.extend_leases(engine, [(a, 1), (b, 5)]) == 1
+    after = {r["id"]: r["acquired_at"] for r in await rows(engine, tables.message)}
+    assert after[a] >= old[a] and after[b] == old[b]
+
+
+async def test_release_stuck_only_touches_old_claims_of_given_queues(engine, tables, dialect):
+    await insert(engine, dialect, new("q"), new("other"))
+    await dialect.claim(engine, "q", 1)
+    await dialect.claim(engine, "other", 1)
+    assert await dialect.release_stuck(engine, ["q"], 3600) == 0  # too recent
+    assert await dialect.release_stuck(engine, ["q"], 0) == 1
+    states = {r["queue"]: r["state"] for r in await rows(engine, tables.message)}
+    assert states == {"q": MessageState.PENDING, "other": MessageState.PROCESSING}
+
+
+async def test_explicit_publish_time_is_stored_exactly(engine, tables, dialect):
+    at = datetime(2031, 5, 6, 7, 8, 9, 123456)
+    (i,) = await insert(engine, dialect, new(at=at))
+    (row,) = await rows(engine, tables.message, tables.message.c.id == i)
+    assert row["next_attempt_at"] == at
+    assert row["created_at"] < at
+
+
+async def test_outbox_insert_joins_the_callers_transaction(engine, tables, dialect):
+    async with engine.connect() as conn:
+        await dialect.insert_messages(conn, [new()])
+        await conn.rollback()
+    assert await rows(engine, tables.message) == []
