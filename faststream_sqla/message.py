@@ -16,6 +16,18 @@ from .exceptions import InvalidOptionError
 MAX_NACK_DELAY_SECONDS = 10 * 365 * 24 * 3600
 
 
+def validate_delay(delay: object, what: str = "delay") -> float:
+    """A delay in seconds: finite, not negative, at most ten years."""
+    if (
+        isinstance(delay, bool)
+        or not isinstance(delay, (int, float))
+        or not 0 <= delay <= MAX_NACK_DELAY_SECONDS
+    ):
+        msg = f"{what} must be 0 to {MAX_NACK_DELAY_SECONDS} seconds, got {delay!r}"
+        raise InvalidOptionError(msg)
+    return float(delay)
+
+
 @dataclass(slots=True, eq=False)
 class ClaimedMessage:
     """One delivery of a stored message: the row as claimed, plus the handler's decision.
@@ -103,11 +115,8 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
         `delay` (seconds) replaces the retry strategy's delay; the strategy's
         `max_attempts` still applies, so a poison message still ends FAILED.
         """
-        if delay is not None and not (
-            isinstance(delay, (int, float)) and 0 <= delay <= MAX_NACK_DELAY_SECONDS
-        ):
-            msg = f"nack delay must be 0 to {MAX_NACK_DELAY_SECONDS} seconds, got {delay!r}"
-            raise InvalidOptionError(msg)
+        if delay is not None:
+            validate_delay(delay, "nack delay")
         if self.committed is None:
             self.raw_message.decision = AckStatus.NACKED
             self.raw_message.nack_delay = delay

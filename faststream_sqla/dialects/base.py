@@ -140,8 +140,6 @@ class Dialect(abc.ABC):
     """SQL for one database, built once per engine from our table definitions."""
 
     name: str = "base"
-    #: whether NOTIFY-style cross-process wake-ups exist (PostgreSQL only)
-    supports_notifications: bool = False
 
     def __init__(self, tables: QueueTables) -> None:
         self.tables = tables

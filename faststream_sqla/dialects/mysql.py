@@ -75,12 +75,24 @@ class MySQLDialect(Dialect):
         )
         self._outcome_sql: tuple[sa.TextClause, sa.TextClause, sa.TextClause] | None = None
         self.max_packet = DEFAULT_MAX_PACKET
+        self.insert_returning = True
+        self.consecutive_ids = True
 
     async def prepare(self, engine: AsyncEngine) -> None:
         async with engine.connect() as conn:
-            self.max_packet = int(
-                (await conn.execute(sa.text("SELECT @@max_allowed_packet"))).scalar_one()
-            )
+            packet, autoinc = (
+                await conn.execute(
+                    sa.text("SELECT @@max_allowed_packet, @@innodb_autoinc_lock_mode")
+                )
+            ).one()
+            dialect = conn.dialect
+        self.max_packet = int(packet)
+        # MariaDB >= 10.5 returns the ids; MySQL 8 cannot, but a multi-row INSERT gets
+        # consecutive ids under auto-increment lock modes 0 and 1.
+        self.insert_returning = bool(
+            getattr(dialect, "is_mariadb", False) and dialect.server_version_info >= (10, 5)
+        )
+        self.consecutive_ids = int(autoinc) <= 1
 
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
         """Multi-row inserts are one packet each: split a batch so every chunk fits
@@ -109,21 +121,31 @@ class MySQLDialect(Dialect):
         return ids
 
     async def _insert_chunk(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
-        dialect = conn.dialect
-        if not (getattr(dialect, "is_mariadb", False) and dialect.server_version_info >= (10, 5)):
-            return await super().insert_messages(conn, rows)  # MySQL 8: no INSERT RETURNING
-        # MariaDB: one multi-row INSERT ... RETURNING built at the driver level; asyncmy
-        # interpolates client-side, so there is no statement cache to miss.
+        """One multi-row INSERT built at the driver level (asyncmy interpolates
+        client-side, so there is no statement cache to miss)."""
         m = self._q(conn, self.tables.message)
-        values = ", ".join([_ROW] * len(rows))
+        if not self.insert_returning and not self.consecutive_ids:
+            # interleaved auto-increment: only a row at a time has a knowable id
+            return [i for r in rows for i in await self._insert_rows(conn, m, [r])]
+        return await self._insert_rows(conn, m, rows)
+
+    async def _insert_rows(
+        self, conn: AsyncConnection, m: str, rows: Sequence[NewMessage]
+    ) -> list[int]:
         params: list[Any] = []
         for r in rows:
             params += (
                 r.queue, r.headers_json, r.payload, r.publish_at,
                 round(r.publish_delay * 1_000_000), r.correlation_id,
             )
-        result = await conn.exec_driver_sql(f"{_INSERT.format(m=m)} {values} RETURNING id", tuple(params))
-        return sorted(result.scalars())
+        sql = f"{_INSERT.format(m=m)} {', '.join([_ROW] * len(rows))}"
+        if self.insert_returning:
+            result = await conn.exec_driver_sql(f"{sql} RETURNING id", tuple(params))
+            return sorted(result.scalars())
+        await conn.exec_driver_sql(sql, tuple(params))
+        # LAST_INSERT_ID() is the first id of a multi-row INSERT
+        first = (await conn.exec_driver_sql("SELECT LAST_INSERT_ID()")).scalar_one()
+        return list(range(first, first + len(rows)))
 
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[sa.RowMapping]:
         async with engine.connect() as conn:

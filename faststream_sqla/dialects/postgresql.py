@@ -38,7 +38,6 @@ async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
 
 class PostgresDialect(Dialect):
     name = "postgresql"
-    supports_notifications = True
 
     def __init__(self, tables: QueueTables) -> None:
         super().__init__(tables)
@@ -117,6 +116,15 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
         async with autocommit(engine) as conn:
             result = await conn.execute(stmt, {"outcomes": outcomes_document(outcomes)})
             return int(result.scalar_one())
+
+    async def release_stuck(
+        self, engine: AsyncEngine, queues: Sequence[str], timeout_seconds: float
+    ) -> int:
+        async with autocommit(engine) as conn:
+            result = await conn.execute(
+                self._release_stuck, {"queues": list(queues), "timeout": timeout_seconds}
+            )
+            return result.rowcount or 0
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
         m = self._q(engine, self.tables.message)

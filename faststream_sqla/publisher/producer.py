@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +19,7 @@ from faststream.message import gen_cor_id
 from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import NewMessage, with_retries
 from faststream_sqla.exceptions import InvalidOptionError, MessageSerializationError
+from faststream_sqla.message import validate_delay
 from faststream_sqla.parser import CONTENT_TYPE_HEADER, REPLY_TO_HEADER, SqlaParser
 from faststream_sqla.schema import MAX_CORRELATION_ID_LENGTH, validate_queue_name
 from faststream_sqla.response import SqlaPublishCommand
@@ -36,11 +36,7 @@ if TYPE_CHECKING:
 def delay_seconds(delay: float | timedelta | None) -> float:
     if delay is None:
         return 0.0
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-    if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
-        msg = f"delay must be a finite number of seconds >= 0 or a timedelta, got {delay!r}"
-        raise InvalidOptionError(msg)
-    return float(seconds)
+    return validate_delay(delay.total_seconds() if isinstance(delay, timedelta) else delay)
 
 
 def storable_time(value: datetime | None) -> datetime | None:

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from faststream_sqla.dialects.base import Outcome, with_retries
@@ -169,8 +169,12 @@ class OutcomeFlusher:
         self.written = 0
 
     def add(self, outcome: Outcome) -> None:
-        self.pending.append(outcome)
-        self._nonempty.set()
+        self.add_all((outcome,))
+
+    def add_all(self, outcomes: Iterable[Outcome]) -> None:
+        self.pending.extend(outcomes)
+        if self.pending:
+            self._nonempty.set()
         if len(self.pending) >= self.batch_size:
             self._full.set()
 
@@ -287,11 +291,14 @@ class LeaseKeeper:
         return await with_retries(self.dialect, renew)
 
     async def run(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff(cap=self.interval)
+        delay = self.interval
         while True:
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(delay)
             try:
                 await self.renew_once()
                 backoff.reset()
-            except Exception as exc:  # noqa: BLE001
+                delay = self.interval
+            except Exception as exc:  # noqa: BLE001 - retried soon: leases must not lapse
                 log_failure(self.log, "renewing leases", exc, backoff)
+                delay = backoff.next_delay()

@@ -17,7 +17,8 @@ from faststream.message import AckStatus
 
 from faststream_sqla import lifecycle
 from faststream_sqla.dialects.base import Outcome, with_retries
-from faststream_sqla.message import ClaimedMessage
+from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.message import ClaimedMessage, validate_delay
 from faststream_sqla.parser import SqlaBatchParser, SqlaParser, claimed_from_row
 from faststream_sqla.publisher.fake import SqlaFakePublisher
 from faststream_sqla.schema import validate_queue_name
@@ -213,7 +214,10 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     async def _final_flush(self) -> None:
         """Write every finished outcome, retrying for up to graceful_timeout."""
         assert self._flusher is not None
-        deadline = time.monotonic() + max(self._outer_config.graceful_timeout or 0.0, 1.0)
+        timeout = self._outer_config.graceful_timeout
+        # None means "no limit" for handlers; a database that stays down must still not
+        # hold the process forever, so the flush gets a generous cap then.
+        deadline = time.monotonic() + (max(timeout, 1.0) if timeout is not None else 60.0)
         delay = 0.05
         while not await self._flusher.flush():
             if time.monotonic() + delay > deadline:
@@ -261,36 +265,34 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a worker must outlive any bug
+                # _deliver hands over outcomes all at once, so none exist for this batch
                 self._log(logging.CRITICAL, f"delivery failed unexpectedly: {exc!r}", exc_info=exc)
-                for raw in batch:
-                    if raw.id in self._held:
-                        self._flusher.add(lifecycle.released(raw, started=True))
+                self._flusher.add_all([lifecycle.released(raw, started=True) for raw in batch])
 
     async def _deliver(self, batch: list[ClaimedMessage]) -> None:
+        """Run the handler on `batch`; its outcomes are handed to the flusher together at
+        the end, so an unexpected error leaves none of them half-settled."""
         assert self._flusher is not None
         opts = self.options
+        settled: list[Outcome] = []
         live = []
         for raw in batch:
             if opts.max_deliveries is not None and raw.deliveries_count > opts.max_deliveries:
-                self._flusher.add(lifecycle.deliveries_exceeded(raw, opts.max_deliveries))
+                settled.append(lifecycle.deliveries_exceeded(raw, opts.max_deliveries))
             else:
                 live.append(raw)
-        if not live:
-            return
         started = time.monotonic()
         error: BaseException | None = None
         try:
-            await self.process_message(live if self.batch else live[0])
+            if live:
+                await self.process_message(live if self.batch else live[0])
         except asyncio.CancelledError:
             # Shutdown cut the handler short: not its fault, so no attempt is spent.
-            for raw in live:
-                self._flusher.add(lifecycle.released(raw, started=True))
+            settled += (lifecycle.released(raw, started=True) for raw in live)
+            self._flusher.add_all(settled)
             raise
         except (AckMessage, NackMessage, RejectMessage) as exc:
-            for raw in live:
-                raw.decision = raw.decision or _DECISIONS[type(exc)]
-                if raw.decision is AckStatus.NACKED and raw.nack_delay is None:
-                    raw.nack_delay = exc.extra_options.get("delay")
+            error = self._take_raised_decision(live, exc)
         except StopConsume:
             asyncio.get_running_loop().create_task(self.stop())
         except SystemExit:
@@ -300,16 +302,36 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         except Exception as exc:  # noqa: BLE001 - logged by FastStream; recorded here
             error = exc
         finished = time.monotonic()
-        for raw in live:
-            self._flusher.add(
-                lifecycle.after_attempt(
-                    raw,
-                    started_at=lifecycle.db_time(raw, started),
-                    finished_at=lifecycle.db_time(raw, finished),
-                    error=error,
-                    retry_strategy=opts.retry_strategy,
-                )
+        settled += (
+            lifecycle.after_attempt(
+                raw,
+                started_at=lifecycle.db_time(raw, started),
+                finished_at=lifecycle.db_time(raw, finished),
+                error=error,
+                retry_strategy=opts.retry_strategy,
             )
+            for raw in live
+        )
+        self._flusher.add_all(settled)
+
+    @staticmethod
+    def _take_raised_decision(
+        live: list[ClaimedMessage], exc: AckMessage | NackMessage | RejectMessage
+    ) -> BaseException | None:
+        """A decision raised under AckPolicy.MANUAL (no middleware turns it into a call).
+        Returns an error to record if the decision's options were invalid."""
+        delay = exc.extra_options.get("delay")
+        error = None
+        if delay is not None:
+            try:
+                delay = validate_delay(delay, "NackMessage delay")
+            except InvalidOptionError as invalid:
+                delay, error = None, invalid
+        for raw in live:
+            raw.decision = raw.decision or _DECISIONS[type(exc)]
+            if raw.decision is AckStatus.NACKED and raw.nack_delay is None:
+                raw.nack_delay = delay
+        return error
 
     # -- pulling without a handler ----------------------------------------------------
     async def _write_now(self, outcome: Outcome) -> None:

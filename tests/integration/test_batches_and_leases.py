@@ -162,3 +162,23 @@ async def test_nack_delay_must_be_sane(delay):
 async def test_sync_driver_url_is_a_typed_error():
     with pytest.raises(InvalidOptionError, match="async driver"):
         await SqlaBroker("postgresql+psycopg2://postgres@127.0.0.1/test").start()
+
+
+async def test_invalid_raised_nack_delay_is_recorded_not_obeyed(database_url, engine, tables):
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber("q", ack_policy=AckPolicy.MANUAL, retry_strategy=LATER, **FAST)
+    async def handle(body: str) -> None:
+        got.record(body)
+        raise NackMessage(delay=10**12)
+
+    async with broker:
+        await broker.start()
+        await broker.publish("x", queue="q")
+        await got.wait_for(1)
+
+    (row,) = await rows(engine, tables.message)
+    assert row["state"] == MessageState.RETRYABLE
+    assert "NackMessage delay" in row["last_error"]
+    assert row["attempts_count"] == 1  # the attempt counts, so max_attempts still ends it

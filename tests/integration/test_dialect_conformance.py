@@ -117,3 +117,27 @@ async def test_outbox_insert_joins_the_callers_transaction(engine, tables, diale
         await dialect.insert_messages(conn, [new()])
         await conn.rollback()
     assert await rows(engine, tables.message) == []
+
+
+@pytest.mark.parametrize(("returning", "consecutive"), [(False, True), (False, False)])
+async def test_mysql8_insert_paths_without_returning(server_databases, returning, consecutive):
+    """MySQL 8 has no INSERT ... RETURNING; its two id strategies run here on MariaDB."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from faststream_sqla.schema import QueueTables
+
+    engine = create_async_engine(server_databases["mysql"])
+    tables = QueueTables()
+    d = dialect_for(engine, tables)
+    await d.prepare(engine)
+    d.insert_returning, d.consecutive_ids = returning, consecutive
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(tables.message.delete())
+        ids = await insert(engine, d, *(new("mysql8") for _ in range(4)))
+        stored = await rows(engine, tables.message, tables.message.c.queue == "mysql8")
+        assert ids == [r["id"] for r in stored]
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(tables.message.delete())
+        await engine.dispose()
