@@ -118,6 +118,7 @@ def build_message_table(metadata: sa.MetaData, name: str) -> sa.Table:
         f"ix_{name}_claim",
         table.c.queue,
         table.c.next_attempt_at,
+        table.c.id,  # the claim orders by (next_attempt_at, id): no sort on any backlog
         postgresql_where=ready,
         sqlite_where=ready,
     )

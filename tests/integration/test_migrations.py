@@ -68,7 +68,7 @@ def test_script_location_holds_the_scripts() -> None:
     location = Path(script_location())
     assert (location / "env.py").is_file()
     assert (location / "versions" / "0001_initial.py").is_file()
-    assert HEAD_REVISION == "0001"
+    assert HEAD_REVISION == "0002"
 
 
 async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
@@ -102,7 +102,7 @@ async def test_migration_matches_schema_py(engine: AsyncEngine, dialect_name: st
             found = await conn.run_sync(lambda c, t=table: sa.inspect(c).get_indexes(t.name))
             indexes.update({i["name"]: i["column_names"] for i in found})
     assert indexes == {
-        "ix_message_claim": ["queue", "next_attempt_at"],
+        "ix_message_claim": ["queue", "next_attempt_at", "id"],
         "ix_message_stuck": ["queue", "acquired_at"],
         "ix_message_archive_queue_archived": ["queue", "archived_at"],
     }
@@ -122,7 +122,7 @@ async def test_claim_index_is_partial_where_supported(
     async with engine.connect() as conn:
         definition = await conn.scalar(sa.text(sql))
     if dialect_name == "mysql":
-        assert definition == "queue,next_attempt_at"
+        assert definition == "queue,next_attempt_at,id"
     else:
         # PostgreSQL prints its own normal form of the predicate
         assert "WHERE" in definition and "'PENDING'" in definition and "'RETRYABLE'" in definition
@@ -171,14 +171,15 @@ async def test_check_schema_missing_on_empty_database(sqlite_engine: AsyncEngine
     assert f"faststream-sqla db upgrade --url {sqlite_engine.url}" in message
 
 
-async def test_check_schema_outdated_revision(
-    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a release with a newer head than the database's revision
-    monkeypatch.setattr("faststream_sqla.migrations.HEAD_REVISION", "0002")
-    with pytest.raises(SchemaOutdatedError) as info:
-        await check_schema(engine, QueueTables())
-    assert f"at revision {HEAD_REVISION!r}" in str(info.value) and "'0002'" in str(info.value)
+async def test_check_schema_outdated_revision(engine: AsyncEngine) -> None:
+    # a database one revision behind this release
+    await downgrade_schema(engine, revision="0001")
+    try:
+        with pytest.raises(SchemaOutdatedError) as info:
+            await check_schema(engine, QueueTables())
+    finally:
+        await upgrade_schema(engine)
+    assert "at revision '0001'" in str(info.value) and f"{HEAD_REVISION!r}" in str(info.value)
     assert f"faststream-sqla db upgrade --url {engine.url!r}".replace("'", "") in str(info.value)
 
 
@@ -302,3 +303,26 @@ def test_console_script(tmp_path: Path) -> None:
     failed = run("db", "current", "--url", "postgresql+asyncpg://me:s3cret@127.0.0.1:1/db")
     assert failed.returncode == 1
     assert "Error:" in failed.stderr and "s3cret" not in failed.stderr
+
+
+async def test_upgrade_from_the_first_revision_keeps_messages(engine: AsyncEngine) -> None:
+    """A database created by 0001 moves to head with its rows intact."""
+    from faststream_sqla.dialects import dialect_for
+    from faststream_sqla.dialects.base import NewMessage
+
+    await downgrade_schema(engine, revision="0001")
+    try:
+        dialect = dialect_for(engine, QueueTables())
+        (kept,) = await dialect.insert_committed(
+            engine,
+            [NewMessage(queue="m", headers={}, headers_json="{}", payload=b"x",
+                        correlation_id=None, publish_at=None)],
+        )
+        await upgrade_schema(engine)
+        assert await current_revision(engine) == HEAD_REVISION
+        claimed = await dialect.claim(engine, "m", 10)
+        assert [r["id"] for r in claimed] == [kept]
+    finally:
+        await upgrade_schema(engine)
+        async with engine.begin() as conn:
+            await conn.execute(QueueTables().message.delete())
