@@ -159,9 +159,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         owned = not isinstance(target, AsyncEngine)
         if owned:
             try:
-                engine = create_async_engine(
-                    target, **{"pool_pre_ping": True, **self._connection_kwargs["engine_options"]}
-                )
+                engine = create_async_engine(target, **self._connection_kwargs["engine_options"])
             except (ImportError, sa.exc.ArgumentError, sa.exc.InvalidRequestError) as e:
                 msg = (
                     f"cannot use {masked(self.url)}: {e}. Use an async driver: "

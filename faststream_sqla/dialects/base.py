@@ -261,16 +261,21 @@ async def apply_outcome_statements(
 async def with_retries(
     dialect: Dialect, operation: Callable[[], Awaitable[T]], *, attempts: int = 5
 ) -> T:
-    """Run `operation` again after deadlocks and busy errors, a bounded number of times.
+    """Run `operation` again after deadlocks, busy errors and lost connections, a
+    bounded number of times.
 
-    Only for operations that own their whole transaction: a failed statement inside a
-    caller's transaction cannot be retried on its own.
+    A lost connection is dropped from the pool by SQLAlchemy, so the retry gets a fresh
+    one: this replaces a liveness ping on every checkout. Only for operations that own
+    their whole transaction: a statement inside a caller's transaction cannot be
+    retried on its own.
     """
     for attempt in range(1, attempts + 1):
         try:
             return await operation()
         except Exception as exc:
-            if attempt == attempts or not dialect.is_transient(exc):
+            if attempt == attempts or not (
+                dialect.is_transient(exc) or dialect.is_disconnect(exc)
+            ):
                 raise
             await asyncio.sleep(min(0.01 * 2**attempt, 0.5) * (0.5 + random.random()))
     raise AssertionError("unreachable")

@@ -72,6 +72,9 @@ class PostgresDialect(Dialect):
     def _outcomes_statement(self, engine: AsyncEngine) -> sa.TextClause:
         # Text, not Core: DELETE ... USING ... RETURNING feeding an INSERT in one
         # statement is beyond what Core composes. Identifiers come from our tables.
+        # `m.id = ANY(:ids)` makes the primary key the obvious way in: with stale
+        # statistics the planner otherwise walked the PROCESSING partial index and
+        # rescanned the outcome list for every row (quadratic).
         if self._outcomes_sql is None:
             m = self._q(engine, self.tables.message)
             a = self._q(engine, self.tables.archive)
@@ -83,7 +86,8 @@ WITH o AS (
 ),
 moved AS (
     DELETE FROM {m} AS m USING o
-    WHERE m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING'
+    WHERE m.id = ANY(CAST(:ids AS bigint[])) AND m.id = o.id
+      AND m.deliveries_count = o.token AND m.state = 'PROCESSING'
       AND o.state IN ('COMPLETED', 'FAILED')
     RETURNING m.id, m.queue, m.headers, m.payload, o.state, o.attempts, m.deliveries_count,
               m.created_at, o.first_at, o.last_at, COALESCE(o.error, m.last_error),
@@ -103,7 +107,8 @@ requeued AS (
         next_attempt_at = COALESCE(o.next_at, m.next_attempt_at),
         last_error = COALESCE(o.error, m.last_error), acquired_at = NULL
     FROM o
-    WHERE m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING'
+    WHERE m.id = ANY(CAST(:ids AS bigint[])) AND m.id = o.id
+      AND m.deliveries_count = o.token AND m.state = 'PROCESSING'
       AND o.state IN ('PENDING', 'RETRYABLE')
     RETURNING 1
 )
@@ -114,7 +119,9 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         stmt = self._outcomes_statement(engine)
         async with autocommit(engine) as conn:
-            result = await conn.execute(stmt, {"outcomes": outcomes_document(outcomes)})
+            result = await conn.execute(
+                stmt, {"outcomes": outcomes_document(outcomes), "ids": [o.id for o in outcomes]}
+            )
             return int(result.scalar_one())
 
     async def release_stuck(
@@ -131,10 +138,13 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
         stmt = sa.text(
             f"UPDATE {m} AS m SET acquired_at = (now() AT TIME ZONE 'UTC') "
             "FROM jsonb_to_recordset(CAST(:leases AS jsonb)) AS o(id bigint, token int) "
-            "WHERE m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING'"
+            "WHERE m.id = ANY(CAST(:ids AS bigint[])) AND m.id = o.id "
+            "AND m.deliveries_count = o.token AND m.state = 'PROCESSING'"
         )
         async with autocommit(engine) as conn:
-            result = await conn.execute(stmt, {"leases": leases_document(leases)})
+            result = await conn.execute(
+                stmt, {"leases": leases_document(leases), "ids": [i for i, _ in leases]}
+            )
             return result.rowcount or 0
 
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:

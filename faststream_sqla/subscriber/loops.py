@@ -78,20 +78,28 @@ class Fetcher:
         buffer: asyncio.Queue[ClaimedMessage | None],
         wake: asyncio.Event,
         on_claimed: Callable[[Sequence[ClaimedMessage]], None],
+        unsettled: Callable[[], int],
         log: Log,
     ) -> None:
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
         self.options, self.buffer, self.wake, self.log = options, buffer, wake, log
-        self.on_claimed = on_claimed
+        self.on_claimed, self.unsettled = on_claimed, unsettled
+        # Claimed but not yet written back: buffered, running, or waiting in the flusher.
+        # Twice the normal working set; past it, claiming waits for outcomes to be
+        # written, so a slow or failing flush cannot grow memory without bound.
+        self.max_unsettled = 2 * (options.buffer_capacity + options.max_workers)
         self.space = asyncio.Event()
         self.stopping = False
         self._rotation = 0
 
     def free_slots(self) -> int:
-        return self.options.buffer_capacity - self.buffer.qsize()
+        return min(
+            self.options.buffer_capacity - self.buffer.qsize(),
+            self.max_unsettled - self.unsettled(),
+        )
 
     def notify_taken(self) -> None:
-        """Called by a worker after taking a message from the buffer."""
+        """Called when room may have appeared: a message taken, outcomes written."""
         if self.free_slots() >= self.options.fetch_batch_size:
             self.space.set()
 

@@ -125,7 +125,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._held = {}
         self._fetcher = Fetcher(
             engine=engine, dialect=dialect, queues=self.queues, options=opts,
-            buffer=self._buffer, wake=self._wake, on_claimed=self._hold, log=self._log,
+            buffer=self._buffer, wake=self._wake, on_claimed=self._hold,
+            unsettled=self._held.__len__, log=self._log,
         )
         self._flusher = OutcomeFlusher(
             engine=engine, dialect=dialect, interval=opts.flush_interval,
@@ -156,6 +157,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     def _release_held(self, outcomes: Sequence[Outcome]) -> None:
         for outcome in outcomes:
             self._held.pop(outcome.id, None)
+        if self._fetcher is not None:
+            self._fetcher.notify_taken()
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro, name=f"faststream-sqla:{','.join(self.queues)}:{name}")
