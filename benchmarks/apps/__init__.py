@@ -1,0 +1,1 @@
+"""FastStream applications started by the benchmarks with ``faststream run``."""

@@ -1,0 +1,534 @@
+"""faststream-sqla itself: drain, batch drain, publish, latency and scale."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from faststream.message import AckStatus
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from faststream_sqla import SqlaBroker, lifecycle
+from faststream_sqla.dialects import dialect_for
+from faststream_sqla.dialects.base import Dialect
+from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.parser import claimed_from_row
+from faststream_sqla.schema import QueueTables
+from faststream_sqla.subscriber.config import default_retry_strategy
+
+from .common import (
+    QUEUE,
+    CountDown,
+    Results,
+    Target,
+    clear_ours,
+    clear_tables,
+    count_rows,
+    drain_timeout,
+    paced,
+    percentiles,
+    rate,
+    reset_our_schema,
+    run_json_subprocess,
+)
+
+SYSTEM = "faststream-sqla"
+MAX_WORKERS = 8
+REPEATS = 3  # scale: median of this many timed claim runs
+
+
+class NotAvailable(Exception):
+    """A feature this faststream-sqla does not have yet."""
+
+
+async def preinsert(url: str, n: int, chunk: int = 1000) -> None:
+    """N messages (bodies 0..N-1) through publish_batch, chunks of 1000."""
+    async with SqlaBroker(url, logger=None) as broker:
+        for start in range(0, n, chunk):
+            await broker.publish_batch(*range(start, min(n, start + chunk)), queue=QUEUE)
+
+
+async def verify_drained(url: str, n: int) -> str | None:
+    engine = create_async_engine(url)
+    try:
+        left = await count_rows(engine, "message")
+        done = await count_rows(engine, "message_archive", "WHERE state = 'COMPLETED'")
+    finally:
+        await engine.dispose()
+    if left or done != n:
+        return f"after the drain: {left} rows left in message, {done} of {n} archived COMPLETED"
+    return None
+
+
+def _subscribe(broker: SqlaBroker, countdown: CountDown, *, batch: bool, fbs: int) -> dict:
+    """Register the no-op handler; returns the options used."""
+    if not batch:
+
+        @broker.subscriber(QUEUE, max_workers=MAX_WORKERS, fetch_batch_size=fbs)
+        async def handle(body: int) -> None:
+            countdown.hit()
+
+        return {"max_workers": MAX_WORKERS, "fetch_batch_size": fbs}
+
+    async def handle_batch(bodies: list[int]) -> None:
+        countdown.hit(len(bodies))
+
+    options: dict[str, Any] = {"max_workers": MAX_WORKERS, "fetch_batch_size": fbs}
+    try:
+        sub = broker.subscriber(QUEUE, batch=True, **options)  # type: ignore[call-arg]
+    except TypeError as e:
+        raise NotAvailable(f"subscriber(batch=True) is not supported yet ({e})") from e
+    except InvalidOptionError:
+        # a batch subscriber may refuse several workers: fall back to its defaults
+        options = {"fetch_batch_size": fbs}
+        sub = broker.subscriber(QUEUE, batch=True, **options)  # type: ignore[call-arg]
+    sub(handle_batch)
+    return options
+
+
+async def drain_once(url: str, n: int, *, fbs: int, batch: bool = False) -> dict[str, Any]:
+    """Time start + handling n pre-inserted messages + stop (final flush)."""
+    await clear_ours(url)
+    broker = SqlaBroker(url, logger=None)
+    countdown = CountDown(n)
+    options = _subscribe(broker, countdown, batch=batch, fbs=fbs)  # before inserting: n/a fast
+    await preinsert(url, n)
+    await broker.connect()  # engine and schema check: not part of the drain
+    t0 = time.perf_counter()
+    try:
+        await broker.start()
+        await countdown.wait(drain_timeout(n))
+    finally:
+        await broker.stop()
+    elapsed = time.perf_counter() - t0
+    problem = await verify_drained(url, n)
+    return {
+        "msg_per_s": rate(n, elapsed),
+        "seconds": elapsed,
+        "options": options,
+        "problem": problem,
+    }
+
+
+async def run_drain(
+    target: Target,
+    n: int,
+    batch_sizes: list[int],
+    results: Results,
+    *,
+    batch: bool,
+) -> None:
+    db = target.database
+    scenario = "drain-batch" if batch else "drain"
+    try:
+        await drain_once(target.url, min(n, 500), fbs=batch_sizes[0], batch=batch)  # warm-up
+    except NotAvailable as e:
+        results.add(SYSTEM, scenario, "msg_per_s", db, None, "msg/s", status="n/a", reason=str(e))
+        return
+    runs: dict[int, dict[str, Any]] = {}
+    for fbs in batch_sizes:
+        try:
+            runs[fbs] = await drain_once(target.url, n, fbs=fbs, batch=batch)
+        except Exception as e:  # noqa: BLE001 - report and keep going
+            results.error(scenario, db, f"fetch_batch_size={fbs}", e)
+            continue
+        if runs[fbs]["problem"]:
+            results.error(scenario, db, f"fetch_batch_size={fbs}", runs[fbs]["problem"])
+    if not runs:
+        results.add(SYSTEM, scenario, "msg_per_s", db, None, "msg/s", status="failed")
+        return
+    best = max(runs, key=lambda k: runs[k]["msg_per_s"])
+    results.add(
+        SYSTEM,
+        scenario,
+        "msg_per_s",
+        db,
+        runs[best]["msg_per_s"],
+        "msg/s",
+        n=n,
+        best_fetch_batch_size=best,
+        options=runs[best]["options"],
+        by_fetch_batch_size={str(k): v["msg_per_s"] for k, v in runs.items()},
+        logger=None,
+    )
+
+
+# -- publish ----------------------------------------------------------------------------
+async def run_publish(target: Target, n_single: int, n_batch: int, results: Results) -> None:
+    db = target.database
+    await clear_ours(target.url)
+    async with SqlaBroker(target.url, logger=None) as broker:
+        for i in range(20):  # warm-up
+            await broker.publish(i, queue=QUEUE)
+        await broker.publish_batch(*range(1000), queue=QUEUE)
+        await clear_ours(target.url)
+
+        t0 = time.perf_counter()
+        for i in range(n_single):
+            await broker.publish(i, queue=QUEUE)
+        single = rate(n_single, time.perf_counter() - t0)
+
+        n_batch = max(1000, n_batch // 1000 * 1000)
+        t0 = time.perf_counter()
+        for start in range(0, n_batch, 1000):
+            await broker.publish_batch(*range(start, start + 1000), queue=QUEUE)
+        batch = rate(n_batch, time.perf_counter() - t0)
+        stored = await count_rows(broker.engine, "message")
+    await clear_ours(target.url)
+    if stored != n_single + n_batch:
+        results.error("publish", db, "count", f"{stored} rows stored, {n_single + n_batch} sent")
+    results.add(SYSTEM, "publish", "single_msg_per_s", db, single, "msg/s", n=n_single)
+    results.add(SYSTEM, "publish", "batch_msg_per_s", db, batch, "msg/s", n=n_batch, batch=1000)
+
+
+# -- latency ----------------------------------------------------------------------------
+def cross_process_wakeup(dialect: Dialect) -> bool:
+    """Whether this dialect wakes consumers in other processes (LISTEN/NOTIFY)."""
+    if getattr(dialect, "supports_notifications", False):
+        return True
+    for name in ("listener", "after_publish"):  # the hook, whichever this version has
+        own, base = getattr(type(dialect), name, None), getattr(Dialect, name, None)
+        if own is not None and base is not None and own is not base:
+            return True
+    return False
+
+
+def wakeup_kind(dialect: Dialect, p50_ms: float, max_fetch_interval: float) -> str:
+    hook = cross_process_wakeup(dialect)
+    fast = p50_ms < max_fetch_interval * 1000 / 4
+    if fast and hook:
+        return "notification (cross-process wake-up)"
+    if fast:
+        return "fast without a notify hook (check the setup)"
+    return f"polling (max_fetch_interval={max_fetch_interval:g}s)"
+
+
+async def run_latency(
+    target: Target,
+    rate_per_s: float,
+    seconds: float,
+    results: Results,
+    *,
+    max_fetch_interval: float | None = None,
+) -> None:
+    """A second broker publishes at a fixed rate; the handler measures the delay.
+
+    With `max_fetch_interval` None the subscriber keeps its default; otherwise the
+    metrics are named `p50_ms@mfi=<value>` and so on.
+    """
+    db = target.database
+    suffix = "" if max_fetch_interval is None else f"@mfi={max_fetch_interval:g}"
+    intervals: dict[str, Any] = (
+        {} if max_fetch_interval is None else {"max_fetch_interval": max_fetch_interval}
+    )
+    await clear_ours(target.url)
+    samples: list[float] = []
+    failed: list[str] = []
+    count = int(rate_per_s * seconds)
+    consumer = SqlaBroker(target.url, logger=None)
+    sub = consumer.subscriber(QUEUE, max_workers=MAX_WORKERS, **intervals)
+
+    @sub
+    async def handle(sent: float) -> None:
+        samples.append(time.perf_counter() - sent)
+
+    publisher = SqlaBroker(target.url, logger=None)  # its own wake-up hub: no local wake
+    await publisher.connect()
+    await consumer.start()
+    try:
+        await asyncio.sleep(0.5)
+
+        async def send(_: int) -> None:
+            try:
+                await publisher.publish(time.perf_counter(), queue=QUEUE)
+            except Exception as e:  # noqa: BLE001 - a lost publish is counted, not fatal
+                failed.append(repr(e))
+
+        achieved = await paced(rate_per_s, count, send)
+        deadline = time.monotonic() + 10 + 2 * sub.options.max_fetch_interval
+        while len(samples) < count - len(failed) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        dialect = consumer.config.dialect
+    finally:
+        await consumer.stop()
+        await publisher.stop()
+    await clear_ours(target.url)
+    if failed:
+        results.error("latency", db, "publish", f"{len(failed)} publishes failed: {failed[0]}")
+    count -= len(failed)
+    if len(samples) < count:
+        results.error("latency", db, "delivery", f"{len(samples)} of {count} delivered")
+    stats = percentiles(samples)
+    kind = wakeup_kind(dialect, stats.get("p50_ms", 0), sub.options.max_fetch_interval)
+    details = {
+        "offered_rate": rate_per_s,
+        "achieved_rate": achieved,
+        "seconds": seconds,
+        "max_fetch_interval": sub.options.max_fetch_interval,
+        "wakeup": kind,
+        "mean_ms": stats.get("mean_ms"),
+        "samples": stats.get("samples"),
+        "failed_publishes": len(failed),
+    }
+    for key in ("p50_ms", "p99_ms", "max_ms"):
+        results.add(SYSTEM, "latency", key + suffix, db, stats.get(key), "ms", **details)
+
+
+# -- scale ------------------------------------------------------------------------------
+HEADERS_SQL = """'{"content-type":"application/json"}'"""
+
+
+def _backlog_sql(db: str, n: int, group: int = 1000) -> list[str]:
+    """Generate n PENDING rows in the database itself. Rows come in groups of `group` that
+    share a timestamp, as publish_batch(1000) calls leave them (one call is one
+    transaction, and the database clock is the transaction's); groups are 1 ms apart,
+    oldest first. `group=n` is one publish_batch of everything."""
+    cols = (
+        "queue, headers, payload, state, attempts_count, deliveries_count, created_at, "
+        "next_attempt_at"
+    )
+    if db == "postgresql":
+        offset = f"((({n - 1} - g) / {group}) * interval '1 millisecond')"
+        ts = f"(now() AT TIME ZONE 'UTC') - {offset}"
+        return [
+            (
+                f"INSERT INTO message ({cols}) SELECT 'bench', {HEADERS_SQL}::json, "
+                f"convert_to(g::text, 'UTF8'), 'PENDING', 0, 0, {ts}, {ts} "
+                f"FROM generate_series(0, {n - 1}) AS g"
+            )
+        ]
+    if db == "mysql":
+        stmts = []
+        step = 200_000
+        for lo in range(0, n, step):
+            hi = min(n, lo + step) - 1
+            ts = f"UTC_TIMESTAMP(6) - INTERVAL (({n - 1} - seq) DIV {group}) * 1000 MICROSECOND"
+            stmts.append(
+                f"INSERT INTO message ({cols}) SELECT 'bench', {HEADERS_SQL}, "
+                f"CAST(seq AS CHAR), 'PENDING', 0, 0, {ts}, {ts} FROM seq_{lo}_to_{hi}"
+            )
+        return stmts
+    ts = (
+        f"strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ((({n - 1} - g) / {group}) / 1000.0) "
+        "|| ' seconds') || '000'"
+    )
+    return [
+        (
+            f"WITH RECURSIVE c(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM c WHERE g < {n - 1}) "
+            f"INSERT INTO message ({cols}) SELECT 'bench', {HEADERS_SQL}, "
+            f"CAST(CAST(g AS TEXT) AS BLOB), 'PENDING', 0, 0, {ts}, {ts} FROM c"
+        )
+    ]
+
+
+def _archive_sql(db: str, n: int) -> list[str]:
+    """n COMPLETED rows in the archive, ids far above the message table's."""
+    cols = (
+        "id, queue, headers, payload, state, attempts_count, deliveries_count, created_at, "
+        "first_attempt_at, last_attempt_at, correlation_id, archived_at"
+    )
+    base = 10**12
+    if db == "postgresql":
+        ts = "(now() AT TIME ZONE 'UTC') - interval '1 hour'"
+        return [
+            (
+                f"INSERT INTO message_archive ({cols}) SELECT {base} + g, 'bench', "
+                f"{HEADERS_SQL}::json, convert_to(g::text, 'UTF8'), 'COMPLETED', 1, 1, {ts}, "
+                f"{ts}, {ts}, NULL, {ts} FROM generate_series(0, {n - 1}) AS g"
+            )
+        ]
+    if db == "mysql":
+        ts = "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR"
+        return [
+            f"INSERT INTO message_archive ({cols}) SELECT {base} + seq, 'bench', {HEADERS_SQL}, "
+            f"CAST(seq AS CHAR), 'COMPLETED', 1, 1, {ts}, {ts}, {ts}, NULL, {ts} "
+            f"FROM seq_{lo}_to_{min(n, lo + 200_000) - 1}"
+            for lo in range(0, n, 200_000)
+        ]
+    ts = "strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 hour') || '000'"
+    return [
+        (
+            f"WITH RECURSIVE c(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM c WHERE g < {n - 1}) "
+            f"INSERT INTO message_archive ({cols}) SELECT {base} + g, 'bench', {HEADERS_SQL}, "
+            f"CAST(CAST(g AS TEXT) AS BLOB), 'COMPLETED', 1, 1, {ts}, {ts}, {ts}, NULL, {ts} "
+            "FROM c"
+        )
+    ]
+
+
+async def _execute_all(url: str, statements: list[str], analyze: tuple[str, ...] = ()) -> float:
+    """Run the generating statements in one transaction, then let the database settle
+    (statistics, checkpoint, dirty pages) so the measurement after it does not pay for
+    the bulk insert's aftermath. Returns the seconds the insert took."""
+    engine = create_async_engine(url)
+    try:
+        t0 = time.perf_counter()
+        async with engine.begin() as conn:
+            for stmt in statements:
+                await conn.exec_driver_sql(stmt)
+        elapsed = time.perf_counter() - t0
+        async with engine.connect() as conn:
+            name = engine.dialect.name
+            if name == "postgresql":
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                for table in analyze:  # what autovacuum does within a minute
+                    await conn.exec_driver_sql(f"VACUUM ANALYZE {table}")
+                await conn.exec_driver_sql("CHECKPOINT")
+            elif name == "sqlite":
+                await conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            else:
+                # writes the tables' dirty pages out (and pauses purge while it does)
+                await conn.exec_driver_sql("FLUSH TABLES message, message_archive FOR EXPORT")
+                await conn.exec_driver_sql("UNLOCK TABLES")
+    finally:
+        await engine.dispose()
+    return elapsed
+
+
+async def claim_archive_loop(url: str, n: int, limit: int) -> float:
+    """Claim `limit` at a time through our dialect, ack them all, write the outcomes."""
+    engine: AsyncEngine = create_async_engine(url, pool_pre_ping=True)  # as the broker does
+    dialect = dialect_for(engine, QueueTables())
+    dialect.configure_engine(engine, owned=True)
+    await dialect.prepare(engine)
+    strategy = default_retry_strategy()
+    try:
+        # warm-up: one claim and one write compile the statements
+        done = 0
+        t0 = time.perf_counter()
+        while done < n:
+            rows = await dialect.claim(engine, QUEUE, min(limit, n - done))
+            if not rows:
+                break  # reported below
+            now = time.monotonic()
+            outcomes = []
+            for row in rows:
+                msg = claimed_from_row(row, now)
+                msg.decision = AckStatus.ACKED
+                at = lifecycle.db_time(msg, now)
+                outcomes.append(
+                    lifecycle.after_attempt(
+                        msg, started_at=at, finished_at=at, error=None, retry_strategy=strategy
+                    )
+                )
+            changed = await dialect.write_outcomes(engine, outcomes)
+            assert changed == len(outcomes), f"{changed} of {len(outcomes)} outcomes written"
+            done += len(rows)
+        elapsed = time.perf_counter() - t0
+    finally:
+        await engine.dispose()
+    if done < n:
+        problem = f"only {done} of {n} messages could be claimed"
+        raise RuntimeError(problem)
+    return rate(n, elapsed)
+
+
+async def rss_drain(url: str, n: int, fbs: int) -> dict[str, Any]:
+    """Drain n messages of a standing backlog in a fresh process; report its peak RSS."""
+    return await run_json_subprocess(
+        "benchmarks.worker",
+        {"task": "rss-drain", "url": url, "n": n, "fetch_batch_size": fbs,
+         "max_workers": MAX_WORKERS},
+        timeout=drain_timeout(n) + 60,
+    )
+
+
+async def run_scale(
+    target: Target,
+    *,
+    small: int,
+    big: int,
+    claim_n: int,
+    archive_rows: int,
+    one_timestamp: int,
+    rss_n: int,
+    limit: int,
+    results: Results,
+) -> None:
+    db = target.database
+    url = target.url
+    warm = min(10 * limit, claim_n // 2)
+    # the small backlog must hold the RSS drain (which may handle a few more than asked),
+    # the warm-up and the timed claims
+    rss_n = max(1, min(rss_n, small - claim_n - warm - 50))
+    claim_rates: dict[str, float] = {}
+    repeats: dict[str, list[float]] = {}
+    rss: dict[str, dict[str, Any]] = {}
+    setup: dict[str, float] = {}
+
+    async def measure(label: str, refill: Callable[[], Awaitable[Any]] | None) -> None:
+        """Median of REPEATS timed runs, each after a warm-up; `refill` restores the
+        backlog before a run when the previous one used much of it."""
+        runs = []
+        for i in range(REPEATS):
+            if refill is not None and i > 0:
+                await refill()
+            await claim_archive_loop(url, warm, limit)
+            runs.append(await claim_archive_loop(url, claim_n, limit))
+        repeats[label] = runs
+        claim_rates[label] = statistics.median(runs)
+
+    async def refill_small() -> None:
+        await clear_tables(url, "message", keep_ids=True)  # the archive keeps its rows
+        await _execute_all(url, _backlog_sql(db, small), analyze=("message",))
+
+    for label, backlog in (("small", small), ("big", big)):
+        await clear_ours(url)
+        setup[f"backlog_{label}_insert_s"] = await _execute_all(
+            url, _backlog_sql(db, backlog), analyze=("message",)
+        )
+        try:  # first, while the backlog is whole
+            rss[label] = await rss_drain(url, rss_n, 100)
+        except Exception as e:  # noqa: BLE001
+            results.error("scale", db, f"rss drain ({label} backlog)", e)
+        await measure(label, refill_small if label == "small" else None)
+    # a large archive table, small backlog
+    await clear_ours(url)
+    await _execute_all(url, _backlog_sql(db, small))
+    setup["archive_insert_s"] = await _execute_all(
+        url, _archive_sql(db, archive_rows), analyze=("message", "message_archive")
+    )
+    await measure("big_archive", refill_small)
+    # a backlog stored by one publish_batch call: every row shares one next_attempt_at
+    await clear_ours(url)
+    setup["one_timestamp_insert_s"] = await _execute_all(
+        url, _backlog_sql(db, one_timestamp, group=one_timestamp), analyze=("message",)
+    )
+    await measure("one_timestamp", None)
+    # Fresh tables for what follows: the statistics gathered here (all rows PENDING)
+    # would otherwise steer later plans (TRUNCATE keeps them, ANALYZE of an empty
+    # table does not replace them).
+    await reset_our_schema(url)
+
+    common = {"claim_n": claim_n, "limit": limit, "median_of": REPEATS,
+              "runs_msg_per_s": repeats, **setup}
+    results.add(SYSTEM, "scale", "claim_archive_small_msg_per_s", db, claim_rates["small"],
+                "msg/s", backlog=small, **common)
+    results.add(SYSTEM, "scale", "claim_archive_big_msg_per_s", db, claim_rates["big"],
+                "msg/s", backlog=big, **common)
+    results.add(SYSTEM, "scale", "big_over_small", db, claim_rates["big"] / claim_rates["small"],
+                "x", backlog_small=small, backlog_big=big)
+    results.add(SYSTEM, "scale", "claim_archive_big_archive_msg_per_s", db,
+                claim_rates["big_archive"], "msg/s", backlog=small, archive_rows=archive_rows,
+                **common)
+    results.add(SYSTEM, "scale", "big_archive_over_small", db,
+                claim_rates["big_archive"] / claim_rates["small"], "x", archive_rows=archive_rows)
+    results.add(SYSTEM, "scale", "claim_archive_one_timestamp_msg_per_s", db,
+                claim_rates["one_timestamp"], "msg/s", backlog=one_timestamp,
+                one_timestamp=True, **common)
+    results.add(SYSTEM, "scale", "one_timestamp_over_small", db,
+                claim_rates["one_timestamp"] / claim_rates["small"], "x", backlog=one_timestamp)
+    for label, backlog in (("small", small), ("big", big)):
+        if label in rss:
+            r = rss[label]
+            results.add(SYSTEM, "scale", f"peak_rss_{label}_backlog_mib", db,
+                        r["rss_peak_kib"] / 1024, "MiB", backlog=backlog, drained=rss_n,
+                        rss_after_connect_mib=r["rss_connected_kib"] / 1024,
+                        rss_max_during_drain_mib=r["rss_max_during_drain_kib"] / 1024,
+                        getrusage_ru_maxrss_mib=r["ru_maxrss_kib"] / 1024,
+                        peak_source="VmHWM (/proc/self/status)",
+                        drain_msg_per_s=r["msg_per_s"], fetch_batch_size=r["fetch_batch_size"],
+                        buffer_capacity=r["buffer_capacity"])

@@ -1,0 +1,334 @@
+"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--databases ...] [--scenarios ...]``.
+
+Every figure is also shown as a ratio to the baselines measured in the same run: the raw
+driver ceiling (``raw``), FastStream's own consume path without a database
+(``pipeline``), and the peer libraries (``sqlbroker``: faststream-sqlbroker,
+``pgqueuer``). Results go to a table on stdout and, with ``--json``, to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from . import report
+from .common import (
+    DATABASES,
+    LABELS,
+    Results,
+    Target,
+    durability_settings,
+    ensure_server_databases,
+    make_targets,
+    reset_our_schema,
+    run_json_subprocess,
+)
+
+SCENARIOS = (
+    "raw", "pipeline", "drain", "drain-batch", "publish", "latency", "scale", "processes",
+    "sqlbroker", "pgqueuer",
+)
+ALIASES = {"peers": ("sqlbroker", "pgqueuer"), "drain": ("drain", "drain-batch")}
+
+FULL: dict[str, Any] = {
+    "raw_n": 100_000,               # messages per raw ceiling
+    "raw_single": 2_000,            # single-row inserts for the raw single-publish ceiling
+    "pipeline_n": 50_000,           # process_message calls, per logging setting
+    "drain_n": 20_000,              # pre-inserted messages per drain (ours and peers)
+    "drain_batch_sizes": "100,500,1000",
+    "publish_single": 2_000,        # sequential publish() calls
+    "publish_batch": 50_000,        # messages sent by publish_batch(1000)
+    "latency_rate": 200,            # offered msg/s
+    "latency_seconds": 10,
+    "latency_fast_interval": 0.1,   # a second latency run with this max_fetch_interval
+    "scale_small": 10_000,          # queued rows, small backlog
+    "scale_big": 1_000_000,         # queued rows, big backlog
+    "scale_claim": 5_000,           # messages claimed+archived per measurement
+    "scale_limit": 100,             # claim size (the default fetch_batch_size)
+    "scale_archive": 1_000_000,     # archived rows for the big-archive measurement
+    "scale_one_timestamp": 100_000,  # queued rows sharing one next_attempt_at
+    "scale_rss": 4_000,             # messages drained by the RSS process
+    "processes_n": 40_000,          # messages for faststream run --workers 1 / 2
+}
+QUICK: dict[str, Any] = {
+    **FULL,
+    "raw_n": 3_000,
+    "raw_single": 100,
+    "pipeline_n": 2_000,
+    "drain_n": 1_000,
+    "publish_single": 100,
+    "publish_batch": 2_000,
+    "latency_seconds": 1,
+    "scale_small": 1_000,
+    "scale_big": 20_000,
+    "scale_claim": 500,
+    "scale_archive": 20_000,
+    "scale_one_timestamp": 5_000,
+    "scale_rss": 300,
+    "processes_n": 2_000,
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny sizes, for CI (< 60 s)")
+    p.add_argument("--databases", default=",".join(DATABASES),
+                   help="comma-separated: sqlite,postgresql,mysql (default: all)")
+    p.add_argument("--scenarios", default="all",
+                   help=f"comma-separated from {', '.join(SCENARIOS)}, or peers, or all")
+    p.add_argument("--json", type=Path, help="write every figure, ratio and setting here")
+    p.add_argument("--markdown", type=Path, help="write the table as markdown here")
+    p.add_argument("--size", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"override a size, e.g. drain_n=50000 (keys: {', '.join(FULL)})")
+    args = p.parse_args(argv)
+    args.databases = [d.strip() for d in args.databases.split(",") if d.strip()]
+    names: list[str] = []
+    for s in args.scenarios.split(","):
+        s = s.strip()
+        if s == "all":
+            names += SCENARIOS
+        elif s in ALIASES:
+            names += ALIASES[s]
+        elif s in SCENARIOS:
+            names.append(s)
+        elif s:
+            p.error(f"unknown scenario {s!r}")
+    args.scenarios = [s for s in SCENARIOS if s in names]
+    sizes = dict(QUICK if args.quick else FULL)
+    for item in args.size:
+        key, _, value = item.partition("=")
+        if key not in sizes:
+            p.error(f"unknown size {key!r}")
+        sizes[key] = type(sizes[key])(value)
+    args.sizes = sizes
+    return args
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("faststream-sqla", "faststream", "sqlalchemy", "asyncpg", "asyncmy",
+                 "aiosqlite", "faststream-sqlbroker", "pgqueuer", "uvloop"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+class LogCounter(logging.Handler):
+    """Counts the warnings and errors the libraries log during the run (they go to a file)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.counts: Counter[str] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.counts[f"{record.levelname} {record.name}: {record.getMessage()[:80]}"] += 1
+
+
+def setup_logging(tmpdir: Path) -> LogCounter:
+    warnings.filterwarnings("ignore", module="asyncmy")
+    warnings.filterwarnings("ignore", message=".*ignored for PRIMARY key.*")
+    root = logging.getLogger()
+    file_handler = logging.FileHandler(tmpdir / "bench.log")
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    counter = LogCounter()
+    root.addHandler(file_handler)
+    root.addHandler(counter)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("benchmarks").setLevel(logging.INFO)  # scenario markers, file only
+    return counter
+
+
+async def timed(
+    timings: dict[str, float], key: str, results: Results, scenario: str, database: str,
+    fn: Callable[[], Awaitable[Any]],
+) -> Any:
+    t0 = time.perf_counter()
+    print(f"- {scenario} on {LABELS.get(database, database)} ...", file=sys.stderr, flush=True)
+    logging.getLogger("benchmarks").info("scenario %s on %s", scenario, database)
+    try:
+        return await fn()
+    except Exception as e:  # noqa: BLE001 - one scenario failing must not stop the run
+        results.error(scenario, database, "scenario", e)
+        return None
+    finally:
+        timings[key] = time.perf_counter() - t0
+
+
+async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
+    from . import ours, pipeline, processes, raw
+
+    sz = args.sizes
+    results = Results()
+    targets = make_targets(args.databases, tmpdir)
+    settings: dict[str, Any] = {}
+    for db, target in targets.items():
+        await ensure_server_databases(db)
+        await reset_our_schema(target.url)
+        settings[db] = await durability_settings(target)
+    print_settings(settings, sz, args)
+
+    timings: dict[str, float] = {}
+    scen = set(args.scenarios)
+    batch_sizes = [int(x) for x in str(sz["drain_batch_sizes"]).split(",")]
+
+    def each(name: str, fn: Callable[[Target], Awaitable[Any]]) -> list[Awaitable[Any]]:
+        return [
+            timed(timings, f"{name}/{db}", results, name, db, functools.partial(fn, t))
+            for db, t in targets.items()
+        ]
+
+    if "raw" in scen:
+        for job in each("raw", lambda t: raw.run_raw(t, sz["raw_n"], sz["raw_single"], results)):
+            await job
+    if "pipeline" in scen:
+        await timed(timings, "pipeline", results, "pipeline", "-",
+                    lambda: pipeline.run_pipeline(sz["pipeline_n"], results, tmpdir))
+    if "drain" in scen:
+        for job in each("drain", lambda t: ours.run_drain(t, sz["drain_n"], batch_sizes,
+                                                          results, batch=False)):
+            await job
+    if "drain-batch" in scen:
+        for job in each("drain-batch", lambda t: ours.run_drain(t, sz["drain_n"], batch_sizes,
+                                                                results, batch=True)):
+            await job
+    if "publish" in scen:
+        for job in each("publish", lambda t: ours.run_publish(
+                t, sz["publish_single"], sz["publish_batch"], results)):
+            await job
+    if "latency" in scen:
+        async def latency(t: Target) -> None:
+            await ours.run_latency(t, sz["latency_rate"], sz["latency_seconds"], results)
+            if sz["latency_fast_interval"]:
+                await ours.run_latency(t, sz["latency_rate"], sz["latency_seconds"], results,
+                                       max_fetch_interval=sz["latency_fast_interval"])
+
+        for job in each("latency", latency):
+            await job
+    if "scale" in scen:
+        for job in each("scale", lambda t: ours.run_scale(
+                t, small=sz["scale_small"], big=sz["scale_big"], claim_n=sz["scale_claim"],
+                archive_rows=sz["scale_archive"], one_timestamp=sz["scale_one_timestamp"],
+                rss_n=sz["scale_rss"],
+                limit=sz["scale_limit"], results=results)):
+            await job
+    if "processes" in scen:
+        if "postgresql" in targets:
+            best = results.get(ours.SYSTEM, "drain", "msg_per_s", "postgresql")
+            fbs = 100
+            for f in results.figures:
+                if (f["scenario"], f["database"]) == ("drain", "postgresql") and best:
+                    fbs = int(f["details"]["best_fetch_batch_size"])
+            await timed(timings, "processes/postgresql", results, "processes", "postgresql",
+                        lambda: processes.run_processes(targets["postgresql"], sz["processes_n"],
+                                                        fbs, results, tmpdir / "processes.log"))
+        else:
+            results.error("processes", "-", "skipped", "needs postgresql in --databases")
+    peer_args = {
+        "drain_n": sz["drain_n"], "n_single": sz["publish_single"],
+        "n_batch": sz["publish_batch"], "latency_rate": sz["latency_rate"],
+        "latency_seconds": sz["latency_seconds"],
+    }
+    peer_timeout = 600 + 30 * sz["drain_n"] / 1000
+
+    async def merge(module: str, target: Target) -> None:
+        out = await run_json_subprocess(
+            module, {**peer_args, "database": target.database, "url": target.peer_url},
+            timeout=peer_timeout,
+        )
+        results.figures += out["figures"]
+        results.errors += out["errors"]
+        for e in out["errors"]:
+            print(f"  ! {e['scenario']}/{e['database']}/{e['what']}: {e['error'][:300]}",
+                  file=sys.stderr, flush=True)
+
+    if "sqlbroker" in scen:
+        for job in each("sqlbroker", lambda t: merge("benchmarks.peers.sqlbroker_peer", t)):
+            await job
+    if "pgqueuer" in scen:
+        if "postgresql" in targets:
+            await timed(timings, "pgqueuer/postgresql", results, "pgqueuer", "postgresql",
+                        lambda: merge("benchmarks.peers.pgqueuer_peer", targets["postgresql"]))
+        else:
+            results.error("pgqueuer", "-", "skipped", "PostgreSQL only: add postgresql")
+
+    report.add_ratios(results)
+    return {"settings": settings, "timings_s": timings, "results": results}
+
+
+def print_settings(settings: dict[str, Any], sizes: dict[str, Any], args: argparse.Namespace
+                   ) -> None:
+    print("Durability settings (what a commit costs):")
+    for db, s in settings.items():
+        print(f"  {LABELS[db]:<11} " + ", ".join(f"{k}={v}" for k, v in s.items()))
+    print(f"Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"{platform.system()} {platform.release()}")
+    print("Sizes: " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
+    print("Scenarios: " + ", ".join(args.scenarios), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    tmpdir = Path(tempfile.mkdtemp(prefix="fsqla-bench-"))
+    counter = setup_logging(tmpdir)
+    started = datetime.now(timezone.utc)
+    t0 = time.perf_counter()
+    out = asyncio.run(run(args, tmpdir))
+    duration = time.perf_counter() - t0
+    results: Results = out["results"]
+    print()
+    report.print_table(results)
+    report.print_errors(results)
+    print(f"\nRun time: {duration:.0f} s. Library warnings/errors logged: "
+          f"{sum(counter.counts.values())} (log: {tmpdir / 'bench.log'})")
+    document = {
+        "command": " ".join(["python -m benchmarks.run", *(argv if argv is not None
+                                                           else sys.argv[1:])]),
+        "started_at": started.isoformat(),
+        "duration_s": duration,
+        "quick": args.quick,
+        "databases": args.databases,
+        "scenarios": args.scenarios,
+        "sizes": args.sizes,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "versions": versions(),
+        "settings": out["settings"],
+        "timings_s": out["timings_s"],
+        "figures": results.figures,
+        "errors": results.errors,
+        "library_log": dict(counter.counts.most_common(30)),
+        "log_file": str(tmpdir / "bench.log"),
+    }
+    if args.json:
+        args.json.write_text(json.dumps(document, indent=2, default=str))
+        print(f"JSON: {args.json}")
+    if args.markdown:
+        args.markdown.write_text(report.markdown(results))
+        print(f"Markdown: {args.markdown}")
+    for name in os.listdir(tmpdir):  # keep the log, drop the SQLite files
+        if name.startswith("bench") and not name.endswith(".log"):
+            path = tmpdir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
