@@ -72,22 +72,23 @@ class PostgresDialect(Dialect):
     def _outcomes_statement(self, engine: AsyncEngine) -> sa.TextClause:
         # Text, not Core: DELETE ... USING ... RETURNING feeding an INSERT in one
         # statement is beyond what Core composes. Identifiers come from our tables.
-        # `m.id = ANY(:ids)` makes the primary key the obvious way in: with stale
-        # statistics the planner otherwise walked the PROCESSING partial index and
-        # rescanned the outcome list for every row (quadratic).
+        # "Still claimed" is tested as `acquired_at IS NOT NULL` (set by a claim, cleared
+        # by every release and outcome: the same rows as state = 'PROCESSING'). Written
+        # as a state test it matched the PROCESSING partial index, and with statistics
+        # saying nothing was PROCESSING the planner looped over that index and rescanned
+        # the outcome list per row: quadratic. Now each outcome finds its row by key.
         if self._outcomes_sql is None:
             m = self._q(engine, self.tables.message)
             a = self._q(engine, self.tables.archive)
+            rows = (
+                "jsonb_to_recordset(CAST(:outcomes AS jsonb)) AS o(id bigint, token int, "
+                "state text, attempts int, deliveries int, first_at timestamp, "
+                "last_at timestamp, next_at timestamp, error text)"
+            )
             self._outcomes_sql = f"""
-WITH o AS (
-    SELECT * FROM jsonb_to_recordset(CAST(:outcomes AS jsonb)) AS o(
-        id bigint, token int, state text, attempts int, deliveries int,
-        first_at timestamp, last_at timestamp, next_at timestamp, error text)
-),
-moved AS (
-    DELETE FROM {m} AS m USING o
-    WHERE m.id = ANY(CAST(:ids AS bigint[])) AND m.id = o.id
-      AND m.deliveries_count = o.token AND m.state = 'PROCESSING'
+WITH moved AS (
+    DELETE FROM {m} AS m USING {rows}
+    WHERE m.id = o.id AND m.deliveries_count = o.token AND m.acquired_at IS NOT NULL
       AND o.state IN ('COMPLETED', 'FAILED')
     RETURNING m.id, m.queue, m.headers, m.payload, o.state, o.attempts, m.deliveries_count,
               m.created_at, o.first_at, o.last_at, COALESCE(o.error, m.last_error),
@@ -106,9 +107,8 @@ requeued AS (
         last_attempt_at = o.last_at,
         next_attempt_at = COALESCE(o.next_at, m.next_attempt_at),
         last_error = COALESCE(o.error, m.last_error), acquired_at = NULL
-    FROM o
-    WHERE m.id = ANY(CAST(:ids AS bigint[])) AND m.id = o.id
-      AND m.deliveries_count = o.token AND m.state = 'PROCESSING'
+    FROM {rows}
+    WHERE m.id = o.id AND m.deliveries_count = o.token AND m.acquired_at IS NOT NULL
       AND o.state IN ('PENDING', 'RETRYABLE')
     RETURNING 1
 )
@@ -119,9 +119,7 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         stmt = self._outcomes_statement(engine)
         async with autocommit(engine) as conn:
-            result = await conn.execute(
-                stmt, {"outcomes": outcomes_document(outcomes), "ids": [o.id for o in outcomes]}
-            )
+            result = await conn.execute(stmt, {"outcomes": outcomes_document(outcomes)})
             return int(result.scalar_one())
 
     async def release_stuck(
@@ -138,13 +136,10 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
         stmt = sa.text(
             f"UPDATE {m} AS m SET acquired_at = (now() AT TIME ZONE 'UTC') "
             "FROM jsonb_to_recordset(CAST(:leases AS jsonb)) AS o(id bigint, token int) "
-            "WHERE m.id = ANY(CAST(:ids AS bigint[])) AND m.id = o.id "
-            "AND m.deliveries_count = o.token AND m.state = 'PROCESSING'"
+            "WHERE m.id = o.id AND m.deliveries_count = o.token AND m.acquired_at IS NOT NULL"
         )
         async with autocommit(engine) as conn:
-            result = await conn.execute(
-                stmt, {"leases": leases_document(leases), "ids": [i for i, _ in leases]}
-            )
+            result = await conn.execute(stmt, {"leases": leases_document(leases)})
             return result.rowcount or 0
 
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
