@@ -99,7 +99,7 @@ class MySQLDialect(Dialect):
         max_allowed_packet, and refuse a single message that never can."""
         limit = self.max_packet - PACKET_HEADROOM
         sizes = [len(row.payload) * 2 + 512 for row in rows]  # binary is sent escaped
-        for row, row_size in zip(rows, sizes):
+        for row, row_size in zip(rows, sizes, strict=True):
             if row_size > limit:  # checked for all rows before any is written
                 msg = (
                     f"a {len(row.payload)}-byte message does not fit this server's "
@@ -110,7 +110,7 @@ class MySQLDialect(Dialect):
         ids: list[int] = []
         chunk: list[NewMessage] = []
         size = 0
-        for row, row_size in zip(rows, sizes):
+        for row, row_size in zip(rows, sizes, strict=True):
             if chunk and size + row_size > limit:
                 ids += await self._insert_chunk(conn, chunk)
                 chunk, size = [], 0

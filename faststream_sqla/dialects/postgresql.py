@@ -251,7 +251,7 @@ class PostgresListener(NotificationListener):
                 raw = await self.engine.raw_connection()
                 driver = raw.driver_connection
                 lost = asyncio.Event()
-                driver.add_termination_listener(lambda _c: lost.set())
+                driver.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await driver.add_listener(self.channel, self._notified)
                 self.backend_pid = driver.get_server_pid()
                 self.connected.set()

@@ -6,7 +6,6 @@ import asyncio
 from datetime import datetime, timedelta
 
 import pytest
-import sqlalchemy as sa
 
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import NewMessage, Outcome
