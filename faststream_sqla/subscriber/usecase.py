@@ -87,10 +87,10 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         return tuple(f"{prefix}{q}" for q in self._queues)
 
     def get_log_context(self, message: StreamMessage[Any] | None) -> dict[str, str]:
-        queue = ",".join(self.queues)
+        # called for every message: the common case must not rebuild the queue list
         if message is not None and isinstance(message.raw_message, ClaimedMessage):
-            queue = message.raw_message.queue
-        return {"queue": queue, "message_id": str(getattr(message, "message_id", ""))}
+            return {"queue": message.raw_message.queue, "message_id": str(message.message_id)}
+        return {"queue": ",".join(self.queues), "message_id": str(getattr(message, "message_id", ""))}
 
     def _log(self, log_level: int | None, message: str, **kwargs: Any) -> None:
         self._outer_config.logger.log(
