@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -14,16 +15,14 @@ from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
-from .base import (
-    Dialect,
-    NewMessage,
-    Outcome,
-    apply_outcome_statements,
-    leases_document,
-)
+from .base import Dialect, NewMessage, Outcome, leases_document
 
 BUSY_TIMEOUT_MS = 30_000
 _TS = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's SQLite datetime storage format
+
+
+def _text(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat(" ", "microseconds")
 
 
 def _field(name: str) -> str:
@@ -46,7 +45,7 @@ class SQLiteDialect(Dialect):
             )
             .returning(*claimed_columns(m))
         )
-        self._outcome_sql: tuple[sa.TextClause, sa.TextClause, sa.TextClause] | None = None
+        self._outcome_sql: tuple[str, str, str] | None = None
 
     def configure_engine(self, engine: AsyncEngine, *, owned: bool) -> None:
         if not owned:
@@ -76,45 +75,61 @@ class SQLiteDialect(Dialect):
         rows.sort(key=lambda r: (r["next_attempt_at"], r["id"]))
         return rows
 
-    def _statements(
-        self, engine: AsyncEngine
-    ) -> tuple[sa.TextClause, sa.TextClause, sa.TextClause]:
-        # Text, not Core: json_each() as a join source has no Core construct.
+    def _statements(self, engine: AsyncEngine) -> tuple[str, str, str]:
         if self._outcome_sql is None:
             m = self._q(engine, self.tables.message)
             a = self._q(engine, self.tables.archive)
-            match = (
-                f"m.id = {_field('id')} AND m.deliveries_count = {_field('token')}"
-                " AND m.state = 'PROCESSING'"
+            claimed = "id = ? AND deliveries_count = ? AND state = 'PROCESSING'"
+            archive = (
+                f"INSERT INTO {a} (id, queue, headers, payload, state, attempts_count, "
+                "deliveries_count, created_at, first_attempt_at, last_attempt_at, last_error, "
+                "correlation_id, archived_at) "
+                "SELECT id, queue, headers, payload, ?, ?, deliveries_count, created_at, ?, ?, "
+                "COALESCE(?, last_error), correlation_id, "
+                f"strftime('%Y-%m-%d %H:%M:%f', 'now') || '000' FROM {m} WHERE {claimed}"
             )
-            terminal = f"{_field('state')} IN ('COMPLETED', 'FAILED')"
-            archive = f"""
-INSERT INTO {a} (id, queue, headers, payload, state, attempts_count, deliveries_count,
-                 created_at, first_attempt_at, last_attempt_at, last_error, correlation_id,
-                 archived_at)
-SELECT m.id, m.queue, m.headers, m.payload, {_field('state')}, {_field('attempts')},
-       m.deliveries_count, m.created_at, {_field('first_at')}, {_field('last_at')},
-       COALESCE({_field('error')}, m.last_error), m.correlation_id,
-       strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'
-FROM json_each(:outcomes) AS o JOIN {m} AS m ON {match}
-WHERE {terminal}"""
-            delete = f"""
-DELETE FROM {m} WHERE id IN (
-    SELECT m.id FROM json_each(:outcomes) AS o JOIN {m} AS m ON {match} WHERE {terminal})"""
-            requeue = f"""
-UPDATE {m} AS m SET state = {_field('state')}, attempts_count = {_field('attempts')},
-    deliveries_count = {_field('deliveries')}, first_attempt_at = {_field('first_at')},
-    last_attempt_at = {_field('last_at')},
-    next_attempt_at = COALESCE({_field('next_at')}, m.next_attempt_at),
-    last_error = COALESCE({_field('error')}, m.last_error), acquired_at = NULL
-FROM json_each(:outcomes) AS o
-WHERE {match} AND {_field('state')} IN ('PENDING', 'RETRYABLE')"""
-            self._outcome_sql = (sa.text(archive), sa.text(delete), sa.text(requeue))
+            delete = f"DELETE FROM {m} WHERE {claimed}"
+            requeue = (
+                f"UPDATE {m} SET state = ?, attempts_count = ?, deliveries_count = ?, "
+                "first_attempt_at = ?, last_attempt_at = ?, "
+                "next_attempt_at = COALESCE(?, next_attempt_at), "
+                f"last_error = COALESCE(?, last_error), acquired_at = NULL WHERE {claimed}"
+            )
+            self._outcome_sql = (archive, delete, requeue)
         return self._outcome_sql
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
+        # SQLite runs in process, so a driver executemany (one prepared statement, rows
+        # bound in C) beats one JSON document that SQL would have to take apart field by
+        # field; the server dialects, where round trips cost, use the JSON document.
+        archive, delete, requeue = self._statements(engine)
+        done = [o for o in outcomes if o.archives]
+        back = [o for o in outcomes if not o.archives]
+        changed = 0
         async with engine.begin() as conn:
-            return await apply_outcome_statements(conn, self._statements(engine), outcomes)
+            if done:
+                await conn.exec_driver_sql(
+                    archive,
+                    [
+                        (o.state.value, o.attempts_count, _text(o.first_attempt_at),
+                         _text(o.last_attempt_at), o.last_error, o.id, o.token)
+                        for o in done
+                    ],
+                )
+                result = await conn.exec_driver_sql(delete, [(o.id, o.token) for o in done])
+                changed += result.rowcount or 0
+            if back:
+                result = await conn.exec_driver_sql(
+                    requeue,
+                    [
+                        (o.state.value, o.attempts_count, o.deliveries_count,
+                         _text(o.first_attempt_at), _text(o.last_attempt_at),
+                         _text(o.next_attempt_at), o.last_error, o.id, o.token)
+                        for o in back
+                    ],
+                )
+                changed += result.rowcount or 0
+        return changed
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
         m = self._q(engine, self.tables.message)
