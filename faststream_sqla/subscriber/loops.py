@@ -60,6 +60,26 @@ def log_failure(log: Log, what: str, exc: BaseException, backoff: Backoff) -> No
         log(logging.WARNING, f"{what} failed {backoff.failures} times in a row: {exc!r}")
 
 
+class StoppableLoop:
+    """A loop that stops between database operations, never in the middle of one.
+
+    Cancelling a task mid-statement can leave its connection in an open transaction
+    (on SQLite, holding the write lock the final flush then waits for), so stop()
+    asks the loop to finish its current step and return.
+    """
+
+    def __init__(self) -> None:
+        self.stopping = asyncio.Event()
+
+    def request_stop(self) -> None:
+        self.stopping.set()
+
+    async def pause(self, seconds: float) -> bool:
+        """Wait up to `seconds`; True if the loop should stop."""
+        await wait_event(self.stopping, seconds)
+        return self.stopping.is_set()
+
+
 class Fetcher:
     """Claims batches into the prefetch buffer.
 
@@ -153,7 +173,7 @@ class Fetcher:
         return got
 
 
-class OutcomeFlusher:
+class OutcomeFlusher(StoppableLoop):
     """Buffers outcomes and writes them in batches: one transaction per batch."""
 
     def __init__(
@@ -166,6 +186,7 @@ class OutcomeFlusher:
         on_written: Callable[[Sequence[Outcome]], None],
         log: Log,
     ) -> None:
+        super().__init__()
         self.engine, self.dialect, self.interval, self.log = engine, dialect, interval, log
         self.batch_size = max(batch_size, 1)
         self.on_written = on_written
@@ -186,15 +207,21 @@ class OutcomeFlusher:
         if len(self.pending) >= self.batch_size:
             self._full.set()
 
+    def request_stop(self) -> None:
+        super().request_stop()
+        self._nonempty.set()  # wake an idle loop so it sees the request
+
     async def run(self) -> None:
-        while True:
+        while not self.stopping.is_set():
             # Idle until there is something to write (no busy loop at flush_interval=0),
             # then gather more for up to flush_interval unless a batch fills first.
             await self._nonempty.wait()
+            if self.stopping.is_set():
+                return  # the final flush at stop writes what is left
             await wait_event(self._full, self.interval)
             self._full.clear()
-            if not await self.flush():
-                await asyncio.sleep(self._backoff.next_delay())
+            if not await self.flush() and await self.pause(self._backoff.next_delay()):
+                return
 
     async def flush(self) -> bool:
         """Write everything pending; False (outcomes kept) if the database failed."""
@@ -225,7 +252,7 @@ class OutcomeFlusher:
             return True
 
 
-class StuckReleaser:
+class StuckReleaser(StoppableLoop):
     """Puts this subscriber's queues' long-PROCESSING messages back to PENDING."""
 
     def __init__(
@@ -238,6 +265,7 @@ class StuckReleaser:
         on_released: Callable[[], None],
         log: Log,
     ) -> None:
+        super().__init__()
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
         self.options, self.on_released, self.log = options, on_released, log
 
@@ -259,8 +287,7 @@ class StuckReleaser:
 
     async def run(self) -> None:
         backoff = Backoff()
-        while True:
-            await asyncio.sleep(self.options.release_stuck_interval)
+        while not await self.pause(self.options.release_stuck_interval):
             try:
                 await self.release_once()
                 backoff.reset()
@@ -268,7 +295,7 @@ class StuckReleaser:
                 log_failure(self.log, "releasing stuck messages", exc, backoff)
 
 
-class LeaseKeeper:
+class LeaseKeeper(StoppableLoop):
     """Renews the claim of every message this subscriber holds, prefetched or running.
 
     One statement renews them all. A message's lease lapses only when its process
@@ -285,6 +312,7 @@ class LeaseKeeper:
         interval: float,
         log: Log,
     ) -> None:
+        super().__init__()
         self.engine, self.dialect, self.held, self.log = engine, dialect, held, log
         self.interval = interval
 
@@ -301,8 +329,7 @@ class LeaseKeeper:
     async def run(self) -> None:
         backoff = Backoff(cap=self.interval)
         delay = self.interval
-        while True:
-            await asyncio.sleep(delay)
+        while not await self.pause(delay):
             try:
                 await self.renew_once()
                 backoff.reset()

@@ -23,7 +23,14 @@ from faststream_sqla.parser import SqlaBatchParser, SqlaParser, claimed_from_row
 from faststream_sqla.publisher.fake import SqlaFakePublisher
 from faststream_sqla.schema import validate_queue_name
 
-from .loops import Fetcher, LeaseKeeper, OutcomeFlusher, StuckReleaser, wait_event
+from .loops import (
+    Fetcher,
+    LeaseKeeper,
+    OutcomeFlusher,
+    StoppableLoop,
+    StuckReleaser,
+    wait_event,
+)
 
 if TYPE_CHECKING:
     from faststream._internal.endpoint.publisher import PublisherProto
@@ -73,6 +80,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._held: dict[int, ClaimedMessage] = {}
         self._fetcher: Fetcher | None = None
         self._flusher: OutcomeFlusher | None = None
+        self._loops: list[StoppableLoop] = []
 
     @property
     def _broker_middlewares(self) -> Sequence[BrokerMiddleware[Any]]:
@@ -141,6 +149,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             engine=engine, dialect=dialect, held=self._held,
             interval=opts.release_stuck_timeout / 3, log=self._log,
         )
+        self._loops = [self._flusher, releaser, leases]
         self._outer_config.wakeups.register(self.queues, self._wake)
         self._tasks = [
             self._spawn(self._fetcher.run(), "fetch"),
@@ -206,8 +215,12 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             if running:
                 await asyncio.wait(running)
 
-        # 4. Final flush of every finished outcome; leases are kept until then.
-        for task in others:
+        # 4. Final flush of every finished outcome; leases are kept until then. The loops
+        # finish their current statement rather than being cancelled inside it.
+        for loop in self._loops:
+            loop.request_stop()
+        _, stuck = await asyncio.wait(others, timeout=10.0)
+        for task in stuck:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._final_flush()
@@ -249,6 +262,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
 
     async def _work(self) -> None:
         assert self._fetcher is not None and self._flusher is not None
+        delivered = 0
         while True:
             first = await self._buffer.get()
             if first is None:
@@ -263,8 +277,11 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 await self._deliver(batch)
                 # A no-op handler never awaits anything real: without this a worker would
                 # drain the whole buffer in one go, starving the fetch and flush loops of
-                # the event-loop turns their I/O needs, and the buffer would run dry.
-                await asyncio.sleep(0)
+                # the event-loop turns their I/O needs, and the buffer would run dry. A
+                # turn per delivery costs more than it helps; one per few does both.
+                delivered += 1
+                if delivered % 8 == 0 or self._fetcher.space.is_set():
+                    await asyncio.sleep(0)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a worker must outlive any bug
