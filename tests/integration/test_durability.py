@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from faststream_sqla import MessageState, SqlaBroker, SqlaMessage
 from faststream_sqla.clock import utc_now
+from faststream_sqla.schema import QueueTables
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
     InvalidOptionError,
@@ -367,3 +368,35 @@ async def test_failing_loop_step_is_retried_and_nothing_is_lost(
     assert flaky.calls > 3
     assert sorted(got.calls) == [1, 2]  # each handled once: failed flushes were retried
     assert [r["state"] for r in await rows(engine, tables.archive)] == [MessageState.COMPLETED] * 2
+
+
+@pytest.mark.parametrize("server", ["postgresql", "mysql"])
+async def test_open_outbox_transaction_does_not_hold_up_other_messages(server, server_databases):
+    """Outcome writes find their rows by key: an uncommitted publish elsewhere in the
+    table (row locked by its transaction) must not stall them."""
+    url = server_databases[server]
+    engine = create_async_engine(url)
+    tables = QueueTables()
+    broker = SqlaBroker(url)
+    got = Recorder()
+
+    @broker.subscriber("busy", **FAST)
+    async def handle(body: str) -> None:
+        got.record(body)
+
+    async def archived_once() -> bool:
+        return len(await rows(engine, tables.archive, tables.archive.c.queue == "busy")) == 1
+
+    try:
+        async with broker, engine.connect() as open_txn:
+            await broker.start()
+            await broker.publish("held", queue="elsewhere", connection=open_txn)  # stays open
+            await broker.publish("free", queue="busy")
+            await got.wait_for(1)
+            await wait_until(archived_once, timeout=20)
+            await open_txn.rollback()
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(tables.message.delete())
+            await conn.execute(tables.archive.delete())
+        await engine.dispose()
