@@ -54,19 +54,6 @@ class NewMessage:
     publish_at: datetime | None  # naive UTC; None means now + publish_delay
     publish_delay: float = 0.0
 
-    def as_params(self) -> dict[str, Any]:
-        return {
-            "queue": self.queue,
-            "headers": self.headers,
-            "payload": self.payload,
-            "state": MessageState.PENDING,
-            "attempts_count": 0,
-            "deliveries_count": 0,
-            "correlation_id": self.correlation_id,
-            "publish_at": self.publish_at,
-            "publish_delay": self.publish_delay,
-        }
-
 
 @dataclass(slots=True)
 class Outcome:
@@ -153,18 +140,6 @@ class Dialect(abc.ABC):
             )
             .values(state=MessageState.PENDING, acquired_at=None)
         )
-        self._insert = (
-            sa.insert(m)
-            .values(
-                created_at=utc_now(),
-                next_attempt_at=sa.func.coalesce(
-                    sa.bindparam("publish_at", type_=m.c.next_attempt_at.type),
-                    utc_now(sa.bindparam("publish_delay", type_=sa.Float())),
-                ),
-            )
-        )
-
-        self._insert_returning = self._insert.returning(m.c.id)
 
     # -- connection setup -------------------------------------------------------------
     def configure_engine(self, engine: AsyncEngine, *, owned: bool) -> None:  # noqa: B027
@@ -201,16 +176,11 @@ class Dialect(abc.ABC):
             )
             return result.rowcount or 0
 
+    @abc.abstractmethod
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
         """Insert messages on the caller's connection (and so its transaction); ids in
-        order. Where the database can wake consumers in other processes, the insert
-        tells them (at commit). This portable path goes through SQLAlchemy; dialects
-        override it with one cheaper statement where their driver allows."""
-        # Ids come from one auto-increment sequence, handed out in the order the rows are
-        # inserted, so sorting them restores parameter order. (Asking SQLAlchemy to keep
-        # that order itself makes it insert row by row on SQLite: 30x slower.)
-        result = await conn.execute(self._insert_returning, [r.as_params() for r in rows])
-        return sorted(r[0] for r in result)
+        row order. One statement per batch where the driver allows. Where the database can
+        wake consumers in other processes, the insert tells them (at commit)."""
 
     async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
         """Insert in a transaction of its own, committed on return."""
@@ -237,25 +207,6 @@ class Dialect(abc.ABC):
 
     def _q(self, engine: AsyncEngine | AsyncConnection, table: sa.Table) -> str:
         return engine.dialect.identifier_preparer.format_table(table)
-
-
-async def apply_outcome_statements(
-    conn: AsyncConnection,
-    statements: tuple[sa.TextClause, sa.TextClause, sa.TextClause],
-    outcomes: Sequence[Outcome],
-) -> int:
-    """Run an (archive, delete, requeue) trio over one outcome document, skipping the
-    half a batch does not need; returns the rows changed. The caller owns the
-    transaction, so the archive copy and the delete commit together."""
-    archive, delete, requeue = statements
-    params = {"outcomes": outcomes_document(outcomes)}
-    changed = 0
-    if any(o.archives for o in outcomes):
-        await conn.execute(archive, params)
-        changed += (await conn.execute(delete, params)).rowcount or 0
-    if not all(o.archives for o in outcomes):
-        changed += (await conn.execute(requeue, params)).rowcount or 0
-    return changed
 
 
 async def with_retries(

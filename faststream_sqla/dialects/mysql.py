@@ -17,8 +17,8 @@ from .base import (
     Dialect,
     NewMessage,
     Outcome,
-    apply_outcome_statements,
     leases_document,
+    outcomes_document,
 )
 
 # deadlock, lock wait timeout, "record has changed" (MariaDB optimistic conflicts)
@@ -49,6 +49,25 @@ def _mysql_code(exc: BaseException) -> int | None:
     orig = getattr(exc, "orig", None) or exc
     args = getattr(orig, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
+
+
+async def _apply_outcome_statements(
+    conn: AsyncConnection,
+    statements: tuple[sa.TextClause, sa.TextClause, sa.TextClause],
+    outcomes: Sequence[Outcome],
+) -> int:
+    """Run an (archive, delete, requeue) trio over one outcome document, skipping the
+    half a batch does not need; returns the rows changed. The caller owns the
+    transaction, so the archive copy and the delete commit together."""
+    archive, delete, requeue = statements
+    params = {"outcomes": outcomes_document(outcomes)}
+    changed = 0
+    if any(o.archives for o in outcomes):
+        await conn.execute(archive, params)
+        changed += (await conn.execute(delete, params)).rowcount or 0
+    if not all(o.archives for o in outcomes):
+        changed += (await conn.execute(requeue, params)).rowcount or 0
+    return changed
 
 
 class MySQLDialect(Dialect):
@@ -209,7 +228,7 @@ WHERE o.state IN ('PENDING', 'RETRYABLE')"""
         async with engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="READ COMMITTED")
             async with conn.begin():
-                return await apply_outcome_statements(conn, statements, outcomes)
+                return await _apply_outcome_statements(conn, statements, outcomes)
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
         m = self._q(engine, self.tables.message)
