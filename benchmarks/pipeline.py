@@ -24,7 +24,7 @@ from .common import QUEUE, Results, rate
 
 
 def claimed(i: int) -> ClaimedMessage:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(timezone.utc).replace(tzinfo=None)  # as claimed: naive UTC
     return ClaimedMessage(
         id=i,
         queue=QUEUE,

@@ -41,11 +41,15 @@ def db_time(message: ClaimedMessage, monotonic_now: float) -> datetime:
 
 
 def _naive(value: datetime | None) -> datetime | None:
-    # Claimed times and those derived from them are aware UTC already: dropping the
-    # zone is enough (and cheaper than a conversion on every outcome).
-    if value is None:
-        return None
+    # Claimed times (and those derived from them) are naive UTC already; aware ones
+    # come only from callers outside the claim path.
+    if value is None or value.tzinfo is None:
+        return value
     return value.replace(tzinfo=None) if value.tzinfo is timezone.utc else to_naive_utc(value)
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
 
 
 def after_attempt(
@@ -59,37 +63,40 @@ def after_attempt(
     """The outcome of one processing attempt, from the handler's recorded decision.
 
     No decision (AckPolicy.MANUAL and the handler settled nothing) counts as a nack:
-    an unsettled message is never silently dropped.
+    an unsettled message is never silently dropped. An acknowledged attempt does not
+    look at `finished_at`.
     """
     attempts = message.attempts_count + 1
-    first = message.first_attempt_at or started_at
+    started = _naive(started_at)
+    first = _naive(message.first_attempt_at) or started
     last_error = describe_error(error) if error is not None else None
     decision = message.decision or AckStatus.NACKED
-    base = {
-        "id": message.id,
-        "token": message.token,
-        "attempts_count": attempts,
-        "deliveries_count": message.deliveries_count,
-        "first_attempt_at": _naive(first),
-        "last_attempt_at": _naive(started_at),
-        "last_error": last_error,
-    }
-    if decision is AckStatus.ACKED:
-        return Outcome(state=MessageState.COMPLETED, **base)
-    if decision is AckStatus.REJECTED:
-        return Outcome(state=MessageState.FAILED, **base)
+    if decision is AckStatus.ACKED or decision is AckStatus.REJECTED:
+        state = MessageState.COMPLETED if decision is AckStatus.ACKED else MessageState.FAILED
+        return Outcome(
+            message.id, message.token, state, attempts, message.deliveries_count,
+            first, started, None, last_error,
+        )
 
+    finished = _aware(finished_at)
+    first_aware = _aware(first)
     next_at = retry_strategy.get_next_attempt_at(
-        first_attempt_at=first, last_attempt_at=finished_at, attempts_count=attempts
+        first_attempt_at=first_aware, last_attempt_at=finished, attempts_count=attempts
     )
-    if next_at is None:
-        return Outcome(state=MessageState.FAILED, **base)
-    if message.nack_delay is not None:
-        next_at = finished_at + timedelta(seconds=message.nack_delay)
+    if next_at is not None and message.nack_delay is not None:
+        next_at = finished + timedelta(seconds=message.nack_delay)
         limit = retry_strategy.max_total_delay_seconds
-        if limit is not None and next_at > first + timedelta(seconds=limit):
-            return Outcome(state=MessageState.FAILED, **base)
-    return Outcome(state=MessageState.RETRYABLE, next_attempt_at=_naive(next_at), **base)
+        if limit is not None and next_at > first_aware + timedelta(seconds=limit):
+            next_at = None
+    if next_at is None:
+        return Outcome(
+            message.id, message.token, MessageState.FAILED, attempts,
+            message.deliveries_count, first, started, None, last_error,
+        )
+    return Outcome(
+        message.id, message.token, MessageState.RETRYABLE, attempts,
+        message.deliveries_count, first, started, _naive(next_at), last_error,
+    )
 
 
 def deliveries_exceeded(message: ClaimedMessage, max_deliveries: int) -> Outcome:

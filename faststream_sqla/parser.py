@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from faststream.message import decode_message
@@ -70,31 +71,63 @@ def load_headers(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
-def _aware(value: Any) -> Any:
-    # asyncpg/asyncmy give naive datetimes, SQLite text; users see aware UTC
-    if value is None:
-        return None
+class HeadersCache:
+    """Decoded headers by their stored text.
+
+    Most messages of a queue carry the same few header documents, and a dict copy is
+    several times cheaper than decoding JSON. Only flat documents (scalar values) are
+    kept, so no two messages ever share a mutable value; each caller gets its own copy.
+    """
+
+    SCALARS = (str, int, float, bool, type(None))
+
+    def __init__(self, capacity: int = 512) -> None:
+        self.capacity = capacity
+        self._decoded: dict[str, dict[str, Any]] = {}
+
+    def load(self, value: Any) -> dict[str, Any]:
+        if value.__class__ is not str:
+            return load_headers(value)
+        cached = self._decoded.get(value)
+        if cached is not None:
+            return cached.copy()
+        headers = dict(json.loads(value))
+        if all(isinstance(v, self.SCALARS) for v in headers.values()):
+            if len(self._decoded) >= self.capacity:
+                self._decoded.clear()  # unbounded variety: start over, stay bounded
+            self._decoded[value] = headers.copy()
+        return headers
+
+
+_headers = HeadersCache()
+
+
+def _stored_time(value: Any) -> Any:
+    # asyncpg and asyncmy return naive datetimes already; SQLite returns text
     if value.__class__ is str:
-        value = datetime.fromisoformat(value)
-    return value.replace(tzinfo=timezone.utc)
+        return datetime.fromisoformat(value)
+    return value
 
 
-def claimed_from_row(row: Any, claimed_at_monotonic: float) -> ClaimedMessage:
-    """Hot path: one call per claimed message, so no per-field helpers beyond _aware."""
-    headers = row["headers"]
-    payload = row["payload"]
+def claimed_from_row(row: Sequence[Any], claimed_at_monotonic: float) -> ClaimedMessage:
+    """One claimed row, its values in `dialects.base.CLAIMED_COLUMNS` order.
+
+    Hot path: one call per claimed message, so plain positional work only.
+    """
+    (id_, queue, headers, payload, attempts, deliveries, created_at, first_attempt_at,
+     next_attempt_at, last_attempt_at, acquired_at, correlation_id) = row
     return ClaimedMessage(
-        id=row["id"],
-        queue=row["queue"],
-        headers=json.loads(headers) if headers.__class__ is str else load_headers(headers),
-        payload=payload if payload.__class__ is bytes else bytes(payload),
-        attempts_count=row["attempts_count"],
-        deliveries_count=row["deliveries_count"],
-        created_at=_aware(row["created_at"]),
-        next_attempt_at=_aware(row["next_attempt_at"]),
-        acquired_at=_aware(row["acquired_at"]),
-        first_attempt_at=_aware(row["first_attempt_at"]),
-        last_attempt_at=_aware(row["last_attempt_at"]),
-        correlation_id=row["correlation_id"],
-        claimed_at_monotonic=claimed_at_monotonic,
+        id_,
+        queue,
+        _headers.load(headers),
+        payload if payload.__class__ is bytes else bytes(payload),
+        attempts,
+        deliveries,
+        _stored_time(created_at),
+        _stored_time(next_attempt_at),
+        _stored_time(acquired_at),
+        None if first_attempt_at is None else _stored_time(first_attempt_at),
+        None if last_attempt_at is None else _stored_time(last_attempt_at),
+        correlation_id,
+        claimed_at_monotonic,
     )

@@ -77,7 +77,7 @@ class FakeProducer(SqlaProducer):
         rows = await self.build_rows(cmd, bodies)
         ids = []
         for row in rows:
-            now = datetime.now(timezone.utc)
+            now = datetime.now(timezone.utc).replace(tzinfo=None)  # stored times are naive UTC
             raw = ClaimedMessage(
                 id=next(self._ids),
                 queue=row.queue,

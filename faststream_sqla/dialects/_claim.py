@@ -31,10 +31,18 @@ def ready_ids(m: sa.Table, *extra: sa.ColumnElement) -> sa.Select:
     )
 
 
-def claimed_columns(m: sa.Table) -> list[sa.ColumnElement]:
-    """The columns a claim returns, untyped on purpose: the drivers already return
-    datetimes and bytes, and skipping SQLAlchemy's per-value result processing is most
-    of a claim's client-side cost. `parser.claimed_from_row` finishes the job."""
+def claimed_columns(m: sa.Table, *, headers_as_text: bool = False) -> list[sa.ColumnElement]:
+    """The columns a claim returns, in CLAIMED_COLUMNS order, untyped on purpose: the
+    drivers already return datetimes and bytes, and skipping SQLAlchemy's per-value
+    result processing is most of a claim's client-side cost. `headers_as_text` returns
+    the JSON as text where the driver would decode it itself, so the parser's cache of
+    decoded headers can do it (`parser.claimed_from_row` finishes the job)."""
     from .base import CLAIMED_COLUMNS
 
-    return [sa.type_coerce(m.c[name], sa.types.NullType()).label(name) for name in CLAIMED_COLUMNS]
+    columns = []
+    for name in CLAIMED_COLUMNS:
+        column: sa.ColumnElement = m.c[name]
+        if name == "headers" and headers_as_text:
+            column = sa.cast(column, sa.Text())
+        columns.append(sa.type_coerce(column, sa.types.NullType()).label(name))
+    return columns

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import json
+import operator
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,10 @@ CLAIMED_COLUMNS = (
     "last_attempt_at",
     "acquired_at",
     "correlation_id",
+)
+#: sort key for claimed rows: RETURNING gives them in no particular order
+CLAIM_ORDER = operator.itemgetter(
+    CLAIMED_COLUMNS.index("next_attempt_at"), CLAIMED_COLUMNS.index("id")
 )
 
 
@@ -86,31 +91,37 @@ def _ts(value: datetime | None) -> str | None:
 
 
 def leases_document(leases: Sequence[tuple[int, int]]) -> str:
-    return json.dumps([{"id": i, "token": t} for i, t in leases], separators=(",", ":"))
+    """(id, token) pairs as a JSON array of [id, token] arrays."""
+    return json.dumps(leases, separators=(",", ":"))
+
+
+#: the fields of an outcome row, in the order outcome_rows() gives them
+OUTCOME_FIELDS = (
+    "id", "token", "state", "attempts", "deliveries", "first_at", "last_at", "next_at", "error",
+)
+
+
+def outcome_rows(outcomes: Sequence[Outcome]) -> list[tuple[Any, ...]]:
+    """Each outcome as a tuple of OUTCOME_FIELDS values."""
+    return [
+        (o.id, o.token, o.state.value, o.attempts_count, o.deliveries_count,
+         o.first_attempt_at, o.last_attempt_at, o.next_attempt_at, o.last_error)
+        for o in outcomes
+    ]
 
 
 def outcomes_document(outcomes: Sequence[Outcome]) -> str:
-    """The whole outcome batch as one JSON parameter: one statement shape, any size."""
-    rows = []
-    for o in outcomes:
-        row: dict[str, Any] = {
-            "id": o.id,
-            "token": o.token,
-            "state": o.state.value,
-            "attempts": o.attempts_count,
-            "deliveries": o.deliveries_count,
-        }
-        # Absent keys read as NULL everywhere; explicit JSON nulls do not cast cleanly.
-        for key, value in (
-            ("first_at", _ts(o.first_attempt_at)),
-            ("last_at", _ts(o.last_attempt_at)),
-            ("next_at", _ts(o.next_attempt_at)),
-            ("error", o.last_error),
-        ):
-            if value is not None:
-                row[key] = value
-        rows.append(row)
-    return json.dumps(rows, separators=(",", ":"))
+    """The whole outcome batch as one JSON parameter (one statement shape, any size):
+    an array of OUTCOME_FIELDS arrays. Positional, so encoding builds no dicts."""
+    return json.dumps(
+        [
+            [o.id, o.token, o.state.value, o.attempts_count, o.deliveries_count,
+             _ts(o.first_attempt_at), _ts(o.last_attempt_at), _ts(o.next_attempt_at),
+             o.last_error]
+            for o in outcomes
+        ],
+        separators=(",", ":"),
+    )
 
 
 class NotificationListener(abc.ABC):
@@ -150,9 +161,10 @@ class Dialect(abc.ABC):
 
     # -- operations -------------------------------------------------------------------
     @abc.abstractmethod
-    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[sa.RowMapping]:
-        """Mark up to `limit` ready messages of `queue` PROCESSING and return them,
-        oldest `next_attempt_at` first. One statement or one short transaction."""
+    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
+        """Mark up to `limit` ready messages of `queue` PROCESSING and return them as
+        rows of CLAIMED_COLUMNS values, oldest `next_attempt_at` first. One statement
+        or one short transaction."""
 
     @abc.abstractmethod
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:

@@ -14,12 +14,18 @@ from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
 from .base import (
+    CLAIMED_COLUMNS,
     Dialect,
     NewMessage,
     Outcome,
     leases_document,
     outcomes_document,
 )
+
+# positions in a locked row: CLAIMED_COLUMNS, then the server clock read with them
+_DELIVERIES = CLAIMED_COLUMNS.index("deliveries_count")
+_ACQUIRED = CLAIMED_COLUMNS.index("acquired_at")
+_CLAIMED_AT = len(CLAIMED_COLUMNS)
 
 # deadlock, lock wait timeout, "record has changed" (MariaDB optimistic conflicts)
 TRANSIENT_CODES = {1213, 1205, 1020}
@@ -38,11 +44,12 @@ _ROW = (
     "COALESCE(%s, UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND), %s)"
 )
 
+# base.outcomes_document: one [id, token, state, ...] array per outcome
 _OUTCOME_ROWS = """JSON_TABLE(:outcomes, '$[*]' COLUMNS (
-    id BIGINT PATH '$.id', token INT PATH '$.token', state VARCHAR(16) PATH '$.state',
-    attempts INT PATH '$.attempts', deliveries INT PATH '$.deliveries',
-    first_at DATETIME(6) PATH '$.first_at', last_at DATETIME(6) PATH '$.last_at',
-    next_at DATETIME(6) PATH '$.next_at', error LONGTEXT PATH '$.error')) AS o"""
+    id BIGINT PATH '$[0]', token INT PATH '$[1]', state VARCHAR(16) PATH '$[2]',
+    attempts INT PATH '$[3]', deliveries INT PATH '$[4]',
+    first_at DATETIME(6) PATH '$[5]', last_at DATETIME(6) PATH '$[6]',
+    next_at DATETIME(6) PATH '$[7]', error LONGTEXT PATH '$[8]')) AS o"""
 
 
 def _mysql_code(exc: BaseException) -> int | None:
@@ -166,27 +173,26 @@ class MySQLDialect(Dialect):
         first = (await conn.exec_driver_sql("SELECT LAST_INSERT_ID()")).scalar_one()
         return list(range(first, first + len(rows)))
 
-    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[sa.RowMapping]:
+    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
         async with engine.connect() as conn:
             # READ COMMITTED: no gap locks, so publishers never deadlock with claimers.
             conn = await conn.execution_options(isolation_level="READ COMMITTED")
             async with conn.begin():
-                locked = list(
-                    (await conn.execute(self._lock_ready, {"claim_queue": queue, "claim_limit": limit}))
-                    .mappings()
-                )
+                locked = (
+                    await conn.execute(
+                        self._lock_ready, {"claim_queue": queue, "claim_limit": limit}
+                    )
+                ).all()
                 if not locked:
                     return []
-                now = locked[0]["claimed_at"]
-                await conn.execute(
-                    self._mark_processing, {"ids": [r["id"] for r in locked], "now": now}
-                )
-        # The rows as they now stand, without a second read.
-        rows = [
-            {**r, "deliveries_count": r["deliveries_count"] + 1, "acquired_at": now}
+                now = locked[0][_CLAIMED_AT]
+                await conn.execute(self._mark_processing, {"ids": [r[0] for r in locked], "now": now})
+        # The rows as they now stand, without a second read; already in claim order.
+        return [
+            (*r[:_DELIVERIES], r[_DELIVERIES] + 1, *r[_DELIVERIES + 1 : _ACQUIRED], now,
+             *r[_ACQUIRED + 1 : _CLAIMED_AT])
             for r in locked
         ]
-        return rows
 
     def _statements(
         self, engine: AsyncEngine
@@ -234,7 +240,7 @@ WHERE o.state IN ('PENDING', 'RETRYABLE')"""
         m = self._q(engine, self.tables.message)
         stmt = sa.text(
             "UPDATE JSON_TABLE(:leases, '$[*]' COLUMNS ("
-            "id BIGINT PATH '$.id', token INT PATH '$.token')) AS o "
+            "id BIGINT PATH '$[0]', token INT PATH '$[1]')) AS o "
             f"STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) "
             "ON m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING' "
             "SET m.acquired_at = UTC_TIMESTAMP(6)"

@@ -16,15 +16,19 @@ from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
 from .base import (
+    CLAIM_ORDER,
     Dialect,
     NewMessage,
     NotificationListener,
     Outcome,
-    leases_document,
-    outcomes_document,
+    outcome_rows,
     sqlstate,
 )
 
+# the outcome statement's array parameters, one per base.OUTCOME_FIELDS entry
+_OUTCOME_PARAMS = (
+    "ids", "tokens", "states", "attempts", "deliveries", "first_at", "last_at", "next_at", "errors",
+)
 TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03"}
 
 
@@ -55,18 +59,18 @@ class PostgresDialect(Dialect):
                 deliveries_count=m.c.deliveries_count + 1,
                 acquired_at=utc_now(),
             )
-            .returning(*claimed_columns(m))
+            .returning(*claimed_columns(m, headers_as_text=True))
         )
         self._outcomes_sql: str | None = None
         self._insert_sql: sa.TextClause | None = None
         # One channel per table set, so brokers on other tables are not woken.
         self.channel = f"fsqla_{tables.message.name}"
 
-    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[sa.RowMapping]:
+    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
         async with autocommit(engine) as conn:
             result = await conn.execute(self._claim, {"claim_queue": queue, "claim_limit": limit})
-            rows = list(result.mappings())
-        rows.sort(key=lambda r: (r["next_attempt_at"], r["id"]))
+            rows: list[Sequence[Any]] = list(result.all())
+        rows.sort(key=CLAIM_ORDER)
         return rows
 
     def _outcomes_statement(self, engine: AsyncEngine) -> sa.TextClause:
@@ -80,10 +84,14 @@ class PostgresDialect(Dialect):
         if self._outcomes_sql is None:
             m = self._q(engine, self.tables.message)
             a = self._q(engine, self.tables.archive)
+            # Columns travel as arrays, binary-encoded by asyncpg: no JSON to build.
             rows = (
-                "jsonb_to_recordset(CAST(:outcomes AS jsonb)) AS o(id bigint, token int, "
-                "state text, attempts int, deliveries int, first_at timestamp, "
-                "last_at timestamp, next_at timestamp, error text)"
+                "unnest(CAST(:ids AS bigint[]), CAST(:tokens AS int[]), "
+                "CAST(:states AS text[]), CAST(:attempts AS int[]), "
+                "CAST(:deliveries AS int[]), CAST(:first_at AS timestamp[]), "
+                "CAST(:last_at AS timestamp[]), CAST(:next_at AS timestamp[]), "
+                "CAST(:errors AS text[])) AS o(id, token, state, attempts, deliveries, "
+                "first_at, last_at, next_at, error)"
             )
             self._outcomes_sql = f"""
 WITH moved AS (
@@ -117,9 +125,13 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
         return sa.text(self._outcomes_sql)
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
+        if not outcomes:
+            return 0
         stmt = self._outcomes_statement(engine)
         async with autocommit(engine) as conn:
-            result = await conn.execute(stmt, {"outcomes": outcomes_document(outcomes)})
+            columns = zip(*outcome_rows(outcomes), strict=True)
+            params = dict(zip(_OUTCOME_PARAMS, map(list, columns), strict=True))
+            result = await conn.execute(stmt, params)
             return int(result.scalar_one())
 
     async def release_stuck(
@@ -132,14 +144,17 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
             return result.rowcount or 0
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
+        if not leases:
+            return 0
         m = self._q(engine, self.tables.message)
         stmt = sa.text(
             f"UPDATE {m} AS m SET acquired_at = (now() AT TIME ZONE 'UTC') "
-            "FROM jsonb_to_recordset(CAST(:leases AS jsonb)) AS o(id bigint, token int) "
+            "FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS int[])) AS o(id, token) "
             "WHERE m.id = o.id AND m.deliveries_count = o.token AND m.acquired_at IS NOT NULL"
         )
         async with autocommit(engine) as conn:
-            result = await conn.execute(stmt, {"leases": leases_document(leases)})
+            ids, tokens = zip(*leases, strict=True)
+            result = await conn.execute(stmt, {"ids": list(ids), "tokens": list(tokens)})
             return result.rowcount or 0
 
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:

@@ -15,7 +15,7 @@ from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
-from .base import Dialect, NewMessage, Outcome, leases_document
+from .base import CLAIM_ORDER, Dialect, NewMessage, Outcome, leases_document
 
 BUSY_TIMEOUT_MS = 30_000
 _TS = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's SQLite datetime storage format
@@ -25,8 +25,8 @@ def _text(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat(" ", "microseconds")
 
 
-def _field(name: str) -> str:
-    return f"json_extract(o.value, '$.{name}')"
+def _field(position: int) -> str:
+    return f"json_extract(o.value, '$[{position}]')"
 
 
 class SQLiteDialect(Dialect):
@@ -67,12 +67,12 @@ class SQLiteDialect(Dialect):
         def _on_begin(conn: Any) -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[sa.RowMapping]:
+    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
         async with engine.begin() as conn:
             result = await conn.execute(self._claim, {"claim_queue": queue, "claim_limit": limit})
-            rows = list(result.mappings())
-        # RETURNING order is unspecified in SQLite.
-        rows.sort(key=lambda r: (r["next_attempt_at"], r["id"]))
+            rows: list[Sequence[Any]] = list(result.all())
+        # RETURNING order is unspecified in SQLite; stored times are text that sorts.
+        rows.sort(key=CLAIM_ORDER)
         return rows
 
     def _statements(self, engine: AsyncEngine) -> tuple[str, str, str]:
@@ -135,8 +135,8 @@ class SQLiteDialect(Dialect):
         m = self._q(engine, self.tables.message)
         stmt = sa.text(
             f"UPDATE {m} AS m SET acquired_at = strftime('%Y-%m-%d %H:%M:%f', 'now') || '000' "
-            f"FROM json_each(:leases) AS o WHERE m.id = {_field('id')} "
-            f"AND m.deliveries_count = {_field('token')} AND m.state = 'PROCESSING'"
+            f"FROM json_each(:leases) AS o WHERE m.id = {_field(0)} "
+            f"AND m.deliveries_count = {_field(1)} AND m.state = 'PROCESSING'"
         )
         async with engine.begin() as conn:
             result = await conn.execute(stmt, {"leases": leases_document(leases)})

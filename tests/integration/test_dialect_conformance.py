@@ -9,6 +9,8 @@ import pytest
 
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import NewMessage, Outcome
+from faststream_sqla.message import ClaimedMessage
+from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import MessageState
 
 from .helpers import rows
@@ -29,6 +31,12 @@ def new(queue: str = "q", *, delay: float = 0.0, at: datetime | None = None) -> 
     )
 
 
+async def claim(engine, dialect, queue: str, limit: int) -> list[ClaimedMessage]:
+    """Claim through the dialect and read the rows the way the fetch loop does, which
+    also checks that each row carries CLAIMED_COLUMNS in order."""
+    return [claimed_from_row(row, 0.0) for row in await dialect.claim(engine, queue, limit)]
+
+
 async def insert(engine, dialect, *messages: NewMessage) -> list[int]:
     return await dialect.insert_committed(engine, list(messages))
 
@@ -46,26 +54,28 @@ async def test_claim_takes_ready_messages_oldest_first_up_to_the_limit(engine, d
     later = await insert(engine, dialect, new(delay=3600))
     first = await insert(engine, dialect, *(new() for _ in range(3)))
     other = await insert(engine, dialect, new("other"))
-    claimed = await dialect.claim(engine, "q", 2)
-    assert [r["id"] for r in claimed] == first[:2]
-    assert all(r["deliveries_count"] == 1 and r["acquired_at"] is not None for r in claimed)
-    rest = await dialect.claim(engine, "q", 10)
-    assert [r["id"] for r in rest] == first[2:]  # not the delayed one, not other queues
-    assert later[0] not in [r["id"] for r in rest] and other[0] not in [r["id"] for r in rest]
+    claimed = await claim(engine, dialect, "q", 2)
+    assert [r.id for r in claimed] == first[:2]
+    assert all(r.deliveries_count == 1 and r.acquired_at is not None for r in claimed)
+    assert all(r.headers == {"k": "v"} and r.payload == b"p" for r in claimed)
+    assert all(r.queue == "q" and r.correlation_id == "c" for r in claimed)
+    assert all(r.created_at <= r.acquired_at and r.first_attempt_at is None for r in claimed)
+    rest = await claim(engine, dialect, "q", 10)
+    assert [r.id for r in rest] == first[2:]  # not the delayed one, not other queues
+    assert later[0] not in [r.id for r in rest] and other[0] not in [r.id for r in rest]
 
 
 async def test_concurrent_claims_never_share_a_message(engine, dialect):
     await insert(engine, dialect, *(new() for _ in range(60)))
-    batches = await asyncio.gather(*(dialect.claim(engine, "q", 10) for _ in range(8)))
-    ids = [r["id"] for batch in batches for r in batch]
+    batches = await asyncio.gather(*(claim(engine, dialect, "q", 10) for _ in range(8)))
+    ids = [r.id for batch in batches for r in batch]
     assert len(ids) == len(set(ids)) == 60
 
 
 async def test_outcomes_archive_requeue_and_are_fenced(engine, tables, dialect):
     a, b, c = await insert(engine, dialect, new(), new(), new())
-    claimed = {r["id"]: r for r in await dialect.claim(engine, "q", 3)}
-    now = claimed[a]["acquired_at"]
-    now = datetime.fromisoformat(now) if isinstance(now, str) else now
+    claimed = {r.id: r for r in await claim(engine, dialect, "q", 3)}
+    now = claimed[a].acquired_at
     outcomes = [
         Outcome(id=a, token=1, state=MessageState.COMPLETED, attempts_count=1,
                 deliveries_count=1, first_attempt_at=now, last_attempt_at=now),

@@ -321,7 +321,7 @@ async def test_upgrade_from_the_first_revision_keeps_messages(engine: AsyncEngin
         await upgrade_schema(engine)
         assert await current_revision(engine) == HEAD_REVISION
         claimed = await dialect.claim(engine, "m", 10)
-        assert [r["id"] for r in claimed] == [kept]
+        assert [r[0] for r in claimed] == [kept]  # id comes first in a claimed row
     finally:
         await upgrade_schema(engine)
         async with engine.begin() as conn:
