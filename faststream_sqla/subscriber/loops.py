@@ -10,6 +10,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -80,6 +81,41 @@ class StoppableLoop:
         return self.stopping.is_set()
 
 
+class PrefetchBuffer:
+    """Claimed messages waiting for a worker: a deque, and an event for idle workers.
+
+    Workers take from it once per message, so taking must cost next to nothing:
+    `take()` is a plain popleft, and only a worker that finds it empty awaits.
+    `None` items are stop sentinels.
+    """
+
+    def __init__(self) -> None:
+        self.items: deque[ClaimedMessage | None] = deque()
+        self._filled = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def put(self, item: ClaimedMessage | None) -> None:
+        self.items.append(item)
+        self._filled.set()
+
+    def put_all(self, items: Iterable[ClaimedMessage]) -> None:
+        self.items.extend(items)
+        if self.items:
+            self._filled.set()
+
+    def take(self) -> ClaimedMessage | None:
+        """The next item; raises IndexError when empty."""
+        return self.items.popleft()
+
+    async def get(self) -> ClaimedMessage | None:
+        while not self.items:
+            self._filled.clear()
+            await self._filled.wait()
+        return self.items.popleft()
+
+
 class Fetcher:
     """Claims batches into the prefetch buffer.
 
@@ -95,7 +131,7 @@ class Fetcher:
         dialect: Dialect,
         queues: Sequence[str],
         options: ConsumeOptions,
-        buffer: asyncio.Queue[ClaimedMessage | None],
+        buffer: PrefetchBuffer,
         wake: asyncio.Event,
         on_claimed: Callable[[Sequence[ClaimedMessage]], None],
         unsettled: Callable[[], int],
@@ -107,20 +143,20 @@ class Fetcher:
         # Claimed but not yet written back: buffered, running, or waiting in the flusher.
         # Twice the normal working set; past it, claiming waits for outcomes to be
         # written, so a slow or failing flush cannot grow memory without bound.
-        self.max_unsettled = 2 * (options.buffer_capacity + options.max_workers)
+        self.capacity = options.buffer_capacity
+        self.max_unsettled = 2 * (self.capacity + options.max_workers)
+        self.batch_size = options.fetch_batch_size
         self.space = asyncio.Event()
         self.stopping = False
         self._rotation = 0
 
     def free_slots(self) -> int:
-        return min(
-            self.options.buffer_capacity - self.buffer.qsize(),
-            self.max_unsettled - self.unsettled(),
-        )
+        return min(self.capacity - len(self.buffer), self.max_unsettled - self.unsettled())
 
     def notify_taken(self) -> None:
-        """Called when room may have appeared: a message taken, outcomes written."""
-        if self.free_slots() >= self.options.fetch_batch_size:
+        """Called when room may have appeared: a message taken, outcomes written.
+        Called once per message, so it is kept to a few comparisons."""
+        if not self.space.is_set() and self.free_slots() >= self.batch_size:
             self.space.set()
 
     async def run(self) -> None:
@@ -167,8 +203,7 @@ class Fetcher:
             now = time.monotonic()
             claimed = [claimed_from_row(row, now) for row in rows]
             self.on_claimed(claimed)
-            for raw in claimed:
-                self.buffer.put_nowait(raw)
+            self.buffer.put_all(claimed)
             got += len(rows)
         return got
 
@@ -198,7 +233,12 @@ class OutcomeFlusher(StoppableLoop):
         self.written = 0
 
     def add(self, outcome: Outcome) -> None:
-        self.add_all((outcome,))
+        pending = self.pending
+        pending.append(outcome)
+        if len(pending) == 1:
+            self._nonempty.set()
+        if len(pending) >= self.batch_size:
+            self._full.set()
 
     def add_all(self, outcomes: Iterable[Outcome]) -> None:
         self.pending.extend(outcomes)
@@ -220,14 +260,22 @@ class OutcomeFlusher(StoppableLoop):
                 return  # the final flush at stop writes what is left
             await wait_event(self._full, self.interval)
             self._full.clear()
-            if not await self.flush() and await self.pause(self._backoff.next_delay()):
+            # Only what is pending now: outcomes that arrive during the write wait for
+            # the next round, so a busy subscriber writes big batches, not a stream of
+            # small ones (each statement has a fixed cost).
+            if not await self.flush(len(self.pending)) and await self.pause(
+                self._backoff.next_delay()
+            ):
                 return
 
-    async def flush(self) -> bool:
-        """Write everything pending; False (outcomes kept) if the database failed."""
+    async def flush(self, limit: int | None = None) -> bool:
+        """Write everything pending (or the first `limit` outcomes); False (outcomes
+        kept) if the database failed."""
         async with self._lock:
-            while self.pending:
-                batch = self.pending[: self.batch_size]
+            left = len(self.pending) if limit is None else limit
+            while self.pending and left > 0:
+                batch = self.pending[: min(self.batch_size, left)]
+                left -= len(batch)
 
                 async def write(batch: list[Outcome] = batch) -> int:
                     return await self.dialect.write_outcomes(self.engine, batch)
@@ -248,7 +296,8 @@ class OutcomeFlusher(StoppableLoop):
                         f"{len(batch) - changed} outcomes were stale (claim released by "
                         "release-stuck); those messages will be delivered again",
                     )
-            self._nonempty.clear()
+            if not self.pending:
+                self._nonempty.clear()
             return True
 
 

@@ -27,6 +27,7 @@ from .loops import (
     Fetcher,
     LeaseKeeper,
     OutcomeFlusher,
+    PrefetchBuffer,
     StoppableLoop,
     StuckReleaser,
     wait_event,
@@ -74,7 +75,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._own_middlewares = tuple(config.middlewares)
         self._tasks: list[asyncio.Task[Any]] = []
         self._workers: list[asyncio.Task[Any]] = []
-        self._buffer: asyncio.Queue[ClaimedMessage | None] = asyncio.Queue()
+        self._buffer = PrefetchBuffer()
         self._wake = asyncio.Event()
         #: claimed and not yet settled in the database: the leases this process keeps
         self._held: dict[int, ClaimedMessage] = {}
@@ -128,7 +129,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
 
     def _start_loops(self) -> None:
         engine, dialect, opts = self._outer_config.engine, self._outer_config.dialect, self.options
-        self._buffer = asyncio.Queue()
+        self._buffer = PrefetchBuffer()
         self._wake = asyncio.Event()
         self._held = {}
         self._fetcher = Fetcher(
@@ -199,11 +200,11 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             fetch_task.cancel()
 
         # 2. Prefetched messages never started: back to PENDING, delivery not counted.
-        while not self._buffer.empty():
-            if (raw := self._buffer.get_nowait()) is not None:
+        while self._buffer:
+            if (raw := self._buffer.take()) is not None:
                 self._flusher.add(lifecycle.released(raw, started=False))
         for _ in self._workers:
-            self._buffer.put_nowait(None)
+            self._buffer.put(None)
 
         # 3. Running handlers get graceful_timeout; then they are cancelled and released.
         if self._workers:
@@ -249,45 +250,66 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     # -- processing -------------------------------------------------------------------
     def _take_batch(self, first: ClaimedMessage) -> list[ClaimedMessage]:
         batch = [first]
-        while self.batch and len(batch) < self.options.fetch_batch_size:
-            try:
-                raw = self._buffer.get_nowait()
-            except asyncio.QueueEmpty:
-                break
+        buffer = self._buffer
+        while buffer and len(batch) < self.options.fetch_batch_size:
+            raw = buffer.take()
             if raw is None:  # a stop sentinel: leave it for the next round
-                self._buffer.put_nowait(None)
+                buffer.items.appendleft(None)
                 break
             batch.append(raw)
         return batch
 
     async def _work(self) -> None:
         assert self._fetcher is not None and self._flusher is not None
+        buffer, fetcher, flusher = self._buffer, self._fetcher, self._flusher
         delivered = 0
         while True:
-            first = await self._buffer.get()
-            if first is None:
+            # The common case, a buffered message, costs a popleft; only an empty
+            # buffer makes the worker wait.
+            raw = buffer.take() if buffer else await buffer.get()
+            if raw is None:
                 return
-            batch = self._take_batch(first)
-            self._fetcher.notify_taken()
+            batch = self._take_batch(raw) if self.batch else None
+            fetcher.notify_taken()
             if not self.running:  # stopping: messages not yet started go back
-                for raw in batch:
-                    self._flusher.add(lifecycle.released(raw, started=False))
+                for item in batch or (raw,):
+                    flusher.add(lifecycle.released(item, started=False))
                 continue
             try:
-                await self._deliver(batch)
+                if batch is None:
+                    await self._deliver_one(raw)
+                else:
+                    await self._deliver(batch)
                 # A no-op handler never awaits anything real: without this a worker would
                 # drain the whole buffer in one go, starving the fetch and flush loops of
                 # the event-loop turns their I/O needs, and the buffer would run dry. A
                 # turn per delivery costs more than it helps; one per few does both.
                 delivered += 1
-                if delivered % 8 == 0 or self._fetcher.space.is_set():
+                if delivered % 8 == 0 or fetcher.space.is_set():
                     await asyncio.sleep(0)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a worker must outlive any bug
-                # _deliver hands over outcomes all at once, so none exist for this batch
+                # deliveries hand over their outcomes last, so none exist for these yet
                 self._log(logging.CRITICAL, f"delivery failed unexpectedly: {exc!r}", exc_info=exc)
-                self._flusher.add_all([lifecycle.released(raw, started=True) for raw in batch])
+                for item in batch or (raw,):
+                    flusher.add(lifecycle.released(item, started=True))
+
+    async def _deliver_one(self, raw: ClaimedMessage) -> None:
+        """`_deliver` for one message, without the lists: this runs per message."""
+        assert self._flusher is not None
+        opts = self.options
+        if opts.max_deliveries is not None and raw.deliveries_count > opts.max_deliveries:
+            self._flusher.add(lifecycle.deliveries_exceeded(raw, opts.max_deliveries))
+            return
+        started = time.monotonic()
+        try:
+            error = await self._run_handler(raw, (raw,))
+        except asyncio.CancelledError:
+            # Shutdown cut the handler short: not its fault, so no attempt is spent.
+            self._flusher.add(lifecycle.released(raw, started=True))
+            raise
+        self._flusher.add(self._outcome(raw, started, error))
 
     async def _deliver(self, batch: list[ClaimedMessage]) -> None:
         """Run the handler on `batch`; its outcomes are handed to the flusher together at
@@ -303,16 +325,25 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 live.append(raw)
         started = time.monotonic()
         error: BaseException | None = None
+        if live:
+            try:
+                error = await self._run_handler(live, live)
+            except asyncio.CancelledError:
+                settled += (lifecycle.released(raw, started=True) for raw in live)
+                self._flusher.add_all(settled)
+                raise
+        settled += (self._outcome(raw, started, error) for raw in live)
+        self._flusher.add_all(settled)
+
+    async def _run_handler(
+        self, message: ClaimedMessage | list[ClaimedMessage], live: Sequence[ClaimedMessage]
+    ) -> BaseException | None:
+        """FastStream's consume path for one message or a batch; returns the error to
+        record on the attempt, if any."""
         try:
-            if live:
-                await self.process_message(live if self.batch else live[0])
-        except asyncio.CancelledError:
-            # Shutdown cut the handler short: not its fault, so no attempt is spent.
-            settled += (lifecycle.released(raw, started=True) for raw in live)
-            self._flusher.add_all(settled)
-            raise
+            await self.process_message(message)
         except (AckMessage, NackMessage, RejectMessage) as exc:
-            error = self._take_raised_decision(live, exc)
+            return self._take_raised_decision(live, exc)
         except StopConsume:
             asyncio.get_running_loop().create_task(self.stop())
         except SystemExit:
@@ -320,23 +351,30 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             if app := self._outer_config.context.get("app"):
                 app.exit()
         except Exception as exc:  # noqa: BLE001 - logged by FastStream; recorded here
-            error = exc
-        finished = time.monotonic()
-        settled += (
-            lifecycle.after_attempt(
-                raw,
-                started_at=lifecycle.db_time(raw, started),
-                finished_at=lifecycle.db_time(raw, finished),
-                error=error,
-                retry_strategy=opts.retry_strategy,
-            )
-            for raw in live
+            return exc
+        return None
+
+    def _outcome(
+        self, raw: ClaimedMessage, started: float, error: BaseException | None
+    ) -> Outcome:
+        started_at = lifecycle.db_time(raw, started)
+        # An acknowledged attempt needs no finish time (only retries are timed from it).
+        finished_at = (
+            started_at
+            if raw.decision is AckStatus.ACKED
+            else lifecycle.db_time(raw, time.monotonic())
         )
-        self._flusher.add_all(settled)
+        return lifecycle.after_attempt(
+            raw,
+            started_at=started_at,
+            finished_at=finished_at,
+            error=error,
+            retry_strategy=self.options.retry_strategy,
+        )
 
     @staticmethod
     def _take_raised_decision(
-        live: list[ClaimedMessage], exc: AckMessage | NackMessage | RejectMessage
+        live: Sequence[ClaimedMessage], exc: AckMessage | NackMessage | RejectMessage
     ) -> BaseException | None:
         """A decision raised under AckPolicy.MANUAL (no middleware turns it into a call).
         Returns an error to record if the decision's options were invalid."""
