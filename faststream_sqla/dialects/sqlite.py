@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,7 +18,12 @@ from ._claim import claimed_columns, ready_ids
 from .base import CLAIM_ORDER, Dialect, NewMessage, Outcome, leases_document
 
 BUSY_TIMEOUT_MS = 30_000
-_TS = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's SQLite datetime storage format
+
+
+def stored_text(value: datetime) -> str:
+    """A naive UTC time as stored: the text `clock.utc_now` renders on SQLite
+    (milliseconds, padded to six digits), so text comparisons stay exact."""
+    return f"{value:%Y-%m-%d %H:%M:%S}.{value.microsecond // 1000:03d}000"
 
 
 def _text(value: datetime | None) -> str | None:
@@ -144,25 +149,29 @@ class SQLiteDialect(Dialect):
 
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
         # A driver-level executemany: SQLite runs in process, so the cost is per-row
-        # Python work, and this skips SQLAlchemy's per-row parameter processing.
+        # work, and this skips SQLAlchemy's per-row parameter processing. The database
+        # clock of an embedded database is this machine's clock, so the batch's times
+        # are computed here once instead of by two strftime calls per row (about a
+        # third of the insert's time in SQLite).
         m = self._q(conn, self.tables.message)
-        now = "strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'"
         sql = (
             f"INSERT INTO {m} (queue, headers, payload, state, attempts_count, deliveries_count, "
-            "created_at, next_attempt_at, correlation_id) VALUES (?, ?, ?, 'PENDING', 0, 0, "
-            f"{now}, COALESCE(?, strftime('%Y-%m-%d %H:%M:%f', 'now', ? || ' seconds') || '000'), ?)"
+            "created_at, next_attempt_at, correlation_id) "
+            "VALUES (?, ?, ?, 'PENDING', 0, 0, ?, ?, ?)"
         )
-        await conn.exec_driver_sql(
-            sql,
-            [
-                (
-                    r.queue, r.headers_json, r.payload,
-                    None if r.publish_at is None else r.publish_at.strftime(_TS),
-                    r.publish_delay, r.correlation_id,
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        created = stored_text(now)
+        due_after: dict[float, str] = {0.0: created}
+        params = []
+        for r in rows:
+            if r.publish_at is not None:  # the caller's time, to the microsecond
+                due = r.publish_at.isoformat(" ", "microseconds")
+            elif (due := due_after.get(r.publish_delay)) is None:
+                due = due_after[r.publish_delay] = stored_text(
+                    now + timedelta(seconds=r.publish_delay)
                 )
-                for r in rows
-            ],
-        )
+            params.append((r.queue, r.headers_json, r.payload, created, due, r.correlation_id))
+        await conn.exec_driver_sql(sql, params)
         # The write lock is ours from the first row to the last, and AUTOINCREMENT hands
         # out consecutive ids, so the batch's ids end at last_insert_rowid().
         last = (await conn.exec_driver_sql("SELECT last_insert_rowid()")).scalar_one()
