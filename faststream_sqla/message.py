@@ -148,24 +148,50 @@ class SqlaBatchMessage(StreamMessage[list[ClaimedMessage]]):
 
     `ack()`, `nack(delay=None)` and `reject()` settle every message of the batch that
     was not settled on its own; `messages` holds one `SqlaMessage` per item, for
-    per-message decisions (those take precedence).
+    per-message decisions (those take precedence). The items are built on first use:
+    a handler that settles the batch as a whole never pays for them.
     """
 
-    def __init__(self, *args: Any, messages: list[SqlaMessage], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, make_item: Callable[[ClaimedMessage], SqlaMessage], **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.messages = messages
+        self._make_item = make_item
+        self._messages: list[SqlaMessage] | None = None
+
+    @property
+    def messages(self) -> list[SqlaMessage]:
+        if self._messages is None:
+            self._messages = [self._make_item(raw) for raw in self.raw_message]
+        return self._messages
+
+    def _settle_all(self, decision: AckStatus, delay: float | None = None) -> None:
+        for raw in self.raw_message:
+            if raw.decision is None:
+                raw.decision = decision
+                if decision is AckStatus.NACKED:
+                    raw.nack_delay = delay
 
     async def ack(self) -> None:
-        for item in self.messages:
-            await item.ack()
+        if self._messages is not None:
+            for item in self._messages:
+                await item.ack()
+        self._settle_all(AckStatus.ACKED)
         await super().ack()
 
     async def nack(self, delay: float | None = None) -> None:
-        for item in self.messages:
-            await item.nack(delay=delay)
+        if delay is not None:
+            validate_delay(delay, "nack delay")
+        if self._messages is not None:
+            for item in self._messages:
+                await item.nack(delay=delay)
+        self._settle_all(AckStatus.NACKED, delay)
         await super().nack()
 
     async def reject(self) -> None:
-        for item in self.messages:
-            await item.reject()
+        if self._messages is not None:
+            for item in self._messages:
+                await item.reject()
+        self._settle_all(AckStatus.REJECTED)
         await super().reject()
+

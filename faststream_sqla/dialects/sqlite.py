@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -51,6 +53,16 @@ class SQLiteDialect(Dialect):
             .returning(*claimed_columns(m))
         )
         self._outcome_sql: tuple[str, str, str] | None = None
+        # SQLite has one writer at a time, and a writer that finds the lock taken
+        # sleeps in SQLite's busy handler (1, 2, 5 ... 100 ms steps) rather than being
+        # woken when it is free. Our own writers (claims, outcomes, leases, publishes)
+        # queue here instead, and are handed the lock the moment it is released.
+        self._writer = asyncio.Lock()
+
+    @asynccontextmanager
+    async def _write(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+        async with self._writer, engine.begin() as conn:
+            yield conn
 
     def configure_engine(self, engine: AsyncEngine, *, owned: bool) -> None:
         if not owned:
@@ -73,7 +85,7 @@ class SQLiteDialect(Dialect):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
-        async with engine.begin() as conn:
+        async with self._write(engine) as conn:
             result = await conn.execute(self._claim, {"claim_queue": queue, "claim_limit": limit})
             rows: list[Sequence[Any]] = list(result.all())
         # RETURNING order is unspecified in SQLite; stored times are text that sorts.
@@ -111,7 +123,7 @@ class SQLiteDialect(Dialect):
         done = [o for o in outcomes if o.archives]
         back = [o for o in outcomes if not o.archives]
         changed = 0
-        async with engine.begin() as conn:
+        async with self._write(engine) as conn:
             if done:
                 await conn.exec_driver_sql(
                     archive,
@@ -143,7 +155,7 @@ class SQLiteDialect(Dialect):
             f"FROM json_each(:leases) AS o WHERE m.id = {_field(0)} "
             f"AND m.deliveries_count = {_field(1)} AND m.state = 'PROCESSING'"
         )
-        async with engine.begin() as conn:
+        async with self._write(engine) as conn:
             result = await conn.execute(stmt, {"leases": leases_document(leases)})
             return result.rowcount or 0
 
@@ -176,6 +188,19 @@ class SQLiteDialect(Dialect):
         # out consecutive ids, so the batch's ids end at last_insert_rowid().
         last = (await conn.exec_driver_sql("SELECT last_insert_rowid()")).scalar_one()
         return list(range(last - len(rows) + 1, last + 1))
+
+    async def release_stuck(
+        self, engine: AsyncEngine, queues: Sequence[str], timeout_seconds: float
+    ) -> int:
+        async with self._write(engine) as conn:
+            result = await conn.execute(
+                self._release_stuck, {"queues": list(queues), "timeout": timeout_seconds}
+            )
+            return result.rowcount or 0
+
+    async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
+        async with self._write(engine) as conn:
+            return await self.insert_messages(conn, rows)
 
     def is_transient(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None) or exc

@@ -11,7 +11,7 @@ from faststream_sqla import MessageState, SqlaBroker, SqlaRouter, TestSqlaBroker
 from faststream_sqla import lifecycle
 from faststream_sqla.exceptions import InvalidOptionError, InvalidQueueNameError
 from faststream_sqla.message import ClaimedMessage
-from faststream_sqla.parser import SqlaParser
+from faststream_sqla.parser import HeadersCache, SqlaBatchParser, SqlaParser
 from faststream_sqla.retry import ConstantRetryStrategy
 
 T0 = datetime(2024, 1, 1, 12, 0, tzinfo=timezone.utc)
@@ -271,3 +271,50 @@ async def test_first_decision_wins() -> None:
     assert lifecycle.after_attempt(
         raw, started_at=T0, finished_at=T0, error=None, retry_strategy=STRATEGY
     ).next_attempt_at == naive(T0 + timedelta(seconds=3))
+
+
+# -- batch messages ---------------------------------------------------------------------
+
+
+async def test_batch_settles_every_item_without_building_per_item_messages() -> None:
+    raws = [claimed(id=i, headers={"content-type": "application/json"}, payload=b"%d" % i)
+            for i in range(3)]
+    parser = SqlaBatchParser()
+    msg = await parser.parse_message(raws)
+    msg.set_decoder(parser.decode_batch)  # as FastStream does
+    assert await msg.decode() == [0, 1, 2]
+    await msg.nack(delay=7)
+    assert msg._messages is None  # the handler never asked for them
+    assert [(r.decision, r.nack_delay) for r in raws] == [(AckStatus.NACKED, 7.0)] * 3
+
+
+async def test_batch_decisions_on_items_take_precedence() -> None:
+    raws = [claimed(id=i, headers={"content-type": "text/plain"}, payload=b"t%d" % i)
+            for i in range(3)]
+    parser = SqlaBatchParser()
+    msg = await parser.parse_message(raws)
+    msg.set_decoder(parser.decode_batch)
+    assert await msg.decode() == ["t0", "t1", "t2"]  # non-JSON types decode per item
+    await msg.messages[1].reject()
+    assert await msg.messages[0].decode() == "t0"
+    await msg.ack()
+    assert [r.decision for r in raws] == [AckStatus.ACKED, AckStatus.REJECTED, AckStatus.ACKED]
+    assert all(item.committed is not None for item in msg.messages)
+    with pytest.raises(InvalidOptionError, match="delay"):
+        await msg.nack(delay=-1)
+
+
+def test_header_cache_gives_each_message_its_own_dict() -> None:
+    cache = HeadersCache(capacity=2)
+    first = cache.load('{"content-type": "application/json", "n": 1}')
+    first["mutated"] = True
+    again = cache.load('{"content-type": "application/json", "n": 1}')
+    assert again == {"content-type": "application/json", "n": 1}
+    nested = '{"tags": ["a"]}'
+    one, two = cache.load(nested), cache.load(nested)
+    one["tags"].append("b")
+    assert two == {"tags": ["a"]}  # nested values are never shared: not cached
+    for i in range(5):  # bounded whatever the variety of header documents
+        cache.load(f'{{"k": {i}}}')
+    assert len(cache._decoded) <= 2
+    assert cache.load({"already": "decoded"}) == {"already": "decoded"}
