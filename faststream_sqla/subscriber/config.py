@@ -37,7 +37,7 @@ class ConsumeOptions:
     max_deliveries: int | None = None
     fetch_batch_size: int = 100
     overfetch_factor: float = 2.0
-    min_fetch_interval: float = 0.01
+    min_fetch_interval: float = 0.0
     max_fetch_interval: float = 1.0
     flush_interval: float = 0.05
     release_stuck_interval: float = 10.0
