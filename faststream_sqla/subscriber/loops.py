@@ -209,7 +209,13 @@ class Fetcher:
 
 
 class OutcomeFlusher(StoppableLoop):
-    """Buffers outcomes and writes them in batches: one transaction per batch."""
+    """Buffers outcomes and writes them in batches, one transaction per batch, with up
+    to `concurrency` batches in flight.
+
+    Each outcome is fenced by its own claim token, so batches are independent: while
+    one transaction waits for its commit to reach disk, the next is already on its way.
+    A batch whose write fails goes back to the front of the queue; nothing is dropped.
+    """
 
     def __init__(
         self,
@@ -220,16 +226,19 @@ class OutcomeFlusher(StoppableLoop):
         batch_size: int,
         on_written: Callable[[Sequence[Outcome]], None],
         log: Log,
+        concurrency: int = 2,
     ) -> None:
         super().__init__()
         self.engine, self.dialect, self.interval, self.log = engine, dialect, interval, log
         self.batch_size = max(batch_size, 1)
         self.on_written = on_written
         self.pending: list[Outcome] = []
+        self.in_flight: set[asyncio.Task[bool]] = set()
+        self._writers = asyncio.Semaphore(concurrency)
         self._full = asyncio.Event()
         self._nonempty = asyncio.Event()
-        self._lock = asyncio.Lock()
         self._backoff = Backoff()
+        self._failed = False
         self.written = 0
 
     def add(self, outcome: Outcome) -> None:
@@ -253,52 +262,79 @@ class OutcomeFlusher(StoppableLoop):
 
     async def run(self) -> None:
         while not self.stopping.is_set():
+            # After a failed write, back off before trying again.
+            if self._failed and await self.pause(self._backoff.next_delay()):
+                return
             # Idle until there is something to write (no busy loop at flush_interval=0),
             # then gather more for up to flush_interval unless a batch fills first.
             await self._nonempty.wait()
             if self.stopping.is_set():
-                return  # the final flush at stop writes what is left
+                return  # the final flush writes what is left
             await wait_event(self._full, self.interval)
             self._full.clear()
-            # Only what is pending now: outcomes that arrive during the write wait for
-            # the next round, so a busy subscriber writes big batches, not a stream of
-            # small ones (each statement has a fixed cost).
-            if not await self.flush(len(self.pending)) and await self.pause(
-                self._backoff.next_delay()
-            ):
-                return
+            await self._writers.acquire()
+            batch = self._take()
+            if self.stopping.is_set() or not batch:
+                self.pending[:0] = batch
+                self._writers.release()
+                continue
+            task = asyncio.create_task(self._write_then_release(batch))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
 
-    async def flush(self, limit: int | None = None) -> bool:
-        """Write everything pending (or the first `limit` outcomes); False (outcomes
+    def _take(self) -> list[Outcome]:
+        batch = self.pending[: self.batch_size]
+        del self.pending[: len(batch)]
+        if not self.pending:
+            self._nonempty.clear()
+        elif len(self.pending) >= self.batch_size:
+            self._full.set()  # another whole batch is waiting: no need to gather
+        return batch
+
+    async def _write_then_release(self, batch: list[Outcome]) -> bool:
+        try:
+            return await self._write(batch)
+        finally:
+            self._writers.release()
+
+    async def _write(self, batch: list[Outcome]) -> bool:
+        """Write one batch; on failure it is put back, first in line, and False returned."""
+
+        async def write() -> int:
+            return await self.dialect.write_outcomes(self.engine, batch)
+
+        try:
+            changed = await with_retries(self.dialect, write)
+        except BaseException as exc:
+            self.pending[:0] = batch
+            self._nonempty.set()
+            if not isinstance(exc, Exception):
+                raise  # cancelled: kept for the final flush
+            self._failed = True
+            log_failure(self.log, f"writing {len(batch)} outcomes", exc, self._backoff)
+            return False
+        self._failed = False
+        self._backoff.reset()
+        self.written += len(batch)
+        self.on_written(batch)
+        if changed < len(batch):
+            # Fenced: the claim expired and the message was released or re-claimed.
+            self.log(
+                logging.WARNING,
+                f"{len(batch) - changed} outcomes were stale (claim released by "
+                "release-stuck); those messages will be delivered again",
+            )
+        return True
+
+    async def flush(self) -> bool:
+        """Write everything pending, once the writes in flight are done; False (outcomes
         kept) if the database failed."""
-        async with self._lock:
-            left = len(self.pending) if limit is None else limit
-            while self.pending and left > 0:
-                batch = self.pending[: min(self.batch_size, left)]
-                left -= len(batch)
-
-                async def write(batch: list[Outcome] = batch) -> int:
-                    return await self.dialect.write_outcomes(self.engine, batch)
-
-                try:
-                    changed = await with_retries(self.dialect, write)
-                except Exception as exc:  # noqa: BLE001 - kept and retried, never dropped
-                    log_failure(self.log, f"writing {len(batch)} outcomes", exc, self._backoff)
-                    return False
-                self._backoff.reset()
-                del self.pending[: len(batch)]
-                self.written += len(batch)
-                self.on_written(batch)
-                if changed < len(batch):
-                    # Fenced: the claim expired and the message was released or re-claimed.
-                    self.log(
-                        logging.WARNING,
-                        f"{len(batch) - changed} outcomes were stale (claim released by "
-                        "release-stuck); those messages will be delivered again",
-                    )
-            if not self.pending:
-                self._nonempty.clear()
-            return True
+        if self.in_flight:
+            await asyncio.wait(set(self.in_flight))
+        while self.pending:
+            if not await self._write(self._take()):
+                return False
+        return True
 
 
 class StuckReleaser(StoppableLoop):

@@ -220,7 +220,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         # finish their current statement rather than being cancelled inside it.
         for loop in self._loops:
             loop.request_stop()
-        _, stuck = await asyncio.wait(others, timeout=10.0)
+        _, stuck = await asyncio.wait({*others, *self._flusher.in_flight}, timeout=10.0)
         for task in stuck:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

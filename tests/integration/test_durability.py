@@ -400,3 +400,46 @@ async def test_open_outbox_transaction_does_not_hold_up_other_messages(server, s
             await conn.execute(tables.message.delete())
             await conn.execute(tables.archive.delete())
         await engine.dispose()
+
+
+async def test_outcome_batches_are_written_two_at_a_time(database_url, engine, tables):
+    """A second outcome batch does not wait for the first one's commit."""
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber("q", fetch_batch_size=5, max_workers=5, **FAST)
+    async def handle(n: int) -> None:
+        got.record(n)
+
+    second_started = asyncio.Event()
+    calls = 0
+    overlapped = False
+
+    async with broker:
+        await broker.connect()
+        dialect = broker.config.dialect
+        write = dialect.write_outcomes
+
+        async def overlapping_write(engine_, outcomes):
+            nonlocal calls, overlapped
+            calls += 1
+            if calls == 1:
+                # Held until another batch's write begins, which happens only if writes
+                # overlap; a one-at-a-time flusher would sit out the whole timeout.
+                try:
+                    await asyncio.wait_for(second_started.wait(), timeout=10)
+                    overlapped = True
+                except asyncio.TimeoutError:
+                    pass
+            else:
+                second_started.set()
+            return await write(engine_, outcomes)
+
+        dialect.write_outcomes = overlapping_write
+        await broker.publish_batch(*range(20), queue="q")
+        await broker.start()
+        await got.wait_for(20)
+        await wait_until(lambda: _archived_count(engine, tables, 20))
+
+    assert overlapped
+    assert sorted(got.calls) == list(range(20))
