@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -20,6 +21,20 @@ from ._claim import claimed_columns, ready_ids
 from .base import CLAIM_ORDER, Dialect, NewMessage, Outcome, leases_document
 
 BUSY_TIMEOUT_MS = 30_000
+
+_INSERT_PARAMS = 6  # bound values per inserted row
+# Rows per INSERT statement, within SQLite's variable limit (999 before 3.32, 32766 since).
+_MAX_INSERT_ROWS = 5000 if sqlite3.sqlite_version_info >= (3, 32) else 150
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_sql(table: str, rows: int) -> str:
+    row = "(?, ?, ?, 'PENDING', 0, 0, ?, ?, ?)"
+    return (
+        f"INSERT INTO {table} (queue, headers, payload, state, attempts_count, "
+        f"deliveries_count, created_at, next_attempt_at, correlation_id) VALUES "
+        + ", ".join([row] * rows)
+    )
 
 
 def stored_text(value: datetime) -> str:
@@ -160,21 +175,19 @@ class SQLiteDialect(Dialect):
             return result.rowcount or 0
 
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
-        # A driver-level executemany: SQLite runs in process, so the cost is per-row
-        # work, and this skips SQLAlchemy's per-row parameter processing. The database
-        # clock of an embedded database is this machine's clock, so the batch's times
-        # are computed here once instead of by two strftime calls per row (about a
-        # third of the insert's time in SQLite).
+        # Multi-row INSERTs at the driver level: SQLite runs in process, so the cost is
+        # per-row work; one statement of many rows steps once where executemany steps
+        # per row (~1 us a row less), and SQLAlchemy's per-row parameter processing is
+        # skipped. Each statement costs several hops to aiosqlite's thread, so a batch
+        # is as few statements as SQLite's variable limit allows; sqlite3 caches the
+        # prepared text of each size.
+        # The database clock of an embedded database is this machine's clock, so the
+        # batch's times are computed here once, not by strftime calls on every row.
         m = self._q(conn, self.tables.message)
-        sql = (
-            f"INSERT INTO {m} (queue, headers, payload, state, attempts_count, deliveries_count, "
-            "created_at, next_attempt_at, correlation_id) "
-            "VALUES (?, ?, ?, 'PENDING', 0, 0, ?, ?, ?)"
-        )
         now = datetime.now(timezone.utc).replace(tzinfo=None)
         created = stored_text(now)
         due_after: dict[float, str] = {0.0: created}
-        params = []
+        params: list[Any] = []
         for r in rows:
             if r.publish_at is not None:  # the caller's time, to the microsecond
                 due = r.publish_at.isoformat(" ", "microseconds")
@@ -182,8 +195,15 @@ class SQLiteDialect(Dialect):
                 due = due_after[r.publish_delay] = stored_text(
                     now + timedelta(seconds=r.publish_delay)
                 )
-            params.append((r.queue, r.headers_json, r.payload, created, due, r.correlation_id))
-        await conn.exec_driver_sql(sql, params)
+            params += (r.queue, r.headers_json, r.payload, created, due, r.correlation_id)
+        start = 0
+        while start < len(rows):
+            size = min(_MAX_INSERT_ROWS, len(rows) - start)
+            await conn.exec_driver_sql(
+                _insert_sql(m, size),
+                tuple(params[start * _INSERT_PARAMS : (start + size) * _INSERT_PARAMS]),
+            )
+            start += size
         # The write lock is ours from the first row to the last, and AUTOINCREMENT hands
         # out consecutive ids, so the batch's ids end at last_insert_rowid().
         last = (await conn.exec_driver_sql("SELECT last_insert_rowid()")).scalar_one()

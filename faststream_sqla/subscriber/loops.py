@@ -109,6 +109,10 @@ class PrefetchBuffer:
         """The next item; raises IndexError when empty."""
         return self.items.popleft()
 
+    def put_back(self, item: ClaimedMessage | None) -> None:
+        """Return a taken item to the front."""
+        self.items.appendleft(item)
+
     async def get(self) -> ClaimedMessage | None:
         while not self.items:
             self._filled.clear()

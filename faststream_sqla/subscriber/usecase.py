@@ -254,7 +254,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         while buffer and len(batch) < self.options.fetch_batch_size:
             raw = buffer.take()
             if raw is None:  # a stop sentinel: leave it for the next round
-                buffer.items.appendleft(None)
+                buffer.put_back(None)
                 break
             batch.append(raw)
         return batch
