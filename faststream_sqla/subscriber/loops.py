@@ -262,7 +262,9 @@ class OutcomeFlusher(StoppableLoop):
 
     def request_stop(self) -> None:
         super().request_stop()
-        self._nonempty.set()  # wake an idle loop so it sees the request
+        # wake the loop wherever it waits, idle or gathering, so it sees the request
+        self._nonempty.set()
+        self._full.set()
 
     async def run(self) -> None:
         while not self.stopping.is_set():
