@@ -40,6 +40,27 @@ async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
+def _runs_sharing_options(rows: Sequence[NewMessage]) -> list[Sequence[NewMessage]]:
+    """Consecutive rows with the same queue, headers and due time, in order. A
+    publish_batch is one run; rows of other shapes stay in order across runs."""
+    runs: list[Sequence[NewMessage]] = []
+    start = 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or not _same_options(rows[i], rows[start]):
+            runs.append(rows[start:i])
+            start = i
+    return runs
+
+
+def _same_options(a: NewMessage, b: NewMessage) -> bool:
+    return (
+        a.queue == b.queue
+        and a.headers_json == b.headers_json
+        and a.publish_at == b.publish_at
+        and a.publish_delay == b.publish_delay
+    )
+
+
 class PostgresDialect(Dialect):
     name = "postgresql"
 
@@ -157,44 +178,50 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
             result = await conn.execute(stmt, {"ids": list(ids), "tokens": list(tokens)})
             return result.rowcount or 0
 
-    async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
-        # One statement whatever the batch size: columns travel as arrays (binary-encoded
-        # by asyncpg) and unnest turns them back into rows; no per-row SQL compilation.
+    def _insert_statement(self, conn: AsyncConnection) -> sa.TextClause:
+        # One statement shape whatever the batch size: the per-row columns travel as
+        # arrays (binary-encoded by asyncpg) that unnest turns back into rows, and what a
+        # run of rows shares (queue, headers, due time) travels once, as scalars.
         if self._insert_sql is None:
             m = self._q(conn, self.tables.message)
-            self._insert_sql = sa.text(
-                f"INSERT INTO {m} (queue, headers, payload, state, attempts_count, "
-                "deliveries_count, created_at, next_attempt_at, correlation_id) "
-                "SELECT t.queue, CAST(t.headers AS json), t.payload, 'PENDING', 0, 0, "
-                "(now() AT TIME ZONE 'UTC'), COALESCE(t.publish_at, "
-                "(now() AT TIME ZONE 'UTC') + make_interval(secs => t.delay)), t.correlation_id "
-                "FROM unnest(CAST(:queues AS text[]), CAST(:headers AS text[]), "
-                "CAST(:payloads AS bytea[]), CAST(:correlation_ids AS text[]), "
-                "CAST(:publish_ats AS timestamp[]), CAST(:delays AS float8[])) "
-                "AS t(queue, headers, payload, correlation_id, publish_at, delay) "
-                "RETURNING id"
-            )
+            now = "(now() AT TIME ZONE 'UTC')"
             # The notification rides in the same statement: heard at commit, never for a
             # rollback, and PostgreSQL folds repeats within one transaction.
             self._insert_sql = sa.text(
-                f"WITH inserted AS ({self._insert_sql.text}) SELECT inserted.id FROM inserted "
-                "CROSS JOIN (SELECT pg_notify(:channel, :notify_queue)) AS notified"
+                f"WITH inserted AS (INSERT INTO {m} (queue, headers, payload, state, "
+                "attempts_count, deliveries_count, created_at, next_attempt_at, correlation_id) "
+                f"SELECT CAST(:queue AS text), CAST(:headers AS json), t.payload, 'PENDING', "
+                f"0, 0, {now}, COALESCE(CAST(:publish_at AS timestamp), "
+                f"{now} + make_interval(secs => CAST(:delay AS float8))), t.correlation_id "
+                "FROM unnest(CAST(:payloads AS bytea[]), CAST(:correlation_ids AS text[])) "
+                "AS t(payload, correlation_id) RETURNING id) "
+                # one array, not a row per id: ids come from one sequence in insertion
+                # order, so sorted they are in row order
+                "SELECT (SELECT array_agg(id ORDER BY id) FROM inserted) AS ids "
+                "FROM (SELECT pg_notify(:channel, :notify_queue)) AS notified"
             )
-        result = await conn.execute(
-            self._insert_sql,
-            {
-                "queues": [r.queue for r in rows],
-                "headers": [r.headers_json for r in rows],
-                "payloads": [r.payload for r in rows],
-                "correlation_ids": [r.correlation_id for r in rows],
-                "publish_ats": [r.publish_at for r in rows],
-                "delays": [r.publish_delay for r in rows],
-                "channel": self.channel,
-                "notify_queue": rows[0].queue,
-            },
-        )
-        # ids come from one sequence in insertion order: sorting restores row order
-        return sorted(result.scalars())
+        return self._insert_sql
+
+    async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
+        stmt = self._insert_statement(conn)
+        ids: list[int] = []
+        for run in _runs_sharing_options(rows):
+            first = run[0]
+            result = await conn.execute(
+                stmt,
+                {
+                    "queue": first.queue,
+                    "headers": first.headers_json,
+                    "publish_at": first.publish_at,
+                    "delay": first.publish_delay,
+                    "payloads": [r.payload for r in run],
+                    "correlation_ids": [r.correlation_id for r in run],
+                    "channel": self.channel,
+                    "notify_queue": first.queue,
+                },
+            )
+            ids += result.scalar_one()
+        return ids
 
     async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
         async with autocommit(engine) as conn:
