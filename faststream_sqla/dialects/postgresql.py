@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import utc_now
@@ -16,7 +17,6 @@ from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
 from .base import (
-    CLAIM_ORDER,
     Dialect,
     NewMessage,
     NotificationListener,
@@ -72,7 +72,7 @@ class PostgresDialect(Dialect):
         # so the claim's commit need not wait for its WAL flush. Set inside the statement
         # itself, so the claim stays one round trip.
         relaxed = sa.select(sa.func.set_config("synchronous_commit", "off", True)).cte("relaxed")
-        self._claim = (
+        claimed = (
             sa.update(m)
             .where(m.c.id.in_(sa.select(ready.c.id)), sa.exists(sa.select(relaxed)))
             .values(
@@ -81,6 +81,18 @@ class PostgresDialect(Dialect):
                 acquired_at=utc_now(),
             )
             .returning(*claimed_columns(m, headers_as_text=True))
+            .cte("claimed")
+        )
+        # The claimed rows come back as one row of column arrays, in claim order: asyncpg
+        # decodes an array far cheaper than a record per row, and the server sorts.
+        order = (claimed.c.next_attempt_at, claimed.c.id)
+        self._claim = sa.select(
+            *(
+                sa.type_coerce(
+                    sa.func.array_agg(aggregate_order_by(column, *order)), sa.types.NullType()
+                )
+                for column in claimed.c
+            )
         )
         self._outcomes_sql: str | None = None
         self._insert_sql: sa.TextClause | None = None
@@ -90,9 +102,10 @@ class PostgresDialect(Dialect):
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
         async with autocommit(engine) as conn:
             result = await conn.execute(self._claim, {"claim_queue": queue, "claim_limit": limit})
-            rows: list[Sequence[Any]] = list(result.all())
-        rows.sort(key=CLAIM_ORDER)
-        return rows
+            columns = result.one()
+        if columns[0] is None:  # array_agg of no rows
+            return []
+        return list(zip(*columns, strict=True))
 
     def _outcomes_statement(self, engine: AsyncEngine) -> sa.TextClause:
         # Text, not Core: DELETE ... USING ... RETURNING feeding an INSERT in one
