@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import datetime
 
 import pytest
@@ -269,8 +270,17 @@ async def test_unreachable_database_is_a_typed_error(dialect_name, tmp_path):
         "postgresql": "postgresql+asyncpg://postgres@127.0.0.1:1/test",
         "mysql": "mysql+asyncmy://root@127.0.0.1:1/test",
     }[dialect_name]
+    before = set(threading.enumerate())
     with pytest.raises(DatabaseUnreachableError, match="cannot reach"):
         await SqlaBroker(url).start()
+    # aiosqlite stops a connection that failed to open by queueing a close to its worker
+    # thread without awaiting it; let that thread finish while this loop still runs.
+    started = [t for t in threading.enumerate() if t not in before]
+
+    async def threads_finished() -> bool:
+        return not any(t.is_alive() for t in started)
+
+    await wait_until(threads_finished)
 
 
 # -- connection loss (server databases: an embedded SQLite has no connection to lose) --
