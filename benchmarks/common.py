@@ -8,12 +8,14 @@ nothing collides with the test suite. SQLite files live in a temporary directory
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import os
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -350,3 +352,21 @@ async def run_json_subprocess(
         msg = f"{module} exited with {proc.returncode}: {tail}"
         raise RuntimeError(msg)
     return dict(json.loads(lines[-1]))
+
+
+@contextlib.contextmanager
+def silenced_access_log() -> Iterator[None]:
+    """Point the default access logger at os.devnull while the block runs: it still
+    formats and writes every record, as in production, but the table on stdout stays
+    readable. The handlers get their streams back afterwards."""
+    handlers = [
+        h for h in logging.getLogger("faststream.access.sqla").handlers
+        if isinstance(h, logging.StreamHandler)
+    ]
+    with open(os.devnull, "w") as devnull:
+        previous = [h.setStream(devnull) for h in handlers]
+        try:
+            yield
+        finally:
+            for handler, stream in zip(handlers, previous, strict=True):
+                handler.setStream(stream)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -33,6 +35,7 @@ from .common import (
     rate,
     reset_our_schema,
     run_json_subprocess,
+    silenced_access_log,
 )
 
 SYSTEM = "faststream-sqla"
@@ -89,21 +92,28 @@ def _subscribe(broker: SqlaBroker, countdown: CountDown, *, batch: bool, fbs: in
     return options
 
 
-async def drain_once(url: str, n: int, *, fbs: int, batch: bool = False) -> dict[str, Any]:
-    """Time start + handling n pre-inserted messages + stop (final flush)."""
+async def drain_once(
+    url: str, n: int, *, fbs: int, batch: bool = False, access_log: bool = False
+) -> dict[str, Any]:
+    """Time start + handling n pre-inserted messages + stop (final flush).
+
+    With `access_log`, the broker keeps FastStream's default logging (records formatted
+    and written, to os.devnull), as an application started without options would.
+    """
     await clear_ours(url)
-    broker = SqlaBroker(url, logger=None)
+    broker = SqlaBroker(url) if access_log else SqlaBroker(url, logger=None)
     countdown = CountDown(n)
     options = _subscribe(broker, countdown, batch=batch, fbs=fbs)  # before inserting: n/a fast
     await preinsert(url, n)
     await broker.connect()  # engine and schema check: not part of the drain
-    t0 = time.perf_counter()
-    try:
-        await broker.start()
-        await countdown.wait(drain_timeout(n))
-    finally:
-        await broker.stop()
-    elapsed = time.perf_counter() - t0
+    with silenced_access_log() if access_log else contextlib.nullcontext():
+        t0 = time.perf_counter()
+        try:
+            await broker.start()
+            await countdown.wait(drain_timeout(n))
+        finally:
+            await broker.stop()
+        elapsed = time.perf_counter() - t0
     problem = await verify_drained(url, n)
     return {
         "msg_per_s": rate(n, elapsed),
@@ -153,6 +163,21 @@ async def run_drain(
         options=runs[best]["options"],
         by_fetch_batch_size={str(k): v["msg_per_s"] for k, v in runs.items()},
         logger=None,
+    )
+    if batch:
+        return
+    # The same drain as an application started without options runs it: FastStream's
+    # access log on, compared with FastStream's own pipeline with its access log on.
+    try:
+        logged = await drain_once(target.url, n, fbs=best, access_log=True)
+    except Exception as e:  # noqa: BLE001 - report and keep going
+        results.error(scenario, db, "default logging", e)
+        return
+    if logged["problem"]:
+        results.error(scenario, db, "default logging", logged["problem"])
+    results.add(
+        SYSTEM, scenario, "access_log_msg_per_s", db, logged["msg_per_s"], "msg/s",
+        n=n, fetch_batch_size=best, options=logged["options"], log_stream=os.devnull,
     )
 
 

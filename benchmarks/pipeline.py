@@ -8,19 +8,18 @@ decoding, FastDepends validation of ``body: int``, the handler, the acknowledgem
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TextIO
 
 from faststream._internal.endpoint.subscriber import SubscriberUsecase
 
 from faststream_sqla import SqlaBroker
 from faststream_sqla.message import ClaimedMessage
 
-from .common import QUEUE, Results, rate
+from .common import QUEUE, Results, rate, silenced_access_log
 
 
 def claimed(i: int) -> ClaimedMessage:
@@ -39,10 +38,6 @@ def claimed(i: int) -> ClaimedMessage:
     )
 
 
-def open_devnull() -> TextIO:
-    return open(os.devnull, "w")  # the caller closes it
-
-
 async def measure(n: int, *, access_log: bool, tmpdir: Path) -> float:
     """Messages per second through `process_message`."""
     url = f"sqlite+aiosqlite:///{tmpdir / 'never-connected.db'}"
@@ -55,13 +50,7 @@ async def measure(n: int, *, access_log: bool, tmpdir: Path) -> float:
         handled += 1
 
     broker._setup_logger()  # what connect() does
-    devnull = open_devnull()
-    try:
-        if access_log:
-            # The default access logger writes to stdout; the table goes there too.
-            for handler in logging.getLogger("faststream.access.sqla").handlers:
-                if isinstance(handler, logging.StreamHandler):
-                    handler.setStream(devnull)
+    with silenced_access_log() if access_log else contextlib.nullcontext():
         # FastStream's part of start(): build the handler model. Not SqlaSubscriber.start,
         # which would start the database loops.
         await SubscriberUsecase.start(broker.subscribers[0])
@@ -74,8 +63,6 @@ async def measure(n: int, *, access_log: bool, tmpdir: Path) -> float:
         for m in messages:
             await sub.process_message(m)
         elapsed = time.perf_counter() - t0
-    finally:
-        devnull.close()
     assert handled == n, f"handler ran {handled} times for {n} messages"
     assert all(m.decision is not None for m in messages), "no acknowledgement recorded"
     return rate(n, elapsed)

@@ -49,6 +49,8 @@ RULES: dict[tuple[str, str], dict[str, Ref]] = {
         "pipeline": _DRAIN["pipeline"], "raw": _DRAIN["raw"]},
     ("processes", "workers_2_msg_per_s"): {
         "pipeline": _DRAIN["pipeline"], "raw": _DRAIN["raw"]},
+    ("drain", "access_log_msg_per_s"): {
+        "pipeline": ("pipeline", "pipeline", "log_on_msg_per_s", "-")},
     ("pipeline", "log_on_msg_per_s"): {
         "pipeline": ("pipeline", "pipeline", "log_off_msg_per_s", "-")},
 }
@@ -94,6 +96,7 @@ METRIC_LABELS = {
     "log_off_msg_per_s": "process_message, access log off",
     "log_on_msg_per_s": "process_message, access log on",
     "msg_per_s": "drain N, no-op handler",
+    "access_log_msg_per_s": "drain N, default logging (x of pipeline: access log on)",
     "single_msg_per_s": "publish(), sequential",
     "batch_msg_per_s": "publish_batch(1000)",
     "p50_ms": "latency p50", "p99_ms": "latency p99", "max_ms": "latency max",
