@@ -235,7 +235,8 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
             best = results.get(ours.SYSTEM, "drain", "msg_per_s", "postgresql")
             fbs = 100
             for f in results.figures:
-                if (f["scenario"], f["database"]) == ("drain", "postgresql") and best:
+                key = (f["scenario"], f["metric"], f["database"])
+                if key == ("drain", "msg_per_s", "postgresql") and best:
                     fbs = int(f["details"]["best_fetch_batch_size"])
             await timed(timings, "processes/postgresql", results, "processes", "postgresql",
                         lambda: processes.run_processes(targets["postgresql"], sz["processes_n"],
