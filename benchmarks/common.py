@@ -325,6 +325,18 @@ def drain_timeout(n: int, floor_rate: float = 150.0) -> float:
     return 60.0 + n / floor_rate
 
 
+async def timed_drain(broker: Any, countdown: CountDown, n: int) -> float:
+    """Seconds from `start()` until all `n` messages are handled and `stop()` (with its
+    final flush) has returned."""
+    t0 = time.perf_counter()
+    try:
+        await broker.start()
+        await countdown.wait(drain_timeout(n))
+    finally:
+        await broker.stop()
+    return time.perf_counter() - t0
+
+
 async def run_json_subprocess(
     module: str, args: dict[str, Any], *, timeout: float, env: dict[str, str] | None = None
 ) -> dict[str, Any]:

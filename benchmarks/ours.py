@@ -36,11 +36,12 @@ from .common import (
     reset_our_schema,
     run_json_subprocess,
     silenced_access_log,
+    timed_drain,
 )
 
 SYSTEM = "faststream-sqla"
 MAX_WORKERS = 8
-REPEATS = 3  # scale: median of this many timed claim runs
+REPEATS = 5  # scale: median of this many timed claim runs (short, so noisy: more of them)
 
 
 class NotAvailable(Exception):
@@ -107,13 +108,7 @@ async def drain_once(
     await preinsert(url, n)
     await broker.connect()  # engine and schema check: not part of the drain
     with silenced_access_log() if access_log else contextlib.nullcontext():
-        t0 = time.perf_counter()
-        try:
-            await broker.start()
-            await countdown.wait(drain_timeout(n))
-        finally:
-            await broker.stop()
-        elapsed = time.perf_counter() - t0
+        elapsed = await timed_drain(broker, countdown, n)
     problem = await verify_drained(url, n)
     return {
         "msg_per_s": rate(n, elapsed),
@@ -130,7 +125,11 @@ async def run_drain(
     results: Results,
     *,
     batch: bool,
+    repeats: int = 1,
 ) -> None:
+    """Pick the best `fetch_batch_size` with one drain each, then report the median of
+    `repeats` fresh drains at that size (with repeats > 1, the pick's own luck does not
+    count). The default-logging figure is a median of `repeats` too."""
     db = target.database
     scenario = "drain-batch" if batch else "drain"
     try:
@@ -151,17 +150,23 @@ async def run_drain(
         results.add(SYSTEM, scenario, "msg_per_s", db, None, "msg/s", status="failed")
         return
     best = max(runs, key=lambda k: runs[k]["msg_per_s"])
+    try:
+        repeated = await _median_drain(target.url, n, best, batch, repeats, access_log=False)
+    except Exception as e:  # noqa: BLE001 - report and keep going
+        results.error(scenario, db, f"repeats at fetch_batch_size={best}", e)
+        return
     results.add(
         SYSTEM,
         scenario,
         "msg_per_s",
         db,
-        runs[best]["msg_per_s"],
+        repeated["median"] if repeats > 1 else runs[best]["msg_per_s"],
         "msg/s",
         n=n,
         best_fetch_batch_size=best,
         options=runs[best]["options"],
         by_fetch_batch_size={str(k): v["msg_per_s"] for k, v in runs.items()},
+        repeat_runs=repeated["runs"],
         logger=None,
     )
     if batch:
@@ -169,16 +174,26 @@ async def run_drain(
     # The same drain as an application started without options runs it: FastStream's
     # access log on, compared with FastStream's own pipeline with its access log on.
     try:
-        logged = await drain_once(target.url, n, fbs=best, access_log=True)
+        logged = await _median_drain(target.url, n, best, batch, repeats, access_log=True)
     except Exception as e:  # noqa: BLE001 - report and keep going
         results.error(scenario, db, "default logging", e)
         return
-    if logged["problem"]:
-        results.error(scenario, db, "default logging", logged["problem"])
     results.add(
-        SYSTEM, scenario, "access_log_msg_per_s", db, logged["msg_per_s"], "msg/s",
-        n=n, fetch_batch_size=best, options=logged["options"], log_stream=os.devnull,
+        SYSTEM, scenario, "access_log_msg_per_s", db, logged["median"], "msg/s",
+        n=n, fetch_batch_size=best, repeat_runs=logged["runs"], log_stream=os.devnull,
     )
+
+
+async def _median_drain(
+    url: str, n: int, fbs: int, batch: bool, repeats: int, *, access_log: bool
+) -> dict[str, Any]:
+    rates = []
+    for _ in range(repeats):
+        run = await drain_once(url, n, fbs=fbs, batch=batch, access_log=access_log)
+        if run["problem"]:
+            raise RuntimeError(run["problem"])
+        rates.append(run["msg_per_s"])
+    return {"median": statistics.median(rates), "runs": rates}
 
 
 # -- publish ----------------------------------------------------------------------------

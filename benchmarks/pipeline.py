@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -68,10 +69,12 @@ async def measure(n: int, *, access_log: bool, tmpdir: Path) -> float:
     return rate(n, elapsed)
 
 
-async def run_pipeline(n: int, results: Results, tmpdir: Path) -> None:
-    off = await measure(n, access_log=False, tmpdir=tmpdir)
-    on = await measure(n, access_log=True, tmpdir=tmpdir)
+async def run_pipeline(n: int, results: Results, tmpdir: Path, repeats: int = 1) -> None:
+    """Median of `repeats` measurements per logging setting."""
+    off_runs = [await measure(n, access_log=False, tmpdir=tmpdir) for _ in range(repeats)]
+    on_runs = [await measure(n, access_log=True, tmpdir=tmpdir) for _ in range(repeats)]
+    off, on = statistics.median(off_runs), statistics.median(on_runs)
     results.add("pipeline", "pipeline", "log_off_msg_per_s", "-", off, "msg/s", n=n,
-                us_per_msg=1e6 / off)
+                us_per_msg=1e6 / off, repeat_runs=off_runs)
     results.add("pipeline", "pipeline", "log_on_msg_per_s", "-", on, "msg/s", n=n,
-                us_per_msg=1e6 / on, log_stream=os.devnull)
+                us_per_msg=1e6 / on, log_stream=os.devnull, repeat_runs=on_runs)

@@ -50,6 +50,7 @@ FULL: dict[str, Any] = {
     "raw_n": 100_000,               # messages per raw ceiling
     "raw_single": 2_000,            # single-row inserts for the raw single-publish ceiling
     "pipeline_n": 50_000,           # process_message calls, per logging setting
+    "repeats": 3,                   # pipeline and drains at the chosen batch size: median
     "drain_n": 20_000,              # pre-inserted messages per drain (ours and peers)
     "drain_batch_sizes": "100,500,1000",
     "publish_single": 2_000,        # sequential publish() calls
@@ -71,6 +72,7 @@ QUICK: dict[str, Any] = {
     "raw_n": 3_000,
     "raw_single": 100,
     "pipeline_n": 2_000,
+    "repeats": 1,
     "drain_n": 1_000,
     "publish_single": 100,
     "publish_batch": 2_000,
@@ -201,14 +203,17 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
             await job
     if "pipeline" in scen:
         await timed(timings, "pipeline", results, "pipeline", "-",
-                    lambda: pipeline.run_pipeline(sz["pipeline_n"], results, tmpdir))
+                    lambda: pipeline.run_pipeline(sz["pipeline_n"], results, tmpdir,
+                                                  int(sz["repeats"])))
     if "drain" in scen:
         for job in each("drain", lambda t: ours.run_drain(t, sz["drain_n"], batch_sizes,
-                                                          results, batch=False)):
+                                                          results, batch=False,
+                                                          repeats=int(sz["repeats"]))):
             await job
     if "drain-batch" in scen:
         for job in each("drain-batch", lambda t: ours.run_drain(t, sz["drain_n"], batch_sizes,
-                                                                results, batch=True)):
+                                                                results, batch=True,
+                                                                repeats=int(sz["repeats"]))):
             await job
     if "publish" in scen:
         for job in each("publish", lambda t: ours.run_publish(

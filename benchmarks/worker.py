@@ -15,12 +15,11 @@ import asyncio
 import json
 import resource
 import sys
-import time
 from typing import Any
 
 from faststream_sqla import SqlaBroker
 
-from .common import QUEUE, CountDown, drain_timeout, rate
+from .common import QUEUE, CountDown, rate, timed_drain
 
 
 def ru_maxrss_kib() -> int:
@@ -70,14 +69,10 @@ async def rss_drain(args: dict[str, Any]) -> dict[str, Any]:
     connected = current_rss_kib()
     samples: list[int] = []
     sampler = asyncio.create_task(sample_rss(samples))
-    t0 = time.perf_counter()
     try:
-        await broker.start()
-        await countdown.wait(drain_timeout(n))
+        elapsed = await timed_drain(broker, countdown, n)
     finally:
-        await broker.stop()
         sampler.cancel()
-    elapsed = time.perf_counter() - t0
     return {
         "msg_per_s": rate(n, elapsed),
         "rss_connected_kib": connected,
