@@ -150,3 +150,20 @@ async def test_mysql8_insert_paths_without_returning(server_databases, returning
         async with engine.begin() as conn:
             await conn.execute(tables.message.delete())
         await engine.dispose()
+
+
+async def test_a_large_outcome_batch_is_written_whole(engine, tables, dialect):
+    """More outcomes than one statement takes on SQLite (4,000 archived rows per
+    statement); the server dialects send any number in one statement."""
+    ids = await insert(engine, dialect, *(new() for _ in range(4100)))
+    claimed = await claim(engine, dialect, "q", 5000)
+    assert len(claimed) == 4100
+    outcomes = [
+        Outcome(id=r.id, token=r.token, state=MessageState.COMPLETED, attempts_count=1,
+                deliveries_count=r.deliveries_count, first_attempt_at=r.acquired_at,
+                last_attempt_at=r.acquired_at)
+        for r in claimed
+    ]
+    assert await dialect.write_outcomes(engine, outcomes) == 4100
+    assert sorted(r["id"] for r in await rows(engine, tables.archive)) == ids
+    assert await rows(engine, tables.message) == []
