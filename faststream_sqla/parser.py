@@ -109,7 +109,14 @@ class HeadersCache:
         cached = self._decoded.get(value)
         if cached is not None:
             return cached.copy()
-        headers = dict(json.loads(value))
+        try:
+            headers = json.loads(value)
+        except ValueError:
+            headers = None
+        if not isinstance(headers, dict):
+            # Only a hand-edited row can hold this; one bad row must not stop the
+            # claims of a whole queue, so the message goes on without headers.
+            return {}
         if all(isinstance(v, self.SCALARS) for v in headers.values()):
             if len(self._decoded) >= self.capacity:
                 self._decoded.clear()  # unbounded variety: start over, stay bounded
