@@ -13,6 +13,7 @@ import json
 import operator
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -182,7 +183,7 @@ class Dialect(abc.ABC):
         self, engine: AsyncEngine, queues: Sequence[str], timeout_seconds: float
     ) -> int:
         """Put PROCESSING messages claimed longer ago than the timeout back to PENDING."""
-        async with engine.begin() as conn:
+        async with self.own_transaction(engine) as conn:
             result = await conn.execute(
                 self._release_stuck, {"queues": list(queues), "timeout": timeout_seconds}
             )
@@ -196,8 +197,12 @@ class Dialect(abc.ABC):
 
     async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
         """Insert in a transaction of its own, committed on return."""
-        async with engine.begin() as conn:
+        async with self.own_transaction(engine) as conn:
             return await self.insert_messages(conn, rows)
+
+    def own_transaction(self, engine: AsyncEngine) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A transaction the broker opens for itself (not a caller's), committed on exit."""
+        return engine.begin()
 
     def listener(
         self,

@@ -216,9 +216,22 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
         return self._insert_sql
 
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
+        return await self._insert_runs(conn, _runs_sharing_options(rows))
+
+    async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
+        runs = _runs_sharing_options(rows)
+        # One statement is atomic by itself: autocommit saves BEGIN and COMMIT. Rows of
+        # several shapes take several statements, which must commit together.
+        transaction = autocommit(engine) if len(runs) == 1 else self.own_transaction(engine)
+        async with transaction as conn:
+            return await self._insert_runs(conn, runs)
+
+    async def _insert_runs(
+        self, conn: AsyncConnection, runs: Sequence[Sequence[NewMessage]]
+    ) -> list[int]:
         stmt = self._insert_statement(conn)
         ids: list[int] = []
-        for run in _runs_sharing_options(rows):
+        for run in runs:
             first = run[0]
             result = await conn.execute(
                 stmt,
@@ -235,10 +248,6 @@ SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
             )
             ids += result.scalar_one()
         return ids
-
-    async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
-        async with autocommit(engine) as conn:
-            return await self.insert_messages(conn, rows)
 
     def listener(
         self,

@@ -106,7 +106,7 @@ class SQLiteDialect(Dialect):
         self._writer = asyncio.Lock()
 
     @asynccontextmanager
-    async def _write(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    async def own_transaction(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         async with self._writer, engine.begin() as conn:
             yield conn
 
@@ -131,7 +131,7 @@ class SQLiteDialect(Dialect):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
-        async with self._write(engine) as conn:
+        async with self.own_transaction(engine) as conn:
             result = await conn.execute(self._claim, {"claim_queue": queue, "claim_limit": limit})
             rows: list[Sequence[Any]] = list(result.all())
         # RETURNING order is unspecified in SQLite; stored times are text that sorts.
@@ -160,7 +160,7 @@ class SQLiteDialect(Dialect):
         done = [o for o in outcomes if o.archives]
         back = [o for o in outcomes if not o.archives]
         changed = 0
-        async with self._write(engine) as conn:
+        async with self.own_transaction(engine) as conn:
             for start in range(0, len(done), _MAX_ARCHIVE_ROWS):
                 chunk = done[start : start + _MAX_ARCHIVE_ROWS]
                 archived: list[Any] = []
@@ -194,7 +194,7 @@ class SQLiteDialect(Dialect):
             f"FROM json_each(:leases) AS o WHERE m.id = {_field(0)} "
             f"AND m.deliveries_count = {_field(1)} AND m.state = 'PROCESSING'"
         )
-        async with self._write(engine) as conn:
+        async with self.own_transaction(engine) as conn:
             result = await conn.execute(stmt, {"leases": leases_document(leases)})
             return result.rowcount or 0
 
@@ -232,19 +232,6 @@ class SQLiteDialect(Dialect):
         # out consecutive ids, so the batch's ids end at last_insert_rowid().
         last = (await conn.exec_driver_sql("SELECT last_insert_rowid()")).scalar_one()
         return list(range(last - len(rows) + 1, last + 1))
-
-    async def release_stuck(
-        self, engine: AsyncEngine, queues: Sequence[str], timeout_seconds: float
-    ) -> int:
-        async with self._write(engine) as conn:
-            result = await conn.execute(
-                self._release_stuck, {"queues": list(queues), "timeout": timeout_seconds}
-            )
-            return result.rowcount or 0
-
-    async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
-        async with self._write(engine) as conn:
-            return await self.insert_messages(conn, rows)
 
     def is_transient(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None) or exc

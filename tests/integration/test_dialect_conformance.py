@@ -6,12 +6,14 @@ import asyncio
 from datetime import datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import NewMessage, Outcome
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.parser import claimed_from_row
-from faststream_sqla.schema import MessageState
+from faststream_sqla.schema import MAX_QUEUE_NAME_LENGTH, MessageState, QueueTables
 
 from .helpers import rows
 
@@ -167,3 +169,29 @@ async def test_a_large_outcome_batch_is_written_whole(engine, tables, dialect):
     assert await dialect.write_outcomes(engine, outcomes) == 4100
     assert sorted(r["id"] for r in await rows(engine, tables.archive)) == ids
     assert await rows(engine, tables.message) == []
+
+
+@pytest.mark.parametrize("server", ["postgresql", "mysql"])
+async def test_a_batch_of_mixed_rows_is_stored_all_or_nothing(server, server_databases):
+    """Rows of different queues may take several statements; they commit together.
+    (The failing row is too long for the queue column, which SQLite does not check.)"""
+    engine = create_async_engine(server_databases[server])
+    tables = QueueTables()
+    dialect = dialect_for(engine, tables)
+    await dialect.prepare(engine)
+    mine = tables.message.c.queue.in_(["mixed-a", "mixed-b"])
+    try:
+        with pytest.raises(sa.exc.DBAPIError):
+            await dialect.insert_committed(
+                engine,
+                [new("mixed-a"), new("mixed-a"), new("x" * (MAX_QUEUE_NAME_LENGTH + 1))],
+            )
+        assert await rows(engine, tables.message, mine) == []
+        ids = await dialect.insert_committed(
+            engine, [new("mixed-a"), new("mixed-b"), new("mixed-a")]
+        )
+        assert [r["id"] for r in await rows(engine, tables.message, mine)] == ids
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(tables.message.delete().where(mine))
+        await engine.dispose()
