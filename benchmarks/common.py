@@ -290,6 +290,33 @@ async def paced(rate_per_s: float, count: int, send: Callable[[int], Awaitable[N
     return count / max(loop.time() - start, 1e-9)
 
 
+async def send_timestamps_and_wait(
+    publish: Callable[[float], Awaitable[Any]],
+    samples: list[float],
+    *,
+    rate_per_s: float,
+    count: int,
+    grace: float,
+) -> tuple[float, list[str]]:
+    """The latency scenarios' publishing side: `publish(time.perf_counter())` `count`
+    times at `rate_per_s`, then wait up to `grace` seconds until the handler has appended
+    a sample for every message that was stored. A failed publish is recorded, not fatal.
+    Returns the achieved rate and the failures."""
+    failed: list[str] = []
+
+    async def send(_: int) -> None:
+        try:
+            await publish(time.perf_counter())
+        except Exception as e:  # noqa: BLE001 - a lost publish is counted, not fatal
+            failed.append(repr(e))
+
+    achieved = await paced(rate_per_s, count, send)
+    deadline = time.monotonic() + grace
+    while len(samples) < count - len(failed) and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return achieved, failed
+
+
 async def wait_for_count(get: Callable[[], int], n: int, timeout: float) -> None:
     """Wait until an in-process counter reaches n (checked every millisecond)."""
     deadline = time.monotonic() + timeout

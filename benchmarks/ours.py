@@ -30,11 +30,11 @@ from .common import (
     clear_tables,
     count_rows,
     drain_timeout,
-    paced,
     percentiles,
     rate,
     reset_our_schema,
     run_json_subprocess,
+    send_timestamps_and_wait,
     silenced_access_log,
     timed_drain,
 )
@@ -266,7 +266,6 @@ async def run_latency(
     )
     await clear_ours(target.url)
     samples: list[float] = []
-    failed: list[str] = []
     count = int(rate_per_s * seconds)
     consumer = SqlaBroker(target.url, logger=None)
     sub = consumer.subscriber(QUEUE, max_workers=MAX_WORKERS, **intervals)
@@ -281,16 +280,10 @@ async def run_latency(
     try:
         await asyncio.sleep(0.5)
 
-        async def send(_: int) -> None:
-            try:
-                await publisher.publish(time.perf_counter(), queue=QUEUE)
-            except Exception as e:  # noqa: BLE001 - a lost publish is counted, not fatal
-                failed.append(repr(e))
-
-        achieved = await paced(rate_per_s, count, send)
-        deadline = time.monotonic() + 10 + 2 * sub.options.max_fetch_interval
-        while len(samples) < count - len(failed) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        achieved, failed = await send_timestamps_and_wait(
+            lambda sent: publisher.publish(sent, queue=QUEUE), samples,
+            rate_per_s=rate_per_s, count=count, grace=10 + 2 * sub.options.max_fetch_interval,
+        )
         dialect = consumer.config.dialect
     finally:
         await consumer.stop()

@@ -24,9 +24,9 @@ from benchmarks.common import (
     Results,
     drain_timeout,
     driver_params,
-    paced,
     percentiles,
     rate,
+    send_timestamps_and_wait,
 )
 
 SYSTEM = "pgqueuer"
@@ -171,19 +171,19 @@ async def latency(args: dict[str, Any], results: Results) -> None:
     try:
         await asyncio.sleep(0.5)
 
-        async def send(_: int) -> None:
-            await publisher.enqueue(ENTRYPOINT, repr(time.perf_counter()).encode())
-
-        achieved = await paced(rate_per_s, count, send)
-        deadline = time.monotonic() + 10
-        while len(samples) < count and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        achieved, failed = await send_timestamps_and_wait(
+            lambda sent: publisher.enqueue(ENTRYPOINT, repr(sent).encode()), samples,
+            rate_per_s=rate_per_s, count=count, grace=10,
+        )
     finally:
         qm.shutdown.set()
         await asyncio.wait_for(task, 30)
         await cconn.close()
         await pconn.close()
     await clear(url)
+    if failed:
+        results.error("latency", "postgresql", "publish", f"{len(failed)} publishes failed: {failed[0]}")
+    count -= len(failed)
     if len(samples) < count:
         results.error("latency", "postgresql", "pgqueuer", f"{len(samples)} of {count} delivered")
     stats = percentiles(samples)

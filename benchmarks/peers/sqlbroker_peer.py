@@ -32,9 +32,9 @@ from benchmarks.common import (
     CountDown,
     Results,
     drain_timeout,
-    paced,
     percentiles,
     rate,
+    send_timestamps_and_wait,
 )
 
 SYSTEM = "faststream-sqlbroker"
@@ -203,7 +203,6 @@ async def latency(args: dict[str, Any], config: dict[str, Any], results: Results
     count = int(rate_per_s * seconds)
     await clear(url)
     samples: list[float] = []
-    failed: list[str] = []
     consumer = broker_for(url)
 
     @consumer.subscriber([QUEUE], **config)
@@ -216,16 +215,10 @@ async def latency(args: dict[str, Any], config: dict[str, Any], results: Results
     try:
         await asyncio.sleep(0.5)
 
-        async def send(_: int) -> None:
-            try:
-                await publisher.publish(time.perf_counter(), queue=QUEUE)
-            except Exception as e:  # noqa: BLE001 - a lost publish is counted, not fatal
-                failed.append(repr(e))
-
-        achieved = await paced(rate_per_s, count, send)
-        deadline = time.monotonic() + 10
-        while len(samples) < count - len(failed) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        achieved, failed = await send_timestamps_and_wait(
+            lambda sent: publisher.publish(sent, queue=QUEUE), samples,
+            rate_per_s=rate_per_s, count=count, grace=10,
+        )
     finally:
         await consumer.stop()
         await publisher.stop()
