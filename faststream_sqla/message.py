@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from faststream.message import AckStatus, StreamMessage
 
+from .clock import to_aware
 from .exceptions import InvalidOptionError
 
 
@@ -64,13 +65,6 @@ class ClaimedMessage:
         return self.deliveries_count
 
 
-def as_utc(value: datetime | None) -> datetime | None:
-    """A stored (naive UTC) time as an aware UTC datetime."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=timezone.utc)
-
-
 class SqlaMessage(StreamMessage[ClaimedMessage]):
     """A message consumed from a database queue.
 
@@ -94,23 +88,23 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
 
     @property
     def created_at(self) -> datetime:
-        return as_utc(self.raw_message.created_at)
+        return to_aware(self.raw_message.created_at)
 
     @property
     def first_attempt_at(self) -> datetime | None:
-        return as_utc(self.raw_message.first_attempt_at)
+        return to_aware(self.raw_message.first_attempt_at)
 
     @property
     def last_attempt_at(self) -> datetime | None:
-        return as_utc(self.raw_message.last_attempt_at)
+        return to_aware(self.raw_message.last_attempt_at)
 
     @property
     def next_attempt_at(self) -> datetime:
-        return as_utc(self.raw_message.next_attempt_at)
+        return to_aware(self.raw_message.next_attempt_at)
 
     @property
     def acquired_at(self) -> datetime | None:
-        return as_utc(self.raw_message.acquired_at)
+        return to_aware(self.raw_message.acquired_at)
 
     async def ack(self) -> None:
         if self.committed is None:

@@ -85,9 +85,9 @@ class Outcome:
         return self.state in TERMINAL
 
 
-def _ts(value: datetime | None) -> str | None:
-    # One text form that PostgreSQL, MariaDB and SQLite all parse as a timestamp, and
-    # that sorts like SQLAlchemy's own SQLite storage format.
+def timestamp_text(value: datetime | None) -> str | None:
+    """One text form that PostgreSQL, MariaDB and SQLite all parse as a timestamp, and
+    that sorts like SQLAlchemy's own SQLite storage format."""
     return None if value is None else value.isoformat(" ", "microseconds")
 
 
@@ -113,16 +113,8 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[tuple[Any, ...]]:
 
 def outcomes_document(outcomes: Sequence[Outcome]) -> str:
     """The whole outcome batch as one JSON parameter (one statement shape, any size):
-    an array of OUTCOME_FIELDS arrays. Positional, so encoding builds no dicts."""
-    return json.dumps(
-        [
-            [o.id, o.token, o.state.value, o.attempts_count, o.deliveries_count,
-             _ts(o.first_attempt_at), _ts(o.last_attempt_at), _ts(o.next_attempt_at),
-             o.last_error]
-            for o in outcomes
-        ],
-        separators=(",", ":"),
-    )
+    an array of OUTCOME_FIELDS arrays, times as text."""
+    return json.dumps(outcome_rows(outcomes), default=timestamp_text, separators=(",", ":"))
 
 
 class NotificationListener(abc.ABC):

@@ -18,7 +18,14 @@ from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
-from .base import CLAIM_ORDER, Dialect, NewMessage, Outcome, leases_document
+from .base import (
+    CLAIM_ORDER,
+    Dialect,
+    NewMessage,
+    Outcome,
+    leases_document,
+    timestamp_text,
+)
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -72,10 +79,6 @@ def stored_text(value: datetime) -> str:
     """A naive UTC time as stored: the text `clock.utc_now` renders on SQLite
     (milliseconds, padded to six digits), so text comparisons stay exact."""
     return f"{value:%Y-%m-%d %H:%M:%S}.{value.microsecond // 1000:03d}000"
-
-
-def _text(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat(" ", "microseconds")
 
 
 def _field(position: int) -> str:
@@ -168,7 +171,7 @@ class SQLiteDialect(Dialect):
                 for o in chunk:
                     archived += (
                         o.id, o.token, o.state.value, o.attempts_count,
-                        _text(o.first_attempt_at), _text(o.last_attempt_at), o.last_error,
+                        timestamp_text(o.first_attempt_at), timestamp_text(o.last_attempt_at), o.last_error,
                     )
                     fence += (o.id, o.token)
                 await conn.exec_driver_sql(_archive_sql(m, a, len(chunk)), tuple(archived))
@@ -179,8 +182,8 @@ class SQLiteDialect(Dialect):
                     self._requeue_statement(engine),
                     [
                         (o.state.value, o.attempts_count, o.deliveries_count,
-                         _text(o.first_attempt_at), _text(o.last_attempt_at),
-                         _text(o.next_attempt_at), o.last_error, o.id, o.token)
+                         timestamp_text(o.first_attempt_at), timestamp_text(o.last_attempt_at),
+                         timestamp_text(o.next_attempt_at), o.last_error, o.id, o.token)
                         for o in back
                     ],
                 )
