@@ -4,28 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
-import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.clock import utc_now
-from faststream_sqla.schema import MessageState, QueueTables
+from faststream_sqla.schema import QueueTables
 
-from ._claim import claimed_columns, ready_ids
+from ._claim import ready_ids
 from .base import (
     CLAIM_ORDER,
+    CLAIMED_COLUMNS,
     Dialect,
     NewMessage,
     Outcome,
     leases_document,
     timestamp_text,
 )
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -85,22 +87,66 @@ def _field(position: int) -> str:
     return f"json_extract(o.value, '$[{position}]')"
 
 
+#: the database clock as SQLite text, as `clock.utc_now` renders it
+_NOW = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
+_PAYLOAD = CLAIMED_COLUMNS.index("payload")
+
+
+async def in_driver_thread(conn: AsyncConnection, work: Callable[[Any], T]) -> T:
+    """Run `work(dbapi_connection)` on the thread where the driver runs statements,
+    in one hand-off.
+
+    aiosqlite runs every call in its own thread, and a statement through SQLAlchemy
+    costs three or four calls (cursor, execute, fetch, close), each of which must get
+    the GIL back from the event loop. A busy loop lets go of the GIL only briefly, and
+    CPython's switch interval never forces a hand-off while the loop keeps doing so,
+    so each call can wait tens of milliseconds behind running handlers. A whole
+    operation as one call, with as few statements as possible, keeps claims and
+    outcome writes prompt. `Connection._execute` is how aiosqlite dispatches all of
+    its own methods; any other driver runs `work` through SQLAlchemy instead.
+    """
+    raw = await conn.get_raw_connection()
+    driver = raw.driver_connection
+    dispatch = getattr(driver, "_execute", None)
+    if dispatch is not None and isinstance(getattr(type(driver), "_conn", None), property):
+        return await dispatch(work, driver._conn)
+    return await through_sqlalchemy(conn, work)
+
+
+async def through_sqlalchemy(conn: AsyncConnection, work: Callable[[Any], T]) -> T:
+    """`work(dbapi_connection)` through SQLAlchemy's adapted driver: a call per step."""
+    return await conn.run_sync(lambda sync: work(sync.connection.dbapi_connection))
+
+
+def immediate_transaction(work: Callable[[Any], T]) -> Callable[[Any], T]:
+    """`work(cursor)` inside BEGIN IMMEDIATE ... COMMIT, rolled back if it fails."""
+
+    def run(dbapi_connection: Any) -> T:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(cursor)
+                cursor.execute("COMMIT")
+            except BaseException:
+                try:
+                    cursor.execute("ROLLBACK")
+                except sqlite3.OperationalError:
+                    pass  # SQLite already rolled back (some errors end the transaction)
+                raise
+            return result
+        finally:
+            cursor.close()
+
+    return run
+
+
 class SQLiteDialect(Dialect):
     name = "sqlite"
 
     def __init__(self, tables: QueueTables) -> None:
         super().__init__(tables)
-        m = tables.message
-        self._claim = (
-            sa.update(m)
-            .where(m.c.id.in_(ready_ids(m).scalar_subquery()))
-            .values(
-                state=MessageState.PROCESSING,
-                deliveries_count=m.c.deliveries_count + 1,
-                acquired_at=utc_now(),
-            )
-            .returning(*claimed_columns(m))
-        )
+        self._claim_sql: tuple[str, str, Any] | None = None
         self._requeue_sql: str | None = None
         # SQLite has one writer at a time, and a writer that finds the lock taken
         # sleeps in SQLite's busy handler (1, 2, 5 ... 100 ms steps) rather than being
@@ -133,11 +179,54 @@ class SQLiteDialect(Dialect):
         def _on_begin(conn: Any) -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
+    async def _write(self, engine: AsyncEngine, work: Callable[[Any], T]) -> T:
+        """`work(cursor)` as one immediate transaction, in one hand-off to the driver."""
+        async with self._writer, engine.connect() as conn:
+            return await in_driver_thread(conn, immediate_transaction(work))
+
+    def _claim_statements(self, engine: AsyncEngine) -> tuple[str, str, Any]:
+        if self._claim_sql is None:
+            m = self._q(engine, self.tables.message)
+            ready = ready_ids(self.tables.message).compile(dialect=engine.dialect)
+            # The claimed rows come back as one JSON document: fetching rows one by one
+            # takes the GIL back once per row, the hand-off in_driver_thread avoids.
+            # The returned values are those the UPDATE below writes.
+            values = ", ".join(
+                "hex(payload)" if name == "payload"
+                else "deliveries_count + 1" if name == "deliveries_count"
+                else _NOW if name == "acquired_at"
+                else name
+                for name in CLAIMED_COLUMNS
+            )
+            select = (
+                f"SELECT json_group_array(json_array({values})) "
+                f"FROM {m} WHERE id IN ({ready})"
+            )
+            # Same ids: the transaction holds the write lock, and the order is total.
+            update = (
+                f"UPDATE {m} SET state = 'PROCESSING', "
+                f"deliveries_count = deliveries_count + 1, acquired_at = {_NOW} "
+                f"WHERE id IN ({ready})"
+            )
+            self._claim_sql = (select, update, ready)
+        return self._claim_sql
+
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
-        async with self.own_transaction(engine) as conn:
-            result = await conn.execute(self._claim, {"claim_queue": queue, "claim_limit": limit})
-            rows: list[Sequence[Any]] = list(result.all())
-        # RETURNING order is unspecified in SQLite; stored times are text that sorts.
+        select, update, ready = self._claim_statements(engine)
+        values = ready.construct_params({"claim_queue": queue, "claim_limit": limit})
+        params = tuple(values[name] for name in ready.positiontup)
+
+        def work(cursor: Any) -> str:
+            cursor.execute(select, params)
+            document: str = cursor.fetchone()[0]
+            if document != "[]":
+                cursor.execute(update, params)
+            return document
+
+        rows: list[list[Any]] = json.loads(await self._write(engine, work))
+        for row in rows:
+            row[_PAYLOAD] = bytes.fromhex(row[_PAYLOAD])
+        # Aggregate order is unspecified in SQLite; stored times are text that sorts.
         rows.sort(key=CLAIM_ORDER)
         return rows
 
@@ -161,56 +250,66 @@ class SQLiteDialect(Dialect):
         m = self._q(engine, self.tables.message)
         a = self._q(engine, self.tables.archive)
         done = [o for o in outcomes if o.archives]
-        back = [o for o in outcomes if not o.archives]
-        changed = 0
-        async with self.own_transaction(engine) as conn:
-            for start in range(0, len(done), _MAX_ARCHIVE_ROWS):
-                chunk = done[start : start + _MAX_ARCHIVE_ROWS]
-                archived: list[Any] = []
-                fence: list[Any] = []
-                for o in chunk:
-                    archived += (
-                        o.id, o.token, o.state.value, o.attempts_count,
-                        timestamp_text(o.first_attempt_at), timestamp_text(o.last_attempt_at), o.last_error,
-                    )
-                    fence += (o.id, o.token)
-                await conn.exec_driver_sql(_archive_sql(m, a, len(chunk)), tuple(archived))
-                result = await conn.exec_driver_sql(_delete_sql(m, len(chunk)), tuple(fence))
-                changed += result.rowcount or 0
-            if back:
-                result = await conn.exec_driver_sql(
-                    self._requeue_statement(engine),
-                    [
-                        (o.state.value, o.attempts_count, o.deliveries_count,
-                         timestamp_text(o.first_attempt_at), timestamp_text(o.last_attempt_at),
-                         timestamp_text(o.next_attempt_at), o.last_error, o.id, o.token)
-                        for o in back
-                    ],
+        statements: list[tuple[str, tuple[Any, ...], bool]] = []  # sql, values, counts
+        for start in range(0, len(done), _MAX_ARCHIVE_ROWS):
+            chunk = done[start : start + _MAX_ARCHIVE_ROWS]
+            archived: list[Any] = []
+            fence: list[Any] = []
+            for o in chunk:
+                archived += (
+                    o.id, o.token, o.state.value, o.attempts_count,
+                    timestamp_text(o.first_attempt_at), timestamp_text(o.last_attempt_at), o.last_error,
                 )
-                changed += result.rowcount or 0
-        return changed
+                fence += (o.id, o.token)
+            statements.append((_archive_sql(m, a, len(chunk)), tuple(archived), False))
+            statements.append((_delete_sql(m, len(chunk)), tuple(fence), True))
+        requeued = [
+            (o.state.value, o.attempts_count, o.deliveries_count,
+             timestamp_text(o.first_attempt_at), timestamp_text(o.last_attempt_at),
+             timestamp_text(o.next_attempt_at), o.last_error, o.id, o.token)
+            for o in outcomes
+            if not o.archives
+        ]
+        requeue = self._requeue_statement(engine)
+
+        def work(cursor: Any) -> int:
+            changed = 0
+            for sql, values, counts in statements:
+                cursor.execute(sql, values)
+                if counts:
+                    changed += max(cursor.rowcount, 0)
+            if requeued:
+                cursor.executemany(requeue, requeued)
+                changed += max(cursor.rowcount, 0)
+            return changed
+
+        return await self._write(engine, work)
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
         m = self._q(engine, self.tables.message)
-        stmt = sa.text(
-            f"UPDATE {m} AS m SET acquired_at = strftime('%Y-%m-%d %H:%M:%f', 'now') || '000' "
-            f"FROM json_each(:leases) AS o WHERE m.id = {_field(0)} "
+        sql = (
+            f"UPDATE {m} AS m SET acquired_at = {_NOW} "
+            f"FROM json_each(?) AS o WHERE m.id = {_field(0)} "
             f"AND m.deliveries_count = {_field(1)} AND m.state = 'PROCESSING'"
         )
-        async with self.own_transaction(engine) as conn:
-            result = await conn.execute(stmt, {"leases": leases_document(leases)})
-            return result.rowcount or 0
+        document = leases_document(leases)
 
-    async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
-        # Multi-row INSERTs at the driver level: SQLite runs in process, so the cost is
-        # per-row work; one statement of many rows steps once where executemany steps
-        # per row (~1 us a row less), and SQLAlchemy's per-row parameter processing is
-        # skipped. Each statement costs several hops to aiosqlite's thread, so a batch
-        # is as few statements as SQLite's variable limit allows; sqlite3 caches the
-        # prepared text of each size.
-        # The database clock of an embedded database is this machine's clock, so the
-        # batch's times are computed here once, not by strftime calls on every row.
-        m = self._q(conn, self.tables.message)
+        def work(cursor: Any) -> int:
+            cursor.execute(sql, (document,))
+            return max(cursor.rowcount, 0)
+
+        return await self._write(engine, work)
+
+    def _insert_work(self, table: str, rows: Sequence[NewMessage]) -> Callable[[Any], list[int]]:
+        """The inserts of `rows` as `work(cursor)`, returning their ids in order.
+
+        Multi-row INSERTs at the driver level: SQLite runs in process, so the cost is
+        per-row work; one statement of many rows steps once where executemany steps per
+        row (~1 us a row less). A batch is as few statements as SQLite's variable limit
+        allows; sqlite3 caches the prepared text of each size. The database clock of an
+        embedded database is this machine's clock, so the batch's times are computed
+        here once, not by strftime calls on every row.
+        """
         now = datetime.now(timezone.utc).replace(tzinfo=None)
         created = stored_text(now)
         due_after: dict[float, str] = {0.0: created}
@@ -223,18 +322,40 @@ class SQLiteDialect(Dialect):
                     now + timedelta(seconds=r.publish_delay)
                 )
             params += (r.queue, r.headers_json, r.payload, created, due, r.correlation_id)
-        start = 0
-        while start < len(rows):
+        statements = []
+        for start in range(0, len(rows), _MAX_INSERT_ROWS):
             size = min(_MAX_INSERT_ROWS, len(rows) - start)
-            await conn.exec_driver_sql(
-                _insert_sql(m, size),
-                tuple(params[start * _INSERT_PARAMS : (start + size) * _INSERT_PARAMS]),
-            )
-            start += size
-        # The write lock is ours from the first row to the last, and AUTOINCREMENT hands
-        # out consecutive ids, so the batch's ids end at last_insert_rowid().
-        last = (await conn.exec_driver_sql("SELECT last_insert_rowid()")).scalar_one()
-        return list(range(last - len(rows) + 1, last + 1))
+            values = tuple(params[start * _INSERT_PARAMS : (start + size) * _INSERT_PARAMS])
+            statements.append((_insert_sql(table, size), values))
+
+        def work(cursor: Any) -> list[int]:
+            for sql, values in statements:
+                cursor.execute(sql, values)
+            # The write lock is ours from the first row to the last, and AUTOINCREMENT
+            # hands out consecutive ids, so the batch's ids end at the last row's.
+            last: int = cursor.lastrowid
+            return list(range(last - len(rows) + 1, last + 1))
+
+        return work
+
+    async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
+        if not conn.in_transaction():
+            # The statements bypass SQLAlchemy, which would otherwise not know that the
+            # driver began a transaction, and the caller's commit() would do nothing.
+            await conn.begin()
+        work = self._insert_work(self._q(conn, self.tables.message), rows)
+
+        def run(dbapi_connection: Any) -> list[int]:
+            cursor = dbapi_connection.cursor()
+            try:
+                return work(cursor)
+            finally:
+                cursor.close()
+
+        return await in_driver_thread(conn, run)
+
+    async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
+        return await self._write(engine, self._insert_work(self._q(engine, self.tables.message), rows))
 
     def is_transient(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None) or exc

@@ -1,0 +1,68 @@
+"""SQLite runs the broker's own statements as one call on aiosqlite's thread."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiosqlite
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from faststream_sqla.dialects.sqlite import (
+    immediate_transaction,
+    in_driver_thread,
+    through_sqlalchemy,
+)
+
+
+@pytest.fixture
+async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'driver.db'}")
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql("CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT)")
+    yield engine
+    await engine.dispose()
+
+
+def insert_two(cursor: sqlite3.Cursor) -> int:
+    cursor.execute("INSERT INTO item (name) VALUES (?), (?)", ("a", "b"))
+    return int(cursor.lastrowid)
+
+
+def insert_then_fail(cursor: sqlite3.Cursor) -> int:
+    cursor.execute("INSERT INTO item (name) VALUES (?)", ("lost",))
+    cursor.execute("INSERT INTO missing_table VALUES (1)")
+    return 0
+
+
+async def names(engine: AsyncEngine) -> list[str]:
+    async with engine.connect() as conn:
+        result = await conn.exec_driver_sql("SELECT name FROM item ORDER BY id")
+        return [row[0] for row in result]
+
+
+def test_installed_aiosqlite_has_the_one_call_dispatch() -> None:
+    # Without it every statement falls back to SQLAlchemy's several calls: correct,
+    # but slow under load. An aiosqlite release that drops it must fail here, loudly.
+    assert callable(getattr(aiosqlite.Connection, "_execute", None))
+    assert isinstance(getattr(aiosqlite.Connection, "_conn", None), property)
+
+
+@pytest.mark.parametrize("route", [in_driver_thread, through_sqlalchemy])
+async def test_immediate_transaction_commits_on_either_route(sqlite_engine, route) -> None:
+    async with sqlite_engine.connect() as conn:
+        last = await route(conn, immediate_transaction(insert_two))
+    assert last == 2
+    assert await names(sqlite_engine) == ["a", "b"]
+
+
+@pytest.mark.parametrize("route", [in_driver_thread, through_sqlalchemy])
+async def test_immediate_transaction_rolls_back_a_failed_operation(sqlite_engine, route) -> None:
+    async with sqlite_engine.connect() as conn:
+        with pytest.raises(Exception, match="missing_table"):
+            await route(conn, immediate_transaction(insert_then_fail))
+        # the connection is usable, and out of the failed transaction
+        assert await route(conn, immediate_transaction(insert_two)) == 2
+    assert await names(sqlite_engine) == ["a", "b"]
