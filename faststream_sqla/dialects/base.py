@@ -111,12 +111,6 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[tuple[Any, ...]]:
     ]
 
 
-def outcomes_document(outcomes: Sequence[Outcome]) -> str:
-    """The whole outcome batch as one JSON parameter (one statement shape, any size):
-    an array of OUTCOME_FIELDS arrays, times as text."""
-    return json.dumps(outcome_rows(outcomes), default=timestamp_text, separators=(",", ":"))
-
-
 class NotificationListener(abc.ABC):
     """Keeps a connection that hears about publishes from other processes."""
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,7 +21,6 @@ from .base import (
     NewMessage,
     Outcome,
     leases_document,
-    outcomes_document,
 )
 
 # positions in a locked row: CLAIMED_COLUMNS, then the server clock read with them
@@ -44,12 +45,50 @@ _ROW = (
     "COALESCE(%s, UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND), %s)"
 )
 
-# base.outcomes_document: one [id, token, state, ...] array per outcome
+# The outcome batch as one JSON document of numbers only: an array per outcome of
+# [id, token, state code, attempts, deliveries, first_us, last_us, next_us, error], times
+# as microseconds since 1970 (naive UTC). asyncmy escapes every parameter on the client,
+# and a document full of quoted strings cost it ~1.8 ms per 1,000 outcomes, per statement;
+# without quotes escaping is nearly free, and numbers encode faster than formatted times.
+STATE_CODES = {state: code for code, state in enumerate(MessageState, start=1)}
+_EPOCH = datetime(1970, 1, 1)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _micros(value: datetime | None) -> int | None:
+    return None if value is None else (value - _EPOCH) // _MICROSECOND
+
+
+def outcomes_document(outcomes: Sequence[Outcome]) -> str:
+    return json.dumps(
+        [
+            (o.id, o.token, STATE_CODES[o.state], o.attempts_count, o.deliveries_count,
+             _micros(o.first_attempt_at), _micros(o.last_attempt_at),
+             _micros(o.next_attempt_at), o.last_error)
+            for o in outcomes
+        ],
+        separators=(",", ":"),
+    )
+
+
 _OUTCOME_ROWS = """JSON_TABLE(:outcomes, '$[*]' COLUMNS (
-    id BIGINT PATH '$[0]', token INT PATH '$[1]', state VARCHAR(16) PATH '$[2]',
+    id BIGINT PATH '$[0]', token INT PATH '$[1]', state_code INT PATH '$[2]',
     attempts INT PATH '$[3]', deliveries INT PATH '$[4]',
-    first_at DATETIME(6) PATH '$[5]', last_at DATETIME(6) PATH '$[6]',
-    next_at DATETIME(6) PATH '$[7]', error LONGTEXT PATH '$[8]')) AS o"""
+    first_us BIGINT PATH '$[5]', last_us BIGINT PATH '$[6]',
+    next_us BIGINT PATH '$[7]', error LONGTEXT PATH '$[8]')) AS o"""
+_STATE = "ELT(o.state_code, " + ", ".join(f"'{s.value}'" for s in MessageState) + ")"
+
+
+def _time(field: str) -> str:
+    return f"TIMESTAMPADD(MICROSECOND, o.{field}, CAST('1970-01-01' AS DATETIME(6)))"
+
+
+def _codes(*states: MessageState) -> str:
+    return ", ".join(str(STATE_CODES[s]) for s in states)
+
+
+_ARCHIVED = f"o.state_code IN ({_codes(MessageState.COMPLETED, MessageState.FAILED)})"
+_REQUEUED = f"o.state_code IN ({_codes(MessageState.PENDING, MessageState.RETRYABLE)})"
 
 
 def _mysql_code(exc: BaseException) -> int | None:
@@ -211,21 +250,21 @@ class MySQLDialect(Dialect):
 INSERT INTO {a} (id, queue, headers, payload, state, attempts_count, deliveries_count,
                  created_at, first_attempt_at, last_attempt_at, last_error, correlation_id,
                  archived_at)
-SELECT m.id, m.queue, m.headers, m.payload, o.state, o.attempts, m.deliveries_count,
-       m.created_at, o.first_at, o.last_at, COALESCE(o.error, m.last_error), m.correlation_id,
-       UTC_TIMESTAMP(6)
+SELECT m.id, m.queue, m.headers, m.payload, {_STATE}, o.attempts, m.deliveries_count,
+       m.created_at, {_time("first_us")}, {_time("last_us")}, COALESCE(o.error, m.last_error),
+       m.correlation_id, UTC_TIMESTAMP(6)
 FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
-WHERE o.state IN ('COMPLETED', 'FAILED')"""
+WHERE {_ARCHIVED}"""
             delete = f"""
 DELETE m FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
-WHERE o.state IN ('COMPLETED', 'FAILED')"""
+WHERE {_ARCHIVED}"""
             requeue = f"""
 UPDATE {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
-SET m.state = o.state, m.attempts_count = o.attempts, m.deliveries_count = o.deliveries,
-    m.first_attempt_at = o.first_at, m.last_attempt_at = o.last_at,
-    m.next_attempt_at = COALESCE(o.next_at, m.next_attempt_at),
+SET m.state = {_STATE}, m.attempts_count = o.attempts, m.deliveries_count = o.deliveries,
+    m.first_attempt_at = {_time("first_us")}, m.last_attempt_at = {_time("last_us")},
+    m.next_attempt_at = COALESCE({_time("next_us")}, m.next_attempt_at),
     m.last_error = COALESCE(o.error, m.last_error), m.acquired_at = NULL
-WHERE o.state IN ('PENDING', 'RETRYABLE')"""
+WHERE {_REQUEUED}"""
             self._outcome_sql = (sa.text(archive), sa.text(delete), sa.text(requeue))
         return self._outcome_sql
 

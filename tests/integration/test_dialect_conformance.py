@@ -90,9 +90,13 @@ async def test_outcomes_archive_requeue_and_are_fenced(engine, tables, dialect):
     assert await dialect.write_outcomes(engine, outcomes) == 2
     (archived,) = await rows(engine, tables.archive)
     assert (archived["id"], archived["state"]) == (a, MessageState.COMPLETED)
+    # times round-trip to the microsecond, whatever form a dialect sends them in
+    assert (archived["first_attempt_at"], archived["last_attempt_at"]) == (now, now)
     by_id = {r["id"]: r for r in await rows(engine, tables.message)}
     assert by_id[b]["state"] == MessageState.RETRYABLE and by_id[b]["last_error"] == "boom"
     assert by_id[b]["acquired_at"] is None
+    assert by_id[b]["next_attempt_at"] == now + timedelta(hours=1)
+    assert (by_id[b]["first_attempt_at"], by_id[b]["attempts_count"]) == (now, 1)
     assert by_id[c]["state"] == MessageState.PROCESSING  # the stale outcome changed nothing
 
 
