@@ -99,6 +99,17 @@ def after_attempt(
     )
 
 
+def completed(message: ClaimedMessage, started_at: datetime) -> Outcome:
+    """What `after_attempt` gives an acknowledged attempt that raised nothing, for a
+    message as claimed (its times naive UTC, as `started_at` must be too): the common
+    case, kept short because it runs once per message."""
+    return Outcome(
+        message.id, message.deliveries_count, MessageState.COMPLETED,
+        message.attempts_count + 1, message.deliveries_count,
+        message.first_attempt_at or started_at, started_at, None, None,
+    )
+
+
 def deliveries_exceeded(message: ClaimedMessage, max_deliveries: int) -> Outcome:
     """Poison-message protection: FAILED without running the handler."""
     return Outcome(

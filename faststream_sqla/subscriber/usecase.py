@@ -358,16 +358,13 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self, raw: ClaimedMessage, started: float, error: BaseException | None
     ) -> Outcome:
         started_at = lifecycle.db_time(raw, started)
-        # An acknowledged attempt needs no finish time (only retries are timed from it).
-        finished_at = (
-            started_at
-            if raw.decision is AckStatus.ACKED
-            else lifecycle.db_time(raw, time.monotonic())
-        )
+        if raw.decision is AckStatus.ACKED and error is None:
+            return lifecycle.completed(raw, started_at)  # once per message: no detour
+        # Only a retry is timed from the attempt's end.
         return lifecycle.after_attempt(
             raw,
             started_at=started_at,
-            finished_at=finished_at,
+            finished_at=lifecycle.db_time(raw, time.monotonic()),
             error=error,
             retry_strategy=self.options.retry_strategy,
         )

@@ -134,6 +134,21 @@ def attempt(msg: ClaimedMessage, *, error: BaseException | None = None, started=
     )
 
 
+@pytest.mark.parametrize("first_attempt_at", [None, naive(T0 - timedelta(hours=1))])
+def test_completed_is_after_attempt_for_an_acked_claimed_message(first_attempt_at) -> None:
+    # the per-message shortcut must write exactly what the general rule writes
+    msg = claimed(
+        attempts_count=1, deliveries_count=2, first_attempt_at=first_attempt_at,
+        created_at=naive(T0), next_attempt_at=naive(T0), acquired_at=naive(T0),
+        decision=AckStatus.ACKED,
+    )
+    started = naive(T0 + timedelta(minutes=5))
+    general = lifecycle.after_attempt(
+        msg, started_at=started, finished_at=started, error=None, retry_strategy=STRATEGY
+    )
+    assert lifecycle.completed(msg, started) == general
+
+
 def test_ack_completes_and_keeps_first_attempt() -> None:
     first = T0 - timedelta(hours=1)
     started = T0 + timedelta(minutes=5)
