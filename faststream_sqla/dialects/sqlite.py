@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
+import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -108,14 +109,26 @@ async def in_driver_thread(conn: AsyncConnection, work: Callable[[Any], T]) -> T
     raw = await conn.get_raw_connection()
     driver = raw.driver_connection
     dispatch = getattr(driver, "_execute", None)
-    if dispatch is not None and isinstance(getattr(type(driver), "_conn", None), property):
+    if dispatch is None or not isinstance(getattr(type(driver), "_conn", None), property):
+        return await through_sqlalchemy(conn, work)
+    try:
         return await dispatch(work, driver._conn)
-    return await through_sqlalchemy(conn, work)
+    except sqlite3.Error as exc:
+        raise _as_sqlalchemy_error(exc) from exc
 
 
 async def through_sqlalchemy(conn: AsyncConnection, work: Callable[[Any], T]) -> T:
     """`work(dbapi_connection)` through SQLAlchemy's adapted driver: a call per step."""
-    return await conn.run_sync(lambda sync: work(sync.connection.dbapi_connection))
+    try:
+        return await conn.run_sync(lambda sync: work(sync.connection.dbapi_connection))
+    except sqlite3.Error as exc:
+        raise _as_sqlalchemy_error(exc) from exc
+
+
+def _as_sqlalchemy_error(exc: sqlite3.Error) -> sa.exc.DBAPIError:
+    # What SQLAlchemy raises for the same error on every other route and database, so
+    # callers (an outbox publish, say) catch one family of exceptions everywhere.
+    return sa.exc.DBAPIError.instance(None, None, exc, sqlite3.Error)
 
 
 def immediate_transaction(work: Callable[[Any], T]) -> Callable[[Any], T]:
