@@ -11,11 +11,15 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from faststream_sqla import MessageState, SqlaBroker, upgrade_schema
 from faststream_sqla.dialects.sqlite import (
     immediate_transaction,
     in_driver_thread,
     through_sqlalchemy,
 )
+from faststream_sqla.schema import QueueTables
+
+from .helpers import FAST, Recorder, rows
 
 
 @pytest.fixture
@@ -69,3 +73,30 @@ async def test_immediate_transaction_rolls_back_a_failed_operation(sqlite_engine
         # the connection is usable, and out of the failed transaction
         assert await route(conn, immediate_transaction(insert_two)) == 2
     assert await names(sqlite_engine) == ["a", "b"]
+
+
+async def test_a_callers_own_sqlite_engine_publishes_and_consumes(tmp_path: Path) -> None:
+    # An engine the caller made keeps the driver's own transaction handling (no
+    # BEGIN IMMEDIATE hook of ours); the broker's statements must still commit.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'callers.db'}"
+    await upgrade_schema(url)
+    engine = create_async_engine(url)
+    broker = SqlaBroker(engine)
+    got = Recorder()
+
+    @broker.subscriber("q", **FAST)
+    async def handle(body: str) -> None:
+        got.record(body)
+
+    try:
+        async with broker:
+            await broker.start()
+            await broker.publish("committed", queue="q")
+            async with engine.connect() as conn:  # the outbox, on the caller's engine
+                await broker.publish("outbox", queue="q", connection=conn)
+                await conn.commit()
+            assert sorted(await got.wait_for(2)) == ["committed", "outbox"]
+        archived = await rows(engine, QueueTables().archive)
+        assert sorted(r["state"] for r in archived) == [MessageState.COMPLETED] * 2
+    finally:
+        await engine.dispose()
