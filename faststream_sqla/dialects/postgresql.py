@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import operator
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import utc_now
@@ -17,6 +18,8 @@ from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
 from .base import (
+    CLAIM_ORDER,
+    CLAIMED_COLUMNS,
     Dialect,
     NewMessage,
     NotificationListener,
@@ -24,6 +27,9 @@ from .base import (
     outcome_rows,
     sqlstate,
 )
+
+_ID = CLAIMED_COLUMNS.index("id")
+_NEXT_ATTEMPT = CLAIMED_COLUMNS.index("next_attempt_at")
 
 # the outcome statement's array parameters, one per base.OUTCOME_FIELDS entry
 _OUTCOME_PARAMS = (
@@ -61,6 +67,20 @@ def _same_options(a: NewMessage, b: NewMessage) -> bool:
     )
 
 
+def rows_from_columns(columns: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """A claim's column arrays (CLAIMED_COLUMNS order) as rows, oldest first.
+
+    An aggregate over a sorted subquery takes the rows in that order in practice, but
+    PostgreSQL does not promise it: the order is checked (cheap) and restored if it
+    ever differs.
+    """
+    rows = list(zip(*columns, strict=True))
+    keys = list(zip(columns[_NEXT_ATTEMPT], columns[_ID]))
+    if not all(map(operator.le, keys, itertools.islice(keys, 1, None))):
+        rows.sort(key=CLAIM_ORDER)
+    return rows
+
+
 class PostgresDialect(Dialect):
     name = "postgresql"
 
@@ -84,15 +104,14 @@ class PostgresDialect(Dialect):
             .cte("claimed")
         )
         # The claimed rows come back as one row of column arrays, in claim order: asyncpg
-        # decodes an array far cheaper than a record per row, and the server sorts.
-        order = (claimed.c.next_attempt_at, claimed.c.id)
+        # decodes an array far cheaper than a record per row. The rows are sorted once,
+        # below the aggregates: an ORDER BY inside each of the twelve array_aggs was a
+        # sort apiece on PostgreSQL 15, ~6 ms of server time per 1,000 claimed rows.
+        ordered = (
+            sa.select(claimed).order_by(claimed.c.next_attempt_at, claimed.c.id).subquery()
+        )
         self._claim = sa.select(
-            *(
-                sa.type_coerce(
-                    sa.func.array_agg(aggregate_order_by(column, *order)), sa.types.NullType()
-                )
-                for column in claimed.c
-            )
+            *(sa.type_coerce(sa.func.array_agg(column), sa.types.NullType()) for column in ordered.c)
         )
         self._outcomes_sql: str | None = None
         self._insert_sql: sa.TextClause | None = None
@@ -105,7 +124,7 @@ class PostgresDialect(Dialect):
             columns = result.one()
         if columns[0] is None:  # array_agg of no rows
             return []
-        return list(zip(*columns, strict=True))
+        return rows_from_columns(columns)
 
     def _outcomes_statement(self, engine: AsyncEngine) -> sa.TextClause:
         # Text, not Core: DELETE ... USING ... RETURNING feeding an INSERT in one

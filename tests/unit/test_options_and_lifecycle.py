@@ -335,3 +335,22 @@ def test_header_cache_gives_each_message_its_own_dict() -> None:
     assert cache.load({"already": "decoded"}) == {"already": "decoded"}
     # a hand-edited row must not make every claim of its queue fail
     assert cache.load("not json") == {} and cache.load("[1, 2]") == {}
+
+
+@pytest.mark.parametrize("arrived", [[0, 1, 2, 3], [2, 0, 3, 1]])
+def test_postgresql_claim_arrays_become_rows_oldest_first(arrived) -> None:
+    # (next_attempt_at, id) orders a claim; batch publishes share next_attempt_at
+    from faststream_sqla.dialects.base import CLAIMED_COLUMNS
+    from faststream_sqla.dialects.postgresql import rows_from_columns
+
+    due = [naive(T0), naive(T0), naive(T0 + timedelta(seconds=1)), naive(T0 + timedelta(seconds=2))]
+    ids = [7, 9, 3, 1]  # oldest first: by due time, then id
+    values = {"id": ids, "next_attempt_at": due}
+
+    def column(name: str) -> list:  # the arrays in the order the server sent them
+        return [values[name][k] if name in values else f"{name}-{ids[k]}" for k in arrived]
+
+    columns = [column(name) for name in CLAIMED_COLUMNS]
+    rows = rows_from_columns(columns)
+    assert [row[0] for row in rows] == ids
+    assert all(row[1] == f"queue-{row[0]}" for row in rows)  # each row kept together
