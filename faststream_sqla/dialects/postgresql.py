@@ -113,7 +113,7 @@ class PostgresDialect(Dialect):
         self._claim = sa.select(
             *(sa.type_coerce(sa.func.array_agg(column), sa.types.NullType()) for column in ordered.c)
         )
-        self._outcomes_sql: str | None = None
+        self._outcomes_sql: dict[tuple[bool, bool], sa.TextClause] = {}
         self._insert_sql: sa.TextClause | None = None
         # One channel per table set, so brokers on other tables are not woken.
         self.channel = f"fsqla_{tables.message.name}"
@@ -126,7 +126,9 @@ class PostgresDialect(Dialect):
             return []
         return rows_from_columns(columns)
 
-    def _outcomes_statement(self, engine: AsyncEngine) -> sa.TextClause:
+    def _outcomes_statement(
+        self, engine: AsyncEngine, *, archives: bool, requeues: bool
+    ) -> sa.TextClause:
         # Text, not Core: DELETE ... USING ... RETURNING feeding an INSERT in one
         # statement is beyond what Core composes. Identifiers come from our tables.
         # "Still claimed" is tested as `acquired_at IS NOT NULL` (set by a claim, cleared
@@ -134,7 +136,10 @@ class PostgresDialect(Dialect):
         # as a state test it matched the PROCESSING partial index, and with statistics
         # saying nothing was PROCESSING the planner looped over that index and rescanned
         # the outcome list per row: quadratic. Now each outcome finds its row by key.
-        if self._outcomes_sql is None:
+        # A batch with nothing to requeue (the common case) or nothing to archive leaves
+        # the other half out: unnesting the arrays for it cost ~0.7 ms per 1,000.
+        key = (archives, requeues)
+        if key not in self._outcomes_sql:
             m = self._q(engine, self.tables.message)
             a = self._q(engine, self.tables.archive)
             # Columns travel as arrays, binary-encoded by asyncpg: no JSON to build.
@@ -146,8 +151,9 @@ class PostgresDialect(Dialect):
                 "CAST(:errors AS text[])) AS o(id, token, state, attempts, deliveries, "
                 "first_at, last_at, next_at, error)"
             )
-            self._outcomes_sql = f"""
-WITH moved AS (
+            parts, counts = [], []
+            if archives:
+                parts.append(f"""moved AS (
     DELETE FROM {m} AS m USING {rows}
     WHERE m.id = o.id AND m.deliveries_count = o.token AND m.acquired_at IS NOT NULL
       AND o.state IN ('COMPLETED', 'FAILED')
@@ -161,8 +167,10 @@ archived AS (
                      correlation_id, archived_at)
     SELECT moved.*, (now() AT TIME ZONE 'UTC') FROM moved
     RETURNING 1
-),
-requeued AS (
+)""")
+                counts.append("(SELECT count(*) FROM archived)")
+            if requeues:
+                parts.append(f"""requeued AS (
     UPDATE {m} AS m SET state = o.state, attempts_count = o.attempts,
         deliveries_count = o.deliveries, first_attempt_at = o.first_at,
         last_attempt_at = o.last_at,
@@ -172,15 +180,20 @@ requeued AS (
     WHERE m.id = o.id AND m.deliveries_count = o.token AND m.acquired_at IS NOT NULL
       AND o.state IN ('PENDING', 'RETRYABLE')
     RETURNING 1
-)
-SELECT (SELECT count(*) FROM archived) + (SELECT count(*) FROM requeued)
-"""
-        return sa.text(self._outcomes_sql)
+)""")
+                counts.append("(SELECT count(*) FROM requeued)")
+            self._outcomes_sql[key] = sa.text(
+                f"WITH {', '.join(parts)}\nSELECT {' + '.join(counts)}"
+            )
+        return self._outcomes_sql[key]
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         if not outcomes:
             return 0
-        stmt = self._outcomes_statement(engine)
+        archives = sum(1 for o in outcomes if o.archives)
+        stmt = self._outcomes_statement(
+            engine, archives=archives > 0, requeues=archives < len(outcomes)
+        )
         async with autocommit(engine) as conn:
             columns = zip(*outcome_rows(outcomes), strict=True)
             params = dict(zip(_OUTCOME_PARAMS, map(list, columns), strict=True))
