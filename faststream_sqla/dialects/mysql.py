@@ -222,13 +222,13 @@ class MySQLDialect(Dialect):
             # READ COMMITTED: no gap locks, so publishers never deadlock with claimers.
             conn = await conn.execution_options(isolation_level="READ COMMITTED")
             async with conn.begin():
-                locked: list[Sequence[Any]] = list(
-                    (
-                        await conn.execute(
-                            self._lock_ready, {"claim_queue": queue, "claim_limit": limit}
-                        )
-                    ).all()
+                result = await conn.execute(
+                    self._lock_ready, {"claim_queue": queue, "claim_limit": limit}
                 )
+                # The driver's tuples, not SQLAlchemy rows: the columns are untyped, so
+                # building a Row per message would only add cost.
+                locked: list[Sequence[Any]] = result.cursor.fetchall()
+                result.close()
                 if not locked:
                     return []
                 # A driver-level IN list: SQLAlchemy's expanding parameter cost more
