@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -95,6 +96,22 @@ def _mark_processing_sql(table: str, rows: int) -> str:
         f"UPDATE {table} SET state = 'PROCESSING', deliveries_count = deliveries_count + 1, "
         f"acquired_at = %s WHERE id IN ({', '.join(['%s'] * rows)})"
     )
+
+
+@asynccontextmanager
+async def read_committed(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A READ COMMITTED transaction, committed on exit, for claims, outcomes and leases:
+    no gap locks, so publishers never deadlock with claimers.
+
+    The level is set for this transaction only, in one statement. SQLAlchemy's
+    isolation_level option sets the session's at checkout and resets it at check-in:
+    four round trips around every operation (MariaDB's general log). Publishes keep the
+    plain transaction, where the extra statement cost ~14% of a single publish.
+    """
+    async with engine.connect() as conn:
+        await conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        yield conn
+        await conn.commit()
 
 
 def _mysql_code(exc: BaseException) -> int | None:
@@ -218,25 +235,22 @@ class MySQLDialect(Dialect):
         return list(range(first, first + len(rows)))
 
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
-        async with engine.connect() as conn:
-            # READ COMMITTED: no gap locks, so publishers never deadlock with claimers.
-            conn = await conn.execution_options(isolation_level="READ COMMITTED")
-            async with conn.begin():
-                result = await conn.execute(
-                    self._lock_ready, {"claim_queue": queue, "claim_limit": limit}
-                )
-                # The driver's tuples, not SQLAlchemy rows: the columns are untyped, so
-                # building a Row per message would only add cost.
-                locked: list[Sequence[Any]] = result.cursor.fetchall()
-                result.close()
-                if not locked:
-                    return []
-                # A driver-level IN list: SQLAlchemy's expanding parameter cost more
-                # than the statement for a thousand ids.
-                await conn.exec_driver_sql(
-                    _mark_processing_sql(self._q(conn, self.tables.message), len(locked)),
-                    (locked[0][_ACQUIRED], *(row[0] for row in locked)),
-                )
+        async with read_committed(engine) as conn:
+            result = await conn.execute(
+                self._lock_ready, {"claim_queue": queue, "claim_limit": limit}
+            )
+            # The driver's tuples, not SQLAlchemy rows: the columns are untyped, so
+            # building a Row per message would only add cost.
+            locked: list[Sequence[Any]] = result.cursor.fetchall()
+            result.close()
+            if not locked:
+                return []
+            # A driver-level IN list: SQLAlchemy's expanding parameter cost more
+            # than the statement for a thousand ids.
+            await conn.exec_driver_sql(
+                _mark_processing_sql(self._q(conn, self.tables.message), len(locked)),
+                (locked[0][_ACQUIRED], *(row[0] for row in locked)),
+            )
         return locked  # CLAIMED_COLUMNS as they now stand, in claim order
 
     def _statements(
@@ -276,10 +290,8 @@ WHERE {_REQUEUED}"""
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         statements = self._statements(engine)
-        async with engine.connect() as conn:
-            conn = await conn.execution_options(isolation_level="READ COMMITTED")
-            async with conn.begin():
-                return await _apply_outcome_statements(conn, statements, outcomes)
+        async with read_committed(engine) as conn:
+            return await _apply_outcome_statements(conn, statements, outcomes)
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
         m = self._q(engine, self.tables.message)
@@ -290,11 +302,9 @@ WHERE {_REQUEUED}"""
             "ON m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING' "
             "SET m.acquired_at = UTC_TIMESTAMP(6)"
         )
-        async with engine.connect() as conn:
-            conn = await conn.execution_options(isolation_level="READ COMMITTED")
-            async with conn.begin():
-                result = await conn.execute(stmt, {"leases": leases_document(leases)})
-                return result.rowcount or 0
+        async with read_committed(engine) as conn:
+            result = await conn.execute(stmt, {"leases": leases_document(leases)})
+            return result.rowcount or 0
 
     def is_transient(self, exc: BaseException) -> bool:
         return _mysql_code(exc) in TRANSIENT_CODES

@@ -199,3 +199,39 @@ async def test_a_batch_of_mixed_rows_is_stored_all_or_nothing(server, server_dat
         async with engine.begin() as conn:
             await conn.execute(tables.message.delete().where(mine))
         await engine.dispose()
+
+
+async def test_mysql_own_transactions_read_committed_and_leave_the_session_alone(
+    server_databases,
+):
+    """Claims, outcome writes and lease renewals run at READ COMMITTED (no gap locks
+    against publishers), set for their own transaction only: the pooled connection's
+    session keeps the server's default (REPEATABLE READ) for whoever uses it next."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from faststream_sqla.dialects.mysql import read_committed
+    from faststream_sqla.schema import QueueTables
+
+    tables = QueueTables()
+    engine = create_async_engine(server_databases["mysql"], pool_size=1, max_overflow=0)
+    other = create_async_engine(server_databases["mysql"])
+    d = dialect_for(engine, tables)
+    count = sa.select(sa.func.count()).select_from(tables.message).where(
+        tables.message.c.queue == "isolation"
+    )
+
+    async def sees_a_commit_made_meanwhile(conn: sa.ext.asyncio.AsyncConnection) -> bool:
+        before = (await conn.execute(count)).scalar_one()
+        await insert(other, d, new("isolation"))  # committed by another connection
+        return (await conn.execute(count)).scalar_one() > before
+
+    try:
+        async with read_committed(engine) as conn:
+            assert await sees_a_commit_made_meanwhile(conn)  # READ COMMITTED
+        async with engine.begin() as conn:  # the same pooled connection, next user
+            assert not await sees_a_commit_made_meanwhile(conn)  # REPEATABLE READ
+    finally:
+        async with other.begin() as conn:
+            await conn.execute(tables.message.delete().where(tables.message.c.queue == "isolation"))
+        await engine.dispose()
+        await other.dispose()
