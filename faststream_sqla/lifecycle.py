@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 from faststream.message import AckStatus
 
-from .clock import to_naive_utc
+from .clock import to_aware, to_naive_utc
 from .dialects.base import Outcome
 from .message import ClaimedMessage
 from .retry import RetryStrategy
@@ -48,10 +48,6 @@ def _naive(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=None) if value.tzinfo is timezone.utc else to_naive_utc(value)
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
-
-
 def after_attempt(
     message: ClaimedMessage,
     *,
@@ -78,8 +74,9 @@ def after_attempt(
             first, started, None, last_error,
         )
 
-    finished = _aware(finished_at)
-    first_aware = _aware(first)
+    finished = to_aware(finished_at)
+    first_aware = to_aware(first)
+    assert finished is not None and first_aware is not None
     next_at = retry_strategy.get_next_attempt_at(
         first_attempt_at=first_aware, last_attempt_at=finished, attempts_count=attempts
     )

@@ -19,7 +19,6 @@ from faststream_sqla.schema import MessageState, QueueTables
 from ._claim import claimed_columns, ready_ids
 from .base import (
     CLAIM_ORDER,
-    CLAIMED_COLUMNS,
     Dialect,
     NewMessage,
     NotificationListener,
@@ -27,9 +26,6 @@ from .base import (
     outcome_rows,
     sqlstate,
 )
-
-_ID = CLAIMED_COLUMNS.index("id")
-_NEXT_ATTEMPT = CLAIMED_COLUMNS.index("next_attempt_at")
 
 # the outcome statement's array parameters, one per base.OUTCOME_FIELDS entry
 _OUTCOME_PARAMS = (
@@ -75,7 +71,7 @@ def rows_from_columns(columns: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]
     ever differs.
     """
     rows = list(zip(*columns, strict=True))
-    keys = list(zip(columns[_NEXT_ATTEMPT], columns[_ID]))
+    keys = list(zip(*CLAIM_ORDER(columns)))  # the same key, taken from the arrays
     if not all(map(operator.le, keys, itertools.islice(keys, 1, None))):
         rows.sort(key=CLAIM_ORDER)
     return rows

@@ -131,27 +131,36 @@ def _as_sqlalchemy_error(exc: sqlite3.Error) -> sa.exc.DBAPIError:
     return sa.exc.DBAPIError.instance(None, None, exc, sqlite3.Error)
 
 
-def immediate_transaction(work: Callable[[Any], T]) -> Callable[[Any], T]:
-    """`work(cursor)` inside BEGIN IMMEDIATE ... COMMIT, rolled back if it fails."""
+def on_cursor(work: Callable[[Any], T]) -> Callable[[Any], T]:
+    """`work(cursor)` as a function of the DB-API connection, the cursor closed after."""
 
     def run(dbapi_connection: Any) -> T:
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(cursor)
-                cursor.execute("COMMIT")
-            except BaseException:
-                try:
-                    cursor.execute("ROLLBACK")
-                except sqlite3.OperationalError:
-                    pass  # SQLite already rolled back (some errors end the transaction)
-                raise
-            return result
+            return work(cursor)
         finally:
             cursor.close()
 
     return run
+
+
+def immediate_transaction(work: Callable[[Any], T]) -> Callable[[Any], T]:
+    """`work(cursor)` inside BEGIN IMMEDIATE ... COMMIT, rolled back if it fails."""
+
+    def in_transaction(cursor: Any) -> T:
+        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            result = work(cursor)
+            cursor.execute("COMMIT")
+        except BaseException:
+            try:
+                cursor.execute("ROLLBACK")
+            except sqlite3.OperationalError:
+                pass  # SQLite already rolled back (some errors end the transaction)
+            raise
+        return result
+
+    return on_cursor(in_transaction)
 
 
 class SQLiteDialect(Dialect):
@@ -357,15 +366,7 @@ class SQLiteDialect(Dialect):
             # driver began a transaction, and the caller's commit() would do nothing.
             await conn.begin()
         work = self._insert_work(self._q(conn, self.tables.message), rows)
-
-        def run(dbapi_connection: Any) -> list[int]:
-            cursor = dbapi_connection.cursor()
-            try:
-                return work(cursor)
-            finally:
-                cursor.close()
-
-        return await in_driver_thread(conn, run)
+        return await in_driver_thread(conn, on_cursor(work))
 
     async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
         return await self._write(engine, self._insert_work(self._q(engine, self.tables.message), rows))
