@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +23,7 @@ from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import QueueTables
 from faststream_sqla.subscriber.config import default_retry_strategy
 
+from . import pipeline
 from .common import (
     QUEUE,
     CountDown,
@@ -171,6 +174,10 @@ async def run_drain(
     )
     if batch:
         return
+    results.add(
+        SYSTEM, scenario, "over_paired_pipeline", db, repeated["paired_median"], "x",
+        n=n, fetch_batch_size=best, pairs=repeated["paired_ratios"], logger=None,
+    )
     # The same drain as an application started without options runs it: FastStream's
     # access log on, compared with FastStream's own pipeline with its access log on.
     try:
@@ -182,18 +189,38 @@ async def run_drain(
         SYSTEM, scenario, "access_log_msg_per_s", db, logged["median"], "msg/s",
         n=n, fetch_batch_size=best, repeat_runs=logged["runs"], log_stream=os.devnull,
     )
+    results.add(
+        SYSTEM, scenario, "access_log_over_paired_pipeline", db, logged["paired_median"], "x",
+        n=n, fetch_batch_size=best, pairs=logged["paired_ratios"], log_stream=os.devnull,
+    )
 
 
 async def _median_drain(
     url: str, n: int, fbs: int, batch: bool, repeats: int, *, access_log: bool
 ) -> dict[str, Any]:
-    rates = []
-    for _ in range(repeats):
-        run = await drain_once(url, n, fbs=fbs, batch=batch, access_log=access_log)
-        if run["problem"]:
-            raise RuntimeError(run["problem"])
-        rates.append(run["msg_per_s"])
-    return {"median": statistics.median(rates), "runs": rates}
+    """Median of `repeats` drains. Single-message drains are each paired with a
+    measurement of FastStream's pipeline (same logging) taken just before, and
+    `paired_median` is the median of drain / pipeline over those pairs: on a machine
+    whose speed drifts, a baseline measured minutes earlier can flatter or sink a ratio.
+    """
+    rates, ratios = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(repeats):
+            base = None if batch else await pipeline.measure(
+                n, access_log=access_log, tmpdir=Path(tmp)
+            )
+            run = await drain_once(url, n, fbs=fbs, batch=batch, access_log=access_log)
+            if run["problem"]:
+                raise RuntimeError(run["problem"])
+            rates.append(run["msg_per_s"])
+            if base:
+                ratios.append(run["msg_per_s"] / base)
+    return {
+        "median": statistics.median(rates),
+        "runs": rates,
+        "paired_median": statistics.median(ratios) if ratios else None,
+        "paired_ratios": ratios,
+    }
 
 
 # -- publish ----------------------------------------------------------------------------

@@ -21,6 +21,8 @@ EXPECTED = [
     ("pipeline", "pipeline", "log_off_msg_per_s", "-"),
     ("pipeline", "pipeline", "log_on_msg_per_s", "-"),
     ("faststream-sqla", "drain", "msg_per_s", "sqlite"),
+    ("faststream-sqla", "drain", "over_paired_pipeline", "sqlite"),
+    ("faststream-sqla", "drain", "access_log_over_paired_pipeline", "sqlite"),
     ("faststream-sqla", "publish", "single_msg_per_s", "sqlite"),
     ("faststream-sqla", "publish", "batch_msg_per_s", "sqlite"),
 ]
@@ -54,6 +56,8 @@ def test_quick_benchmark_reports_positive_figures(tmp_path: Path) -> None:
     assert set(drain["details"]["by_fetch_batch_size"]) == {"100", "500", "1000"}
     assert drain["ratios"]["pipeline"] > 0
     assert drain["ratios"]["raw"] > 0
+    paired = figures[("faststream-sqla", "drain", "over_paired_pipeline", "sqlite")]
+    assert len(paired["details"]["pairs"]) == 1  # --quick: one repeat
     assert figures[("faststream-sqla", "publish", "batch_msg_per_s", "sqlite")]["ratios"]["raw"] > 0
 
     # The batch drain runs with `drain`: a figure, or n/a while the feature is missing.
