@@ -354,3 +354,25 @@ def test_postgresql_claim_arrays_become_rows_oldest_first(arrived) -> None:
     rows = rows_from_columns(columns)
     assert [row[0] for row in rows] == ids
     assert all(row[1] == f"queue-{row[0]}" for row in rows)  # each row kept together
+
+
+def test_postgresql_outcome_parameters_are_array_text_and_exact_microseconds() -> None:
+    from faststream_sqla.dialects.base import Outcome, micros_since_epoch
+    from faststream_sqla.dialects.postgresql import array_literal, outcome_parameters
+    from faststream_sqla.schema import MessageState
+
+    assert array_literal([1, None, -3]) == "{1,NULL,-3}"
+    assert array_literal([]) == "{}"
+    first = datetime(2026, 11, 22, 7, 0, 0, 123456)
+    assert micros_since_epoch(first) == 1795330800123456
+    assert micros_since_epoch(None) is None
+
+    done = Outcome(5, 1, MessageState.COMPLETED, 1, 1, first, first)
+    params = outcome_parameters([done])
+    assert params["ids"] == "{5}" and params["states"] == "{COMPLETED}"
+    assert params["first_us"] == "{1795330800123456}" and params["next_us"] == "{NULL}"
+    assert params["errors"] is None  # no list to encode when nothing failed
+
+    failed = Outcome(6, 2, MessageState.RETRYABLE, 2, 2, first, first, first, 'boom "quoted", {braced}')
+    params = outcome_parameters([done, failed])
+    assert params["errors"] == [None, 'boom "quoted", {braced}']  # free text stays a list
