@@ -19,6 +19,7 @@ from faststream_sqla.schema import MessageState, QueueTables
 from ._claim import claimed_columns, ready_ids
 from .base import (
     CLAIM_ORDER,
+    CLAIMED_COLUMNS,
     Dialect,
     NewMessage,
     NotificationListener,
@@ -98,6 +99,10 @@ def _same_options(a: NewMessage, b: NewMessage) -> bool:
     )
 
 
+#: claimed columns with one value for the whole claim, sent once
+SHARED_CLAIM_COLUMNS = ("queue", "acquired_at")
+
+
 def rows_from_columns(columns: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
     """A claim's column arrays (CLAIMED_COLUMNS order) as rows, oldest first.
 
@@ -141,8 +146,17 @@ class PostgresDialect(Dialect):
         ordered = (
             sa.select(claimed).order_by(claimed.c.next_attempt_at, claimed.c.id).subquery()
         )
+        # What every row of a claim shares comes back once, not as an array of copies:
+        # the queue is the one asked for, and acquired_at is now(), fixed for the
+        # statement. Decoding a thousand equal strings and timestamps was client work
+        # for nothing.
         self._claim = sa.select(
-            *(sa.type_coerce(sa.func.array_agg(column), sa.types.NullType()) for column in ordered.c)
+            *(
+                sa.type_coerce(sa.func.array_agg(column), sa.types.NullType())
+                for column in ordered.c
+                if column.name not in SHARED_CLAIM_COLUMNS
+            ),
+            sa.type_coerce(sa.func.max(ordered.c.acquired_at), sa.types.NullType()),
         )
         self._outcomes_sql: dict[tuple[bool, bool], sa.TextClause] = {}
         self._insert_sql: sa.TextClause | None = None
@@ -152,9 +166,14 @@ class PostgresDialect(Dialect):
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
         async with autocommit(engine) as conn:
             result = await conn.execute(self._claim, {"claim_queue": queue, "claim_limit": limit})
-            columns = result.one()
-        if columns[0] is None:  # array_agg of no rows
+            *arrays, acquired_at = result.one()
+        if arrays[0] is None:  # array_agg of no rows
             return []
+        shared = {"queue": queue, "acquired_at": acquired_at}
+        count = len(arrays[0])
+        columns, arrays_left = [], iter(arrays)
+        for name in CLAIMED_COLUMNS:
+            columns.append([shared[name]] * count if name in shared else next(arrays_left))
         return rows_from_columns(columns)
 
     def _outcomes_statement(
