@@ -150,7 +150,10 @@ class Fetcher:
         self.capacity = options.buffer_capacity
         self.max_unsettled = 2 * (self.capacity + options.max_workers)
         self.batch_size = options.fetch_batch_size
+        #: set to wake a fetcher that waits for room; workers yield at every message
+        #: while it is set, so the fetcher gets its turn promptly
         self.space = asyncio.Event()
+        self.awaiting_space = False
         self.stopping = False
         self._rotation = 0
 
@@ -160,7 +163,8 @@ class Fetcher:
     def notify_taken(self) -> None:
         """Called when room may have appeared: a message taken, outcomes written.
         Called once per message, so it is kept to a few comparisons."""
-        if not self.space.is_set() and self.free_slots() >= self.batch_size:
+        if self.awaiting_space and self.free_slots() >= self.batch_size:
+            self.awaiting_space = False
             self.space.set()
 
     async def run(self) -> None:
@@ -168,9 +172,11 @@ class Fetcher:
         batch = self.options.fetch_batch_size
         while not self.stopping:
             if self.free_slots() < batch:
+                # Cleared once the fetcher runs again, not when its claim ends: left set
+                # through a claim, it had every worker yield at every message meanwhile.
+                self.awaiting_space = True
+                await self.space.wait()
                 self.space.clear()
-                if self.free_slots() < batch:
-                    await self.space.wait()
                 continue
             # Cleared before claiming: a publish during the claim triggers another.
             self.wake.clear()
