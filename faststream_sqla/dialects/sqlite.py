@@ -202,9 +202,26 @@ class SQLiteDialect(Dialect):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     async def _write(self, engine: AsyncEngine, work: Callable[[Any], T]) -> T:
-        """`work(cursor)` as one immediate transaction, in one hand-off to the driver."""
-        async with self._writer, engine.connect() as conn:
-            return await in_driver_thread(conn, immediate_transaction(work))
+        """`work(cursor)` as one immediate transaction, in one hand-off to the driver.
+
+        Once the transaction has committed, the next writer may begin while this
+        connection is reset and returned to the pool: that reset is another hand-off
+        to the driver's thread, and inside the lock it held every other writer back
+        (~40 ms an outcome write during a busy drain). After a failure or a
+        cancellation the lock is kept until the connection is back, so a transaction
+        still running on the driver's thread cannot overlap the next writer's.
+        """
+        await self._writer.acquire()
+        held = True
+        try:
+            async with engine.connect() as conn:
+                result = await in_driver_thread(conn, immediate_transaction(work))
+                self._writer.release()
+                held = False
+                return result
+        finally:
+            if held:
+                self._writer.release()
 
     def _claim_statements(self, engine: AsyncEngine) -> tuple[str, str, Any]:
         if self._claim_sql is None:

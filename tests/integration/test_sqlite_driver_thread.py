@@ -100,3 +100,26 @@ async def test_a_callers_own_sqlite_engine_publishes_and_consumes(tmp_path: Path
         assert sorted(r["state"] for r in archived) == [MessageState.COMPLETED] * 2
     finally:
         await engine.dispose()
+
+
+async def test_the_writer_lock_is_free_after_every_kind_of_write_ending(sqlite_engine) -> None:
+    # Success hands the lock on before the connection's reset; a failure keeps it
+    # until the connection is back. Either way the next writer gets it and commits.
+    import asyncio
+
+    from faststream_sqla.dialects.sqlite import SQLiteDialect
+
+    dialect = SQLiteDialect(QueueTables())
+    assert await dialect._write(sqlite_engine, insert_two) == 2
+    assert not dialect._writer.locked()
+    with pytest.raises(sa.exc.OperationalError, match="missing_table"):
+        await dialect._write(sqlite_engine, insert_then_fail)
+    assert not dialect._writer.locked()
+
+    # two writers at once: the second waits for the first, both commit in turn
+    first, second = await asyncio.gather(
+        dialect._write(sqlite_engine, insert_two), dialect._write(sqlite_engine, insert_two)
+    )
+    assert sorted([first, second]) == [4, 6]
+    assert not dialect._writer.locked()
+    assert await names(sqlite_engine) == ["a", "b"] * 3
