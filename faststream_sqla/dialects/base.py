@@ -101,6 +101,17 @@ def micros_since_epoch(value: datetime | None) -> int | None:
     return None if value is None else (value - _EPOCH) // _MICROSECOND
 
 
+def attempt_micros(outcomes: Sequence[Outcome]) -> tuple[list[int | None], list[int | None]]:
+    """Each outcome's first and last attempt times as microseconds since 1970. A first
+    attempt's two times are one object, so it is converted once."""
+    last = [micros_since_epoch(o.last_attempt_at) for o in outcomes]
+    first = [
+        us if o.first_attempt_at is o.last_attempt_at else micros_since_epoch(o.first_attempt_at)
+        for o, us in zip(outcomes, last, strict=True)
+    ]
+    return first, last
+
+
 def leases_document(leases: Sequence[tuple[int, int]]) -> str:
     """(id, token) pairs as a JSON array of [id, token] arrays."""
     return json.dumps(leases, separators=(",", ":"))

@@ -18,9 +18,11 @@ from faststream_sqla.schema import MessageState, QueueTables
 from ._claim import claimed_columns, ready_ids
 from .base import (
     CLAIMED_COLUMNS,
+    TERMINAL,
     Dialect,
     NewMessage,
     Outcome,
+    attempt_micros,
     leases_document,
     micros_since_epoch,
 )
@@ -51,12 +53,14 @@ _ROW = (
 # without quotes escaping is nearly free, and numbers encode faster than formatted times.
 STATE_CODES = {state: code for code, state in enumerate(MessageState, start=1)}
 def outcomes_document(outcomes: Sequence[Outcome]) -> str:
+    first_us, last_us = attempt_micros(outcomes)
     return json.dumps(
         [
             (o.id, o.token, STATE_CODES[o.state], o.attempts_count, o.deliveries_count,
-             micros_since_epoch(o.first_attempt_at), micros_since_epoch(o.last_attempt_at),
-             micros_since_epoch(o.next_attempt_at), o.last_error)
-            for o in outcomes
+             first, last,
+             None if o.next_attempt_at is None else micros_since_epoch(o.next_attempt_at),
+             o.last_error)
+            for o, first, last in zip(outcomes, first_us, last_us, strict=True)
         ],
         separators=(",", ":"),
     )
@@ -122,11 +126,12 @@ async def _apply_outcome_statements(
     transaction, so the archive copy and the delete commit together."""
     archive, delete, requeue = statements
     params = {"outcomes": outcomes_document(outcomes)}
+    states = {o.state for o in outcomes}  # one pass, not one per half
     changed = 0
-    if any(o.archives for o in outcomes):
+    if not states.isdisjoint(TERMINAL):
         await conn.execute(archive, params)
         changed += (await conn.execute(delete, params)).rowcount or 0
-    if not all(o.archives for o in outcomes):
+    if not states.issubset(TERMINAL):
         changed += (await conn.execute(requeue, params)).rowcount or 0
     return changed
 

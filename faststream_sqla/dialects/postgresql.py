@@ -20,10 +20,12 @@ from ._claim import claimed_columns, ready_ids
 from .base import (
     CLAIM_ORDER,
     CLAIMED_COLUMNS,
+    TERMINAL,
     Dialect,
     NewMessage,
     NotificationListener,
     Outcome,
+    attempt_micros,
     micros_since_epoch,
     sqlstate,
 )
@@ -42,11 +44,7 @@ def array_literal(values: Sequence[int | str | None]) -> str:
 def outcome_parameters(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     """The outcome statement's parameters: a text array per column, times as
     microseconds since 1970, and the errors as a list only when there are any."""
-    last_us = [micros_since_epoch(o.last_attempt_at) for o in outcomes]
-    first_us = [
-        last if o.first_attempt_at is o.last_attempt_at else micros_since_epoch(o.first_attempt_at)
-        for o, last in zip(outcomes, last_us, strict=True)
-    ]  # a first attempt's two times are one object: convert it once
+    first_us, last_us = attempt_micros(outcomes)
     return {
         "ids": array_literal([o.id for o in outcomes]),
         "tokens": array_literal([o.token for o in outcomes]),
@@ -247,9 +245,11 @@ archived AS (
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         if not outcomes:
             return 0
-        archives = sum(1 for o in outcomes if o.archives)
+        states = {o.state for o in outcomes}
         stmt = self._outcomes_statement(
-            engine, archives=archives > 0, requeues=archives < len(outcomes)
+            engine,
+            archives=not states.isdisjoint(TERMINAL),
+            requeues=not states.issubset(TERMINAL),
         )
         params = outcome_parameters(outcomes)
         async with autocommit(engine) as conn:

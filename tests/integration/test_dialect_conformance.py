@@ -80,7 +80,8 @@ async def test_outcomes_archive_requeue_and_are_fenced(engine, tables, dialect):
     now = claimed[a].acquired_at
     outcomes = [
         Outcome(id=a, token=1, state=MessageState.COMPLETED, attempts_count=1,
-                deliveries_count=1, first_attempt_at=now, last_attempt_at=now),
+                deliveries_count=1, first_attempt_at=now - timedelta(minutes=5),
+                last_attempt_at=now),
         Outcome(id=b, token=1, state=MessageState.RETRYABLE, attempts_count=1,
                 deliveries_count=1, first_attempt_at=now, last_attempt_at=now,
                 next_attempt_at=now + timedelta(hours=1), last_error="boom"),
@@ -91,7 +92,8 @@ async def test_outcomes_archive_requeue_and_are_fenced(engine, tables, dialect):
     (archived,) = await rows(engine, tables.archive)
     assert (archived["id"], archived["state"]) == (a, MessageState.COMPLETED)
     # times round-trip to the microsecond, whatever form a dialect sends them in
-    assert (archived["first_attempt_at"], archived["last_attempt_at"]) == (now, now)
+    assert archived["first_attempt_at"] == now - timedelta(minutes=5)
+    assert archived["last_attempt_at"] == now
     by_id = {r["id"]: r for r in await rows(engine, tables.message)}
     assert by_id[b]["state"] == MessageState.RETRYABLE and by_id[b]["last_error"] == "boom"
     assert by_id[b]["acquired_at"] is None
