@@ -90,7 +90,11 @@ def _field(position: int) -> str:
 
 #: the database clock as SQLite text, as `clock.utc_now` renders it
 _NOW = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
-_PAYLOAD = CLAIMED_COLUMNS.index("payload")
+# A claim sends every column but these, which all its rows share, and claim() puts
+# them back in CLAIMED_COLUMNS order (the unpacking there spells that order out; the
+# conformance tests check every claimed field).
+_SHARED_CLAIM_COLUMNS = ("queue", "acquired_at")
+_SENT_CLAIM_COLUMNS = tuple(c for c in CLAIMED_COLUMNS if c not in _SHARED_CLAIM_COLUMNS)
 
 
 async def in_driver_thread(conn: AsyncConnection, work: Callable[[Any], T]) -> T:
@@ -230,21 +234,22 @@ class SQLiteDialect(Dialect):
             # The claimed rows come back as one JSON document: fetching rows one by one
             # takes the GIL back once per row, the hand-off in_driver_thread avoids.
             # The returned values are those the UPDATE below writes.
+            # What all rows share (the queue asked for, the claim's time) comes once.
             values = ", ".join(
                 "hex(payload)" if name == "payload"
                 else "deliveries_count + 1" if name == "deliveries_count"
-                else _NOW if name == "acquired_at"
                 else name
-                for name in CLAIMED_COLUMNS
+                for name in _SENT_CLAIM_COLUMNS
             )
             select = (
-                f"SELECT json_group_array(json_array({values})) "
+                f"SELECT json_group_array(json_array({values})), {_NOW} "
                 f"FROM {m} WHERE id IN ({ready})"
             )
             # Same ids: the transaction holds the write lock, and the order is total.
+            # The time read above is the one stored.
             update = (
                 f"UPDATE {m} SET state = 'PROCESSING', "
-                f"deliveries_count = deliveries_count + 1, acquired_at = {_NOW} "
+                "deliveries_count = deliveries_count + 1, acquired_at = ? "
                 f"WHERE id IN ({ready})"
             )
             self._claim_sql = (select, update, ready)
@@ -255,16 +260,21 @@ class SQLiteDialect(Dialect):
         values = ready.construct_params({"claim_queue": queue, "claim_limit": limit})
         params = tuple(values[name] for name in ready.positiontup)
 
-        def work(cursor: Any) -> str:
+        def work(cursor: Any) -> tuple[str, str]:
             cursor.execute(select, params)
-            document: str = cursor.fetchone()[0]
+            document, now = cursor.fetchone()
             if document != "[]":
-                cursor.execute(update, params)
-            return document
+                cursor.execute(update, (now, *params))
+            return document, now
 
-        rows: list[list[Any]] = json.loads(await self._write(engine, work))
-        for row in rows:
-            row[_PAYLOAD] = bytes.fromhex(row[_PAYLOAD])
+        document, now = await self._write(engine, work)
+        acquired_at = datetime.fromisoformat(now)  # once, not once per row
+        rows = [
+            (id_, queue, headers, bytes.fromhex(payload), attempts, deliveries, created_at,
+             first_at, next_at, last_at, acquired_at, correlation_id)
+            for (id_, headers, payload, attempts, deliveries, created_at, first_at, next_at,
+                 last_at, correlation_id) in json.loads(document)
+        ]
         # Aggregate order is unspecified in SQLite; stored times are text that sorts.
         rows.sort(key=CLAIM_ORDER)
         return rows

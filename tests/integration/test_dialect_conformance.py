@@ -52,7 +52,7 @@ async def test_insert_returns_ids_in_order_and_stores_pending_rows(engine, table
     assert stored[0]["headers"] == {"k": "v"} and stored[0]["payload"] == b"p"
 
 
-async def test_claim_takes_ready_messages_oldest_first_up_to_the_limit(engine, dialect):
+async def test_claim_takes_ready_messages_oldest_first_up_to_the_limit(engine, tables, dialect):
     later = await insert(engine, dialect, new(delay=3600))
     first = await insert(engine, dialect, *(new() for _ in range(3)))
     other = await insert(engine, dialect, new("other"))
@@ -62,6 +62,9 @@ async def test_claim_takes_ready_messages_oldest_first_up_to_the_limit(engine, d
     assert all(r.headers == {"k": "v"} and r.payload == b"p" for r in claimed)
     assert all(r.queue == "q" and r.correlation_id == "c" for r in claimed)
     assert all(r.created_at <= r.acquired_at and r.first_attempt_at is None for r in claimed)
+    # the claim reports the acquired_at it stored: attempt times are measured from it
+    stored = {r["id"]: r["acquired_at"] for r in await rows(engine, tables.message)}
+    assert all(stored[r.id] == r.acquired_at for r in claimed)
     rest = await claim(engine, dialect, "q", 10)
     assert [r.id for r in rest] == first[2:]  # not the delayed one, not other queues
     assert later[0] not in [r.id for r in rest] and other[0] not in [r.id for r in rest]
