@@ -42,6 +42,9 @@ CLAIMED_COLUMNS = (
     "acquired_at",
     "correlation_id",
 )
+#: claimed columns that every row of one claim shares (the queue asked for, the claim's
+#: time): dialects that can send them once do, and fill them in on the client
+SHARED_CLAIM_COLUMNS = ("queue", "acquired_at")
 #: sort key for claimed rows: RETURNING gives them in no particular order
 CLAIM_ORDER = operator.itemgetter(
     CLAIMED_COLUMNS.index("next_attempt_at"), CLAIMED_COLUMNS.index("id")

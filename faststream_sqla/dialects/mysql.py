@@ -52,6 +52,8 @@ _ROW = (
 # and a document full of quoted strings cost it ~1.8 ms per 1,000 outcomes, per statement;
 # without quotes escaping is nearly free, and numbers encode faster than formatted times.
 STATE_CODES = {state: code for code, state in enumerate(MessageState, start=1)}
+
+
 def outcomes_document(outcomes: Sequence[Outcome]) -> str:
     first_us, last_us = attempt_micros(outcomes)
     return json.dumps(

@@ -20,6 +20,7 @@ from ._claim import claimed_columns, ready_ids
 from .base import (
     CLAIM_ORDER,
     CLAIMED_COLUMNS,
+    SHARED_CLAIM_COLUMNS,
     TERMINAL,
     Dialect,
     NewMessage,
@@ -65,6 +66,8 @@ def outcome_parameters(outcomes: Sequence[Outcome]) -> dict[str, Any]:
 
 def _from_micros(column: str) -> str:
     return f"TIMESTAMP '1970-01-01' + u.{column} * INTERVAL '1 microsecond'"
+
+
 TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03"}
 
 
@@ -95,10 +98,6 @@ def _same_options(a: NewMessage, b: NewMessage) -> bool:
         and a.publish_at == b.publish_at
         and a.publish_delay == b.publish_delay
     )
-
-
-#: claimed columns with one value for the whole claim, sent once
-SHARED_CLAIM_COLUMNS = ("queue", "acquired_at")
 
 
 def rows_from_columns(columns: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
@@ -167,7 +166,7 @@ class PostgresDialect(Dialect):
             *arrays, acquired_at = result.one()
         if arrays[0] is None:  # array_agg of no rows
             return []
-        shared = {"queue": queue, "acquired_at": acquired_at}
+        shared = dict(zip(SHARED_CLAIM_COLUMNS, (queue, acquired_at), strict=True))
         count = len(arrays[0])
         columns, arrays_left = [], iter(arrays)
         for name in CLAIMED_COLUMNS:

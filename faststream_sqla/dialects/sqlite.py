@@ -21,6 +21,7 @@ from ._claim import ready_ids
 from .base import (
     CLAIM_ORDER,
     CLAIMED_COLUMNS,
+    SHARED_CLAIM_COLUMNS,
     Dialect,
     NewMessage,
     Outcome,
@@ -90,11 +91,10 @@ def _field(position: int) -> str:
 
 #: the database clock as SQLite text, as `clock.utc_now` renders it
 _NOW = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
-# A claim sends every column but these, which all its rows share, and claim() puts
-# them back in CLAIMED_COLUMNS order (the unpacking there spells that order out; the
-# conformance tests check every claimed field).
-_SHARED_CLAIM_COLUMNS = ("queue", "acquired_at")
-_SENT_CLAIM_COLUMNS = tuple(c for c in CLAIMED_COLUMNS if c not in _SHARED_CLAIM_COLUMNS)
+# A claim sends every column but those all its rows share, and claim() puts them back
+# in CLAIMED_COLUMNS order (the unpacking there spells that order out; the conformance
+# tests check every claimed field).
+_SENT_CLAIM_COLUMNS = tuple(c for c in CLAIMED_COLUMNS if c not in SHARED_CLAIM_COLUMNS)
 
 
 async def in_driver_thread(conn: AsyncConnection, work: Callable[[Any], T]) -> T:
