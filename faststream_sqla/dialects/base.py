@@ -15,13 +15,13 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.clock import utc_now
+from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
 T = TypeVar("T")
@@ -92,16 +92,6 @@ def timestamp_text(value: datetime | None) -> str | None:
     """One text form that PostgreSQL, MariaDB and SQLite all parse as a timestamp, and
     that sorts like SQLAlchemy's own SQLite storage format."""
     return None if value is None else value.isoformat(" ", "microseconds")
-
-
-_EPOCH = datetime(1970, 1, 1)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def micros_since_epoch(value: datetime | None) -> int | None:
-    """A naive UTC time as whole microseconds since 1970: a number every database turns
-    back into the same timestamp exactly, and cheaper to send than a formatted time."""
-    return None if value is None else (value - _EPOCH) // _MICROSECOND
 
 
 def attempt_micros(outcomes: Sequence[Outcome]) -> tuple[list[int | None], list[int | None]]:

@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.clock import utc_now
+from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.exceptions import MessageTooLargeError
 from faststream_sqla.schema import MessageState, QueueTables
 
@@ -24,7 +24,6 @@ from .base import (
     Outcome,
     attempt_micros,
     leases_document,
-    micros_since_epoch,
 )
 
 _ACQUIRED = CLAIMED_COLUMNS.index("acquired_at")
@@ -59,9 +58,7 @@ def outcomes_document(outcomes: Sequence[Outcome]) -> str:
     return json.dumps(
         [
             (o.id, o.token, STATE_CODES[o.state], o.attempts_count, o.deliveries_count,
-             first, last,
-             None if o.next_attempt_at is None else micros_since_epoch(o.next_attempt_at),
-             o.last_error)
+             first, last, micros_since_epoch(o.next_attempt_at), o.last_error)
             for o, first, last in zip(outcomes, first_us, last_us, strict=True)
         ],
         separators=(",", ":"),

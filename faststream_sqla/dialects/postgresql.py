@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.clock import utc_now
+from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._claim import claimed_columns, ready_ids
@@ -27,7 +27,6 @@ from .base import (
     NotificationListener,
     Outcome,
     attempt_micros,
-    micros_since_epoch,
     sqlstate,
 )
 

@@ -13,8 +13,10 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import QueueTables
 
 from ._claim import ready_ids
@@ -51,6 +53,10 @@ def _insert_sql(table: str, rows: int) -> str:
     )
 
 
+#: the database clock as SQL text: `clock.utc_now` as SQLite renders it
+_NOW = str(utc_now().compile(dialect=sqlite_dialect()))
+
+
 @functools.lru_cache(maxsize=256)
 def _archive_sql(message: str, archive: str, rows: int) -> str:
     # VALUES columns are column1..column7: id, token, state, attempts, first_at, last_at, error
@@ -61,7 +67,7 @@ def _archive_sql(message: str, archive: str, rows: int) -> str:
         "correlation_id, archived_at) "
         "SELECT m.id, m.queue, m.headers, m.payload, o.column3, o.column4, m.deliveries_count, "
         "m.created_at, o.column5, o.column6, COALESCE(o.column7, m.last_error), "
-        "m.correlation_id, strftime('%Y-%m-%d %H:%M:%f', 'now') || '000' "
+        f"m.correlation_id, {_NOW} "
         f"FROM (VALUES {values}) AS o JOIN {message} AS m "
         "ON m.id = o.column1 AND m.deliveries_count = o.column2 AND m.state = 'PROCESSING'"
     )
@@ -89,8 +95,6 @@ def _field(position: int) -> str:
     return f"json_extract(o.value, '$[{position}]')"
 
 
-#: the database clock as SQLite text, as `clock.utc_now` renders it
-_NOW = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
 # A claim sends every column but those all its rows share, and claim() puts them back
 # in CLAIMED_COLUMNS order (the unpacking there spells that order out; the conformance
 # tests check every claimed field).

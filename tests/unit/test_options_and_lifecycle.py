@@ -357,7 +357,8 @@ def test_postgresql_claim_arrays_become_rows_oldest_first(arrived) -> None:
 
 
 def test_postgresql_outcome_parameters_are_array_text_and_exact_microseconds() -> None:
-    from faststream_sqla.dialects.base import Outcome, micros_since_epoch
+    from faststream_sqla.clock import micros_since_epoch
+    from faststream_sqla.dialects.base import Outcome
     from faststream_sqla.dialects.postgresql import array_literal, outcome_parameters
     from faststream_sqla.schema import MessageState
 
