@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
+from ._asyncpg import ConnectionLostError, DriverStatement, driver_connection
 from ._claim import claimed_columns, ready_ids
 from .base import (
     CLAIM_ORDER,
@@ -61,6 +62,11 @@ def outcome_parameters(outcomes: Sequence[Outcome]) -> dict[str, Any]:
             else None
         ),
     }
+
+
+OUTCOME_PARAMETERS = (
+    "ids", "tokens", "states", "attempts", "deliveries", "first_us", "last_us", "next_us", "errors"
+)
 
 
 def _from_micros(column: str) -> str:
@@ -128,7 +134,7 @@ class PostgresDialect(Dialect):
             sa.update(m)
             .where(m.c.id.in_(sa.select(ready.c.id)), sa.exists(sa.select(relaxed)))
             .values(
-                state=MessageState.PROCESSING,
+                state=sa.literal_column(f"'{MessageState.PROCESSING.value}'"),
                 deliveries_count=m.c.deliveries_count + 1,
                 acquired_at=utc_now(),
             )
@@ -154,15 +160,22 @@ class PostgresDialect(Dialect):
             ),
             sa.type_coerce(sa.func.max(ordered.c.acquired_at), sa.types.NullType()),
         )
-        self._outcomes_sql: dict[tuple[bool, bool], sa.TextClause] = {}
+        self._claim_on_driver: DriverStatement | None = None
+        self._outcomes_sql: dict[tuple[bool, bool], DriverStatement] = {}
         self._insert_sql: sa.TextClause | None = None
         # One channel per table set, so brokers on other tables are not woken.
         self.channel = f"fsqla_{tables.message.name}"
 
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
-        async with autocommit(engine) as conn:
-            result = await conn.execute(self._claim, {"claim_queue": queue, "claim_limit": limit})
-            *arrays, acquired_at = result.one()
+        if (stmt := self._claim_on_driver) is None:
+            stmt = self._claim_on_driver = DriverStatement(
+                self._claim, engine.dialect, per_call=("claim_queue", "claim_limit")
+            )
+        async with driver_connection(engine) as conn:
+            row = await conn.fetchrow(
+                stmt.sql, *stmt.arguments({"claim_queue": queue, "claim_limit": limit})
+            )
+        *arrays, acquired_at = row
         if arrays[0] is None:  # array_agg of no rows
             return []
         shared = dict(zip(SHARED_CLAIM_COLUMNS, (queue, acquired_at), strict=True))
@@ -174,7 +187,7 @@ class PostgresDialect(Dialect):
 
     def _outcomes_statement(
         self, engine: AsyncEngine, *, archives: bool, requeues: bool
-    ) -> sa.TextClause:
+    ) -> DriverStatement:
         # Text, not Core: DELETE ... USING ... RETURNING feeding an INSERT in one
         # statement is beyond what Core composes. Identifiers come from our tables.
         # "Still claimed" is tested as `acquired_at IS NOT NULL` (set by a claim, cleared
@@ -235,8 +248,10 @@ archived AS (
     RETURNING 1
 )""")
                 counts.append("(SELECT count(*) FROM requeued)")
-            self._outcomes_sql[key] = sa.text(
-                f"WITH {', '.join(parts)}\nSELECT {' + '.join(counts)}"
+            self._outcomes_sql[key] = DriverStatement(
+                sa.text(f"WITH {', '.join(parts)}\nSELECT {' + '.join(counts)}"),
+                engine.dialect,
+                per_call=OUTCOME_PARAMETERS,
             )
         return self._outcomes_sql[key]
 
@@ -249,10 +264,9 @@ archived AS (
             archives=not states.isdisjoint(TERMINAL),
             requeues=not states.issubset(TERMINAL),
         )
-        params = outcome_parameters(outcomes)
-        async with autocommit(engine) as conn:
-            result = await conn.execute(stmt, params)
-            return int(result.scalar_one())
+        args = stmt.arguments(outcome_parameters(outcomes))
+        async with driver_connection(engine) as conn:
+            return int(await conn.fetchval(stmt.sql, *args))
 
     async def release_stuck(
         self, engine: AsyncEngine, queues: Sequence[str], timeout_seconds: float
@@ -307,7 +321,9 @@ archived AS (
     async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
         runs = _runs_sharing_options(rows)
         # One statement is atomic by itself: autocommit saves BEGIN and COMMIT. Rows of
-        # several shapes take several statements, which must commit together.
+        # several shapes take several statements, which must commit together. Publishing
+        # stays on SQLAlchemy's connection (not _asyncpg's), so callers get SQLAlchemy's
+        # exception types.
         transaction = autocommit(engine) if len(runs) == 1 else self.own_transaction(engine)
         async with transaction as conn:
             return await self._insert_runs(conn, runs)
@@ -348,6 +364,8 @@ archived AS (
         return sqlstate(exc) in TRANSIENT_SQLSTATES
 
     def is_disconnect(self, exc: BaseException) -> bool:
+        if isinstance(exc, ConnectionLostError):
+            return True
         return bool(getattr(exc, "connection_invalidated", False)) or (
             (sqlstate(exc) or "").startswith("08")
         )

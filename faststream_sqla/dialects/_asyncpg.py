@@ -1,0 +1,82 @@
+"""The per-batch PostgreSQL statements, run on the pool's asyncpg connection itself.
+
+Through SQLAlchemy's `Connection`, a one-statement autocommit operation cost ~290 µs of
+client CPU on the test machine: a checkout, the isolation level set and reset, and four
+greenlet hops around one round trip. On the driver it costs ~150 µs, pool checkout
+included. Claims and outcome writes run once per batch on the consume path, so they go
+this way; everything else keeps SQLAlchemy's connection.
+
+asyncpg opens no transaction by itself: each statement commits on its own, which is
+what these one-statement operations want.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect as SqlDialect
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+
+class ConnectionLostError(ConnectionError):
+    """The driver connection closed under a statement; it has been dropped from the pool."""
+
+
+class DriverStatement:
+    """A statement compiled once for asyncpg: its SQL text and its arguments in order.
+
+    Constants bound inside the statement are converted by their SQLAlchemy types here,
+    once. The values given per call (`per_call`) go to the driver as they are, so their
+    types must need no conversion: that is checked here too, rather than trusted.
+    """
+
+    def __init__(
+        self, statement: sa.Executable, dialect: SqlDialect, per_call: Collection[str]
+    ) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql = compiled.string
+        self._order: list[tuple[str, bool, Any]] = []
+        for name in compiled.positiontup or ():
+            process = compiled.binds[name].type.bind_processor(dialect)
+            if name in per_call:
+                if process is not None:
+                    msg = f"parameter {name!r} needs conversion; pass it converted"
+                    raise TypeError(msg)
+                self._order.append((name, True, None))
+            else:
+                value = compiled.params[name]
+                self._order.append((name, False, process(value) if process else value))
+        if missing := set(per_call) - {name for name, *_ in self._order}:
+            msg = f"the statement has no parameters named {sorted(missing)}"
+            raise TypeError(msg)
+
+    def arguments(self, params: Mapping[str, Any]) -> list[Any]:
+        return [params[name] if given else fixed for name, given, fixed in self._order]
+
+
+@asynccontextmanager
+async def driver_connection(engine: AsyncEngine) -> AsyncIterator[Any]:
+    """A pooled connection's asyncpg connection, checked in again afterwards.
+
+    A connection left closed by an error, or interrupted mid-statement by cancellation
+    (its protocol state is then unknown), is invalidated, so the pool never hands it out
+    again and a retry gets a fresh one.
+    """
+    fairy = await engine.raw_connection()
+    driver = fairy.driver_connection
+    try:
+        yield driver
+    except Exception as exc:
+        if driver.is_closed():
+            fairy.invalidate(exc)
+            msg = f"the database connection was lost: {exc!r}"
+            raise ConnectionLostError(msg) from exc
+        raise
+    except BaseException:
+        fairy.invalidate()
+        raise
+    finally:
+        fairy.close()
