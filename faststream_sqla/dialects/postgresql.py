@@ -49,13 +49,19 @@ def outcome_parameters(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     return {
         "ids": array_literal([o.id for o in outcomes]),
         "tokens": array_literal([o.token for o in outcomes]),
-        "states": array_literal([o.state.value for o in outcomes]),
+        # MessageState is a str: joined as it is, without a property call per outcome
+        "states": "{" + ",".join([o.state for o in outcomes]) + "}",
         "attempts": array_literal([o.attempts_count for o in outcomes]),
         "deliveries": array_literal([o.deliveries_count for o in outcomes]),
         "first_us": array_literal(first_us),
         "last_us": array_literal(last_us),
-        "next_us": array_literal([micros_since_epoch(o.next_attempt_at) for o in outcomes]),
-        # unnest pads a NULL array with NULLs: no list at all in the common case
+        # unnest pads a NULL array with NULLs: no array at all in the common cases, an
+        # acknowledged batch (no retry times) and one without errors
+        "next_us": (
+            array_literal([micros_since_epoch(o.next_attempt_at) for o in outcomes])
+            if any(o.next_attempt_at is not None for o in outcomes)
+            else None
+        ),
         "errors": (
             [o.last_error for o in outcomes]
             if any(o.last_error is not None for o in outcomes)

@@ -371,9 +371,12 @@ def test_postgresql_outcome_parameters_are_array_text_and_exact_microseconds() -
     done = Outcome(5, 1, MessageState.COMPLETED, 1, 1, first, first)
     params = outcome_parameters([done])
     assert params["ids"] == "{5}" and params["states"] == "{COMPLETED}"
-    assert params["first_us"] == "{1795330800123456}" and params["next_us"] == "{NULL}"
-    assert params["errors"] is None  # no list to encode when nothing failed
+    assert params["first_us"] == "{1795330800123456}"
+    # no array to encode when nothing is retried or failed (unnest pads with NULLs)
+    assert params["next_us"] is None and params["errors"] is None
 
     failed = Outcome(6, 2, MessageState.RETRYABLE, 2, 2, first, first, first, 'boom "quoted", {braced}')
     params = outcome_parameters([done, failed])
+    assert params["states"] == "{COMPLETED,RETRYABLE}"
+    assert params["next_us"] == "{NULL,1795330800123456}"
     assert params["errors"] == [None, 'boom "quoted", {braced}']  # free text stays a list
