@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -74,3 +76,59 @@ async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(pg_
     assert len(rows) == 1
     async with driver_connection(pg_engine) as conn:
         assert conn.get_server_pid() != doomed
+
+
+def _literal(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    assert isinstance(value, str)
+    return "'" + value.replace("'", "''") + "'"
+
+
+async def test_the_claim_keeps_to_indexes_under_a_generic_plan(pg_engine):
+    """A prepared claim may run on a generic plan (`plan_cache_mode`, or PostgreSQL's own
+    choice after five executions), where LIMIT is a parameter estimated at a tenth of
+    the table. Written as a join, the claim then hash-joined over a scan of the whole
+    message table (700 ms a claim with 1M queued); the `IN` form stays on the keys."""
+    dialect = dialect_for(pg_engine, QueueTables())
+    dialect.configure_engine(pg_engine, owned=False)
+    await dialect.prepare(pg_engine)
+    await dialect.claim(pg_engine, "generic-plan", 1)  # compiles the driver statement
+    stmt = dialect._claim_on_driver
+    assert stmt is not None
+    args = stmt.arguments({"claim_queue": "generic-plan", "claim_limit": 10})
+    async with driver_connection(pg_engine) as conn:
+        # All in one transaction, rolled back: the rows and the statistics both go.
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            await conn.execute(
+                "INSERT INTO message (queue, payload, state, attempts_count, deliveries_count,"
+                " created_at, next_attempt_at) SELECT 'generic-plan', '\\x00', 'PENDING', 0, 0,"
+                " now() AT TIME ZONE 'UTC', now() AT TIME ZONE 'UTC'"
+                " FROM generate_series(1, 200000)"  # 20,000 is small enough to scan anyway
+            )
+            await conn.execute("ANALYZE message")
+            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            # A server-side prepared statement, explained without running it (nothing is
+            # claimed): EXPLAIN of the statement itself would plan it for these values.
+            await conn.execute("PREPARE generic_claim AS " + stmt.sql)
+            values = ", ".join(_literal(a) for a in args)  # EXECUTE takes no parameters
+            plan = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE generic_claim({values})")
+            await conn.execute("DEALLOCATE generic_claim")
+        finally:
+            await transaction.rollback()
+    if isinstance(plan, str):  # without SQLAlchemy's json codec on the connection
+        plan = json.loads(plan)
+
+    def scans(node: dict) -> list[tuple[str, str]]:
+        found = [(node.get("Node Type", ""), node.get("Relation Name", ""))]
+        for child in node.get("Plans", []):
+            found += scans(child)
+        return found
+
+    found = scans(plan[0]["Plan"])
+    assert ("Index Scan", "message") in found
+    assert ("Seq Scan", "message") not in found, found
