@@ -1,13 +1,15 @@
-"""The per-batch PostgreSQL statements, run on the pool's asyncpg connection itself.
+"""PostgreSQL statements run on the pool's asyncpg connection itself.
 
 Through SQLAlchemy's `Connection`, a one-statement autocommit operation cost ~290 µs of
 client CPU on the test machine: a checkout, the isolation level set and reset, and four
-greenlet hops around one round trip. On the driver it costs ~150 µs, pool checkout
-included. Claims and outcome writes run once per batch on the consume path, so they go
-this way; everything else keeps SQLAlchemy's connection.
+greenlet hops around one round trip. On the driver it costs ~125-150 µs, pool checkout
+included. Claims and outcome writes (once per batch on the consume path) and committed
+publishes go this way; everything else keeps SQLAlchemy's connection.
 
 asyncpg opens no transaction by itself: each statement commits on its own, which is
-what these one-statement operations want.
+what these one-statement operations want. Errors come out as SQLAlchemy's, classed as
+SQLAlchemy's own asyncpg dialect classes them, so callers catch one family of
+exceptions whichever route a statement took.
 """
 
 from __future__ import annotations
@@ -16,13 +18,31 @@ from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect as SqlDialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+# asyncpg's exception classes, most specific first, and the SQLAlchemy class each
+# becomes: the same classing SQLAlchemy's asyncpg dialect applies.
+_SQLALCHEMY_CLASSES: tuple[tuple[type[BaseException], type[sa.exc.DBAPIError]], ...] = (
+    (asyncpg.exceptions.IntegrityConstraintViolationError, sa.exc.IntegrityError),
+    (asyncpg.exceptions.SyntaxOrAccessError, sa.exc.ProgrammingError),
+    (asyncpg.exceptions.InternalServerError, sa.exc.InternalError),
+    (asyncpg.exceptions.InterfaceError, sa.exc.InterfaceError),
+    (asyncpg.exceptions.InternalClientError, sa.exc.InternalError),
+    (asyncpg.exceptions.PostgresError, sa.exc.DBAPIError),
+    (OSError, sa.exc.OperationalError),  # the socket itself failed
+)
 
-class ConnectionLostError(ConnectionError):
-    """The driver connection closed under a statement; it has been dropped from the pool."""
+
+def as_sqlalchemy_error(exc: Exception, *, lost: bool) -> Exception:
+    """The SQLAlchemy exception for a driver error (`exc` itself if not one). `lost`
+    marks it `connection_invalidated`, as SQLAlchemy does for a lost connection."""
+    for driver_class, sqlalchemy_class in _SQLALCHEMY_CLASSES:
+        if isinstance(exc, driver_class):
+            return sqlalchemy_class(None, None, exc, connection_invalidated=lost)
+    return exc
 
 
 class DriverStatement:
@@ -70,11 +90,13 @@ async def driver_connection(engine: AsyncEngine) -> AsyncIterator[Any]:
     try:
         yield driver
     except Exception as exc:
-        if driver.is_closed():
+        lost = driver.is_closed()
+        if lost:
             fairy.invalidate(exc)
-            msg = f"the database connection was lost: {exc!r}"
-            raise ConnectionLostError(msg) from exc
-        raise
+        translated = as_sqlalchemy_error(exc, lost=lost)
+        if translated is exc:
+            raise
+        raise translated from exc
     except BaseException:
         fairy.invalidate()
         raise

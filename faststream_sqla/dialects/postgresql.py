@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import operator
@@ -16,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
-from ._asyncpg import ConnectionLostError, DriverStatement, driver_connection
+from ._asyncpg import DriverStatement, driver_connection
 from ._claim import claimed_columns, ready_ids
 from .base import (
     CLAIM_ORDER,
@@ -70,6 +71,10 @@ def outcome_parameters(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     }
 
 
+INSERT_PARAMETERS = (
+    "queue", "headers", "publish_at", "delay", "payloads", "correlation_ids", "channel",
+    "notify_queue",
+)
 OUTCOME_PARAMETERS = (
     "ids", "tokens", "states", "attempts", "deliveries", "first_us", "last_us", "next_us", "errors"
 )
@@ -169,6 +174,7 @@ class PostgresDialect(Dialect):
         self._claim_on_driver: DriverStatement | None = None
         self._outcomes_sql: dict[tuple[bool, bool], DriverStatement] = {}
         self._insert_sql: sa.TextClause | None = None
+        self._insert_on_driver: DriverStatement | None = None
         # One channel per table set, so brokers on other tables are not woken.
         self.channel = f"fsqla_{tables.message.name}"
 
@@ -297,7 +303,7 @@ archived AS (
             result = await conn.execute(stmt, {"ids": list(ids), "tokens": list(tokens)})
             return result.rowcount or 0
 
-    def _insert_statement(self, conn: AsyncConnection) -> sa.TextClause:
+    def _insert_statement(self, conn: AsyncEngine | AsyncConnection) -> sa.TextClause:
         # One statement shape whatever the batch size: the per-row columns travel as
         # arrays (binary-encoded by asyncpg) that unnest turns back into rows, and what a
         # run of rows shares (queue, headers, due time) travels once, as scalars.
@@ -325,14 +331,22 @@ archived AS (
         return await self._insert_runs(conn, _runs_sharing_options(rows))
 
     async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
+        # A publish outside the caller's transaction, on the driver (see _asyncpg).
+        if (stmt := self._insert_on_driver) is None:
+            stmt = self._insert_on_driver = DriverStatement(
+                self._insert_statement(engine), engine.dialect, per_call=INSERT_PARAMETERS
+            )
         runs = _runs_sharing_options(rows)
-        # One statement is atomic by itself: autocommit saves BEGIN and COMMIT. Rows of
-        # several shapes take several statements, which must commit together. Publishing
-        # stays on SQLAlchemy's connection (not _asyncpg's), so callers get SQLAlchemy's
-        # exception types.
-        transaction = autocommit(engine) if len(runs) == 1 else self.own_transaction(engine)
-        async with transaction as conn:
-            return await self._insert_runs(conn, runs)
+        ids: list[int] = []
+        async with driver_connection(engine) as conn:
+            # One statement is atomic by itself: no BEGIN and COMMIT around it. Rows of
+            # several shapes take several statements, which must commit together.
+            transaction = conn.transaction() if len(runs) > 1 else contextlib.nullcontext()
+            async with transaction:
+                for run in runs:
+                    args = stmt.arguments(self._insert_parameters(run))
+                    ids += await conn.fetchval(stmt.sql, *args)
+        return ids
 
     async def _insert_runs(
         self, conn: AsyncConnection, runs: Sequence[Sequence[NewMessage]]
@@ -340,22 +354,22 @@ archived AS (
         stmt = self._insert_statement(conn)
         ids: list[int] = []
         for run in runs:
-            first = run[0]
-            result = await conn.execute(
-                stmt,
-                {
-                    "queue": first.queue,
-                    "headers": first.headers_json,
-                    "publish_at": first.publish_at,
-                    "delay": first.publish_delay,
-                    "payloads": [r.payload for r in run],
-                    "correlation_ids": [r.correlation_id for r in run],
-                    "channel": self.channel,
-                    "notify_queue": first.queue,
-                },
-            )
+            result = await conn.execute(stmt, self._insert_parameters(run))
             ids += result.scalar_one()
         return ids
+
+    def _insert_parameters(self, run: Sequence[NewMessage]) -> dict[str, Any]:
+        first = run[0]
+        return {
+            "queue": first.queue,
+            "headers": first.headers_json,
+            "publish_at": first.publish_at,
+            "delay": first.publish_delay,
+            "payloads": [r.payload for r in run],
+            "correlation_ids": [r.correlation_id for r in run],
+            "channel": self.channel,
+            "notify_queue": first.queue,
+        }
 
     def listener(
         self,
@@ -370,8 +384,6 @@ archived AS (
         return sqlstate(exc) in TRANSIENT_SQLSTATES
 
     def is_disconnect(self, exc: BaseException) -> bool:
-        if isinstance(exc, ConnectionLostError):
-            return True
         return bool(getattr(exc, "connection_invalidated", False)) or (
             (sqlstate(exc) or "").startswith("08")
         )

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from faststream_sqla.dialects import dialect_for
-from faststream_sqla.dialects._asyncpg import ConnectionLostError, DriverStatement, driver_connection
+from faststream_sqla.dialects._asyncpg import DriverStatement, driver_connection
 from faststream_sqla.dialects.base import NewMessage, with_retries
 from faststream_sqla.schema import MessageState, QueueTables
 
@@ -67,15 +67,39 @@ async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(pg_
         await conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": doomed})
     await admin.dispose()
 
-    # The pooled connection is dead: the first attempt fails as a lost connection...
-    with pytest.raises(ConnectionLostError):
+    # The pooled connection is dead: the first attempt fails as SQLAlchemy reports a lost
+    # connection (so is_disconnect, and callers, know it)...
+    with pytest.raises(sa.exc.DBAPIError) as lost:
         await dialect.claim(pg_engine, "q", 10)
-    assert dialect.is_disconnect(ConnectionLostError("x"))
+    assert lost.value.connection_invalidated and dialect.is_disconnect(lost.value)
     # ...and was dropped, so the next checkout is a new backend and the claim succeeds.
     rows = await with_retries(dialect, lambda: dialect.claim(pg_engine, "q", 10))
     assert len(rows) == 1
     async with driver_connection(pg_engine) as conn:
         assert conn.get_server_pid() != doomed
+
+
+async def test_driver_errors_come_out_as_sqlalchemys(pg_engine):
+    """The classes SQLAlchemy's own asyncpg dialect gives, with the driver's error (and
+    its SQLSTATE) kept as `orig`; a live connection stays in the pool."""
+    async with driver_connection(pg_engine) as conn:
+        pid = conn.get_server_pid()
+    with pytest.raises(sa.exc.ProgrammingError) as missing:
+        async with driver_connection(pg_engine) as conn:
+            await conn.execute("SELECT * FROM no_such_table")
+    assert missing.value.orig.sqlstate == "42P01" and not missing.value.connection_invalidated
+    with pytest.raises(sa.exc.IntegrityError):
+        async with driver_connection(pg_engine) as conn:
+            await conn.execute("INSERT INTO message (id) VALUES (NULL)")  # NOT NULL
+    with pytest.raises(sa.exc.DBAPIError) as overflow:
+        async with driver_connection(pg_engine) as conn:
+            await conn.execute("SELECT 2147483647::int + 1")
+    assert overflow.value.orig.sqlstate == "22003"
+    with pytest.raises(TypeError):  # not the driver's: passed on as it is
+        async with driver_connection(pg_engine) as conn:
+            raise TypeError("ours")
+    async with driver_connection(pg_engine) as conn:
+        assert conn.get_server_pid() == pid  # none of these cost the connection
 
 
 def _literal(value: object) -> str:
