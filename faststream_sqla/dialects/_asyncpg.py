@@ -32,7 +32,7 @@ _SQLALCHEMY_CLASSES: tuple[tuple[type[BaseException], type[sa.exc.DBAPIError]], 
     (asyncpg.exceptions.InterfaceError, sa.exc.InterfaceError),
     (asyncpg.exceptions.InternalClientError, sa.exc.InternalError),
     (asyncpg.exceptions.PostgresError, sa.exc.DBAPIError),
-    (OSError, sa.exc.OperationalError),  # the socket itself failed
+    (ConnectionError, sa.exc.OperationalError),  # the socket itself failed
 )
 
 

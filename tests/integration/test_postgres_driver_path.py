@@ -156,3 +156,12 @@ async def test_the_claim_keeps_to_indexes_under_a_generic_plan(pg_engine):
     found = scans(plan[0]["Plan"])
     assert ("Index Scan", "message") in found
     assert ("Seq Scan", "message") not in found, found
+
+
+def test_a_broken_socket_is_an_operational_error_but_a_timeout_is_left_alone():
+    from faststream_sqla.dialects._asyncpg import as_sqlalchemy_error
+
+    reset = as_sqlalchemy_error(ConnectionResetError("peer"), lost=True)
+    assert isinstance(reset, sa.exc.OperationalError) and reset.connection_invalidated
+    late = TimeoutError()  # an OSError too, but no driver error: SQLAlchemy passes it on
+    assert as_sqlalchemy_error(late, lost=False) is late
