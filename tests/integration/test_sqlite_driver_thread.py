@@ -123,3 +123,39 @@ async def test_the_writer_lock_is_free_after_every_kind_of_write_ending(sqlite_e
     assert sorted([first, second]) == [4, 6]
     assert not dialect._writer.locked()
     assert await names(sqlite_engine) == ["a", "b"] * 3
+
+
+async def test_a_write_that_ended_its_own_transaction_skips_the_pools_rollback(
+    sqlite_engine,
+) -> None:
+    """The pool's rollback-on-return is one more hand-off to aiosqlite's thread; after a
+    write that committed in its own call there is nothing to roll back, so it is
+    skipped. After a failure the usual check-in (with its rollback) runs. Either way the
+    connection goes back to the pool with no transaction open."""
+    from sqlalchemy.util import greenlet_spawn
+
+    from faststream_sqla.dialects.sqlite import SQLiteDialect, call_in_thread
+
+    resets: list[bool] = []
+
+    @sa.event.listens_for(sqlite_engine.sync_engine.pool, "reset")
+    def _reset(_dbapi_connection, _record, state) -> None:
+        resets.append(state.transaction_was_reset)
+
+    async def pooled_in_transaction() -> bool:
+        raw = await sqlite_engine.raw_connection()
+        try:
+            return await call_in_thread(raw.driver_connection, lambda c: c.in_transaction)
+        finally:
+            await greenlet_spawn(raw.close)
+
+    dialect = SQLiteDialect(QueueTables())
+    assert await dialect._write(sqlite_engine, insert_two) == 2
+    assert resets == [True]  # checked in as already reset: no rollback
+    assert not await pooled_in_transaction()
+    resets.clear()
+    with pytest.raises(sa.exc.OperationalError, match="missing_table"):
+        await dialect._write(sqlite_engine, insert_then_fail)
+    assert resets == [False]  # the usual check-in, with its rollback
+    assert not await pooled_in_transaction()
+    assert await names(sqlite_engine) == ["a", "b"]
