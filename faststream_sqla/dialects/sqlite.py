@@ -142,8 +142,8 @@ def check_in_after_own_transaction(raw: Any) -> Callable[[], None] | None:
     or ROLLBACK in the same call) without the pool's rollback-on-return: on aiosqlite
     that rollback is one more hand-off to the driver's thread, for a transaction that
     is already over (with `Connection` skipped too, a publish went from ~770 to ~570 µs
-    on the test machine). None where the
-    pool does not offer it (a private SQLAlchemy method): then the usual check-in."""
+    on the test machine). None where the pool does not offer it (a private SQLAlchemy
+    method): then the usual check-in."""
     close_special = getattr(raw, "_close_special", None)
     if close_special is None:
         return None
