@@ -14,13 +14,12 @@ exceptions whichever route a statement took.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect as SqlDialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 # asyncpg's exception classes, most specific first, and the SQLAlchemy class each
@@ -43,38 +42,6 @@ def as_sqlalchemy_error(exc: Exception, *, lost: bool) -> Exception:
         if isinstance(exc, driver_class):
             return sqlalchemy_class(None, None, exc, connection_invalidated=lost)
     return exc
-
-
-class DriverStatement:
-    """A statement compiled once for asyncpg: its SQL text and its arguments in order.
-
-    Constants bound inside the statement are converted by their SQLAlchemy types here,
-    once. The values given per call (`per_call`) go to the driver as they are, so their
-    types must need no conversion: that is checked here too, rather than trusted.
-    """
-
-    def __init__(
-        self, statement: sa.Executable, dialect: SqlDialect, per_call: Collection[str]
-    ) -> None:
-        compiled = statement.compile(dialect=dialect)
-        self.sql = compiled.string
-        self._order: list[tuple[str, bool, Any]] = []
-        for name in compiled.positiontup or ():
-            process = compiled.binds[name].type.bind_processor(dialect)
-            if name in per_call:
-                if process is not None:
-                    msg = f"parameter {name!r} needs conversion; pass it converted"
-                    raise TypeError(msg)
-                self._order.append((name, True, None))
-            else:
-                value = compiled.params[name]
-                self._order.append((name, False, process(value) if process else value))
-        if missing := set(per_call) - {name for name, *_ in self._order}:
-            msg = f"the statement has no parameters named {sorted(missing)}"
-            raise TypeError(msg)
-
-    def arguments(self, params: Mapping[str, Any]) -> list[Any]:
-        return [params[name] if given else fixed for name, given, fixed in self._order]
 
 
 @asynccontextmanager

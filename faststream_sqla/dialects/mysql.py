@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -15,7 +14,9 @@ from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.exceptions import MessageTooLargeError
 from faststream_sqla.schema import MessageState, QueueTables
 
+from ._asyncmy import driver_transaction, error_code
 from ._claim import claimed_columns, ready_ids
+from ._compiled import DriverStatement
 from .base import (
     CLAIMED_COLUMNS,
     TERMINAL,
@@ -93,31 +94,9 @@ def _mark_processing_sql(table: str, rows: int) -> str:
     )
 
 
-@asynccontextmanager
-async def read_committed(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A READ COMMITTED transaction, committed on exit, for claims, outcomes and leases:
-    no gap locks, so publishers never deadlock with claimers.
-
-    The level is set for this transaction only, in one statement. SQLAlchemy's
-    isolation_level option sets the session's at checkout and resets it at check-in:
-    four round trips around every operation (MariaDB's general log). Publishes keep the
-    plain transaction, where the extra statement cost ~14% of a single publish.
-    """
-    async with engine.connect() as conn:
-        await conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        yield conn
-        await conn.commit()
-
-
-def _mysql_code(exc: BaseException) -> int | None:
-    orig = getattr(exc, "orig", None) or exc
-    args = getattr(orig, "args", ())
-    return args[0] if args and isinstance(args[0], int) else None
-
-
 async def _apply_outcome_statements(
-    conn: AsyncConnection,
-    statements: tuple[sa.TextClause, sa.TextClause, sa.TextClause],
+    cursor: Any,
+    statements: tuple[DriverStatement, DriverStatement, DriverStatement],
     outcomes: Sequence[Outcome],
 ) -> int:
     """Run an (archive, delete, requeue) trio over one outcome document, skipping the
@@ -128,11 +107,15 @@ async def _apply_outcome_statements(
     states = {o.state for o in outcomes}  # one pass, not one per half
     changed = 0
     if not states.isdisjoint(TERMINAL):
-        await conn.execute(archive, params)
-        changed += (await conn.execute(delete, params)).rowcount or 0
+        await cursor.execute(archive.sql, archive.arguments(params))
+        changed += await cursor.execute(delete.sql, delete.arguments(params)) or 0
     if not states.issubset(TERMINAL):
-        changed += (await conn.execute(requeue, params)).rowcount or 0
+        changed += await cursor.execute(requeue.sql, requeue.arguments(params)) or 0
     return changed
+
+
+# Runs one driver-level statement (`%s` placeholders) and returns its rows, if any.
+RunStatement = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Sequence[Any]]]]
 
 
 class MySQLDialect(Dialect):
@@ -156,7 +139,8 @@ class MySQLDialect(Dialect):
             if c.name != "id"
         ]
         self._lock_ready = ready_ids(m, *columns).with_for_update(skip_locked=True)
-        self._outcome_sql: tuple[sa.TextClause, sa.TextClause, sa.TextClause] | None = None
+        self._claim_on_driver: DriverStatement | None = None
+        self._outcome_sql: tuple[DriverStatement, DriverStatement, DriverStatement] | None = None
         self.max_packet = DEFAULT_MAX_PACKET
         self.insert_returning = True
         self.consecutive_ids = True
@@ -178,6 +162,25 @@ class MySQLDialect(Dialect):
         self.consecutive_ids = int(autoinc) <= 1
 
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
+        async def run(sql: str, params: tuple[Any, ...]) -> Sequence[Sequence[Any]]:
+            result = await conn.exec_driver_sql(sql, params)
+            return result.all() if result.returns_rows else []
+
+        return await self._insert(self._q(conn, self.tables.message), run, rows)
+
+    async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
+        # A publish outside the caller's transaction: on the driver (see _asyncmy).
+        async with self._transaction(engine, read_committed=False) as cursor:
+
+            async def run(sql: str, params: tuple[Any, ...]) -> Sequence[Sequence[Any]]:
+                await cursor.execute(sql, params)
+                return await cursor.fetchall() or []
+
+            return await self._insert(self._q(engine, self.tables.message), run, rows)
+
+    async def _insert(
+        self, m: str, run: RunStatement, rows: Sequence[NewMessage]
+    ) -> list[int]:
         """Multi-row inserts are one packet each: split a batch so every chunk fits
         max_allowed_packet, and refuse a single message that never can."""
         limit = self.max_packet - PACKET_HEADROOM
@@ -195,26 +198,25 @@ class MySQLDialect(Dialect):
         size = 0
         for row, row_size in zip(rows, sizes, strict=True):
             if chunk and size + row_size > limit:
-                ids += await self._insert_chunk(conn, chunk)
+                ids += await self._insert_chunk(m, run, chunk)
                 chunk, size = [], 0
             chunk.append(row)
             size += row_size
         if chunk:
-            ids += await self._insert_chunk(conn, chunk)
+            ids += await self._insert_chunk(m, run, chunk)
         return ids
 
-    async def _insert_chunk(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
+    async def _insert_chunk(
+        self, m: str, run: RunStatement, rows: Sequence[NewMessage]
+    ) -> list[int]:
         """One multi-row INSERT built at the driver level (asyncmy interpolates
         client-side, so there is no statement cache to miss)."""
-        m = self._q(conn, self.tables.message)
         if not self.insert_returning and not self.consecutive_ids:
             # interleaved auto-increment: only a row at a time has a knowable id
-            return [i for r in rows for i in await self._insert_rows(conn, m, [r])]
-        return await self._insert_rows(conn, m, rows)
+            return [i for r in rows for i in await self._insert_rows(m, run, [r])]
+        return await self._insert_rows(m, run, rows)
 
-    async def _insert_rows(
-        self, conn: AsyncConnection, m: str, rows: Sequence[NewMessage]
-    ) -> list[int]:
+    async def _insert_rows(self, m: str, run: RunStatement, rows: Sequence[NewMessage]) -> list[int]:
         params: list[Any] = []
         for r in rows:
             params += (
@@ -223,35 +225,40 @@ class MySQLDialect(Dialect):
             )
         sql = f"{_INSERT.format(m=m)} {', '.join([_ROW] * len(rows))}"
         if self.insert_returning:
-            result = await conn.exec_driver_sql(f"{sql} RETURNING id", tuple(params))
-            return sorted(result.scalars())
-        await conn.exec_driver_sql(sql, tuple(params))
+            return sorted(row[0] for row in await run(f"{sql} RETURNING id", tuple(params)))
+        await run(sql, tuple(params))
         # LAST_INSERT_ID() is the first id of a multi-row INSERT
-        first = (await conn.exec_driver_sql("SELECT LAST_INSERT_ID()")).scalar_one()
+        first = (await run("SELECT LAST_INSERT_ID()", ()))[0][0]
         return list(range(first, first + len(rows)))
 
+    def _transaction(self, engine: AsyncEngine, *, read_committed: bool = True) -> Any:
+        return driver_transaction(
+            engine, read_committed=read_committed, disconnect_codes=DISCONNECT_CODES
+        )
+
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
-        async with read_committed(engine) as conn:
-            result = await conn.execute(
-                self._lock_ready, {"claim_queue": queue, "claim_limit": limit}
+        if (stmt := self._claim_on_driver) is None:
+            stmt = self._claim_on_driver = DriverStatement(
+                self._lock_ready, engine.dialect, per_call=("claim_queue", "claim_limit")
             )
-            # The driver's tuples, not SQLAlchemy rows: the columns are untyped, so
-            # building a Row per message would only add cost.
-            locked: list[Sequence[Any]] = result.cursor.fetchall()
-            result.close()
+        async with self._transaction(engine) as cursor:
+            await cursor.execute(
+                stmt.sql, stmt.arguments({"claim_queue": queue, "claim_limit": limit})
+            )
+            locked: list[Sequence[Any]] = list(await cursor.fetchall() or ())
             if not locked:
                 return []
             # A driver-level IN list: SQLAlchemy's expanding parameter cost more
             # than the statement for a thousand ids.
-            await conn.exec_driver_sql(
-                _mark_processing_sql(self._q(conn, self.tables.message), len(locked)),
+            await cursor.execute(
+                _mark_processing_sql(self._q(engine, self.tables.message), len(locked)),
                 (locked[0][_ACQUIRED], *(row[0] for row in locked)),
             )
         return locked  # CLAIMED_COLUMNS as they now stand, in claim order
 
     def _statements(
         self, engine: AsyncEngine
-    ) -> tuple[sa.TextClause, sa.TextClause, sa.TextClause]:
+    ) -> tuple[DriverStatement, DriverStatement, DriverStatement]:
         # Text, not Core: JSON_TABLE as a join source has no Core construct. The outcome
         # rows drive the join and each finds its message by primary key (STRAIGHT_JOIN,
         # FORCE INDEX): left to itself the optimizer scanned the whole table with locking
@@ -281,13 +288,16 @@ SET m.state = {_STATE}, m.attempts_count = o.attempts, m.deliveries_count = o.de
     m.next_attempt_at = COALESCE({_time("next_us")}, m.next_attempt_at),
     m.last_error = COALESCE(o.error, m.last_error), m.acquired_at = NULL
 WHERE {_REQUEUED}"""
-            self._outcome_sql = (sa.text(archive), sa.text(delete), sa.text(requeue))
+            self._outcome_sql = tuple(  # type: ignore[assignment]
+                DriverStatement(sa.text(sql), engine.dialect, per_call=("outcomes",))
+                for sql in (archive, delete, requeue)
+            )
         return self._outcome_sql
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         statements = self._statements(engine)
-        async with read_committed(engine) as conn:
-            return await _apply_outcome_statements(conn, statements, outcomes)
+        async with self._transaction(engine) as cursor:
+            return await _apply_outcome_statements(cursor, statements, outcomes)
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
         m = self._q(engine, self.tables.message)
@@ -298,14 +308,15 @@ WHERE {_REQUEUED}"""
             "ON m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING' "
             "SET m.acquired_at = UTC_TIMESTAMP(6)"
         )
-        async with read_committed(engine) as conn:
-            result = await conn.execute(stmt, {"leases": leases_document(leases)})
-            return result.rowcount or 0
+        renew = DriverStatement(stmt, engine.dialect, per_call=("leases",))
+        async with self._transaction(engine) as cursor:
+            args = renew.arguments({"leases": leases_document(leases)})
+            return await cursor.execute(renew.sql, args) or 0
 
     def is_transient(self, exc: BaseException) -> bool:
-        return _mysql_code(exc) in TRANSIENT_CODES
+        return error_code(exc) in TRANSIENT_CODES
 
     def is_disconnect(self, exc: BaseException) -> bool:
         return bool(getattr(exc, "connection_invalidated", False)) or (
-            _mysql_code(exc) in DISCONNECT_CODES
+            error_code(exc) in DISCONNECT_CODES
         )

@@ -17,8 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
-from ._asyncpg import DriverStatement, driver_connection
+from ._asyncpg import driver_connection
 from ._claim import claimed_columns, ready_ids
+from ._compiled import DriverStatement
 from .base import (
     CLAIM_ORDER,
     CLAIMED_COLUMNS,

@@ -214,7 +214,6 @@ async def test_mysql_own_transactions_read_committed_and_leave_the_session_alone
     session keeps the server's default (REPEATABLE READ) for whoever uses it next."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from faststream_sqla.dialects.mysql import read_committed
     from faststream_sqla.schema import QueueTables
 
     tables = QueueTables()
@@ -225,16 +224,28 @@ async def test_mysql_own_transactions_read_committed_and_leave_the_session_alone
         tables.message.c.queue == "isolation"
     )
 
-    async def sees_a_commit_made_meanwhile(conn: sa.ext.asyncio.AsyncConnection) -> bool:
-        before = (await conn.execute(count)).scalar_one()
+    async def sees_a_commit_made_meanwhile(counted) -> bool:
+        before = await counted()
         await insert(other, d, new("isolation"))  # committed by another connection
-        return (await conn.execute(count)).scalar_one() > before
+        return await counted() > before
 
     try:
-        async with read_committed(engine) as conn:
-            assert await sees_a_commit_made_meanwhile(conn)  # READ COMMITTED
+        # the broker's own transactions run on the driver (dialects/_asyncmy.py)
+        async with d._transaction(engine) as cursor:
+
+            async def on_driver() -> int:
+                await cursor.execute(
+                    "SELECT count(*) FROM message WHERE queue = %s", ("isolation",)
+                )
+                return (await cursor.fetchall())[0][0]
+
+            assert await sees_a_commit_made_meanwhile(on_driver)  # READ COMMITTED
         async with engine.begin() as conn:  # the same pooled connection, next user
-            assert not await sees_a_commit_made_meanwhile(conn)  # REPEATABLE READ
+
+            async def through_sqlalchemy() -> int:
+                return (await conn.execute(count)).scalar_one()
+
+            assert not await sees_a_commit_made_meanwhile(through_sqlalchemy)  # REPEATABLE READ
     finally:
         async with other.begin() as conn:
             await conn.execute(tables.message.delete().where(tables.message.c.queue == "isolation"))

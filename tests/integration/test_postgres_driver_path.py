@@ -11,7 +11,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from faststream_sqla.dialects import dialect_for
-from faststream_sqla.dialects._asyncpg import DriverStatement, driver_connection
+from faststream_sqla.dialects._asyncpg import driver_connection
+from faststream_sqla.dialects._compiled import DriverStatement
 from faststream_sqla.dialects.base import NewMessage, with_retries
 from faststream_sqla.schema import MessageState, QueueTables
 
