@@ -6,9 +6,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from faststream_sqla.dialects import dialect_for
+from faststream_sqla.dialects.base import Dialect, NewMessage, with_retries
 from faststream_sqla.schema import QueueTables
 
 FAST = {
@@ -58,3 +61,31 @@ async def wait_until(
 
 async def archived(engine: AsyncEngine, tables: QueueTables) -> list[sa.RowMapping]:
     return await rows(engine, tables.archive)
+
+
+# -- the driver routes (test_postgres_driver_path, test_mysql_driver_path) ------------
+
+
+async def prepared_dialect(engine: AsyncEngine) -> Dialect:
+    """The engine's dialect, set up as the broker sets it up at connect."""
+    dialect = dialect_for(engine, QueueTables())
+    dialect.configure_engine(engine, owned=False)
+    await dialect.prepare(engine)
+    return dialect
+
+
+def plain_message(queue: str = "q") -> NewMessage:
+    return NewMessage(queue=queue, headers={}, headers_json="{}", payload=b"p",
+                      correlation_id=None, publish_at=None, publish_delay=0.0)
+
+
+async def claim_after_losing_the_connection(
+    dialect: Dialect, engine: AsyncEngine, queue: str
+) -> list[Any]:
+    """After the pooled connection was killed: the first claim fails as SQLAlchemy
+    reports a lost connection (so is_disconnect, and callers, know it), and the retry
+    gets a fresh connection. Returns the retried claim's rows."""
+    with pytest.raises(sa.exc.DBAPIError) as lost:
+        await dialect.claim(engine, queue, 10)
+    assert lost.value.connection_invalidated and dialect.is_disconnect(lost.value)
+    return await with_retries(dialect, lambda: dialect.claim(engine, queue, 10))

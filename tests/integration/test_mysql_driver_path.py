@@ -8,9 +8,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from faststream_sqla.dialects import dialect_for
-from faststream_sqla.dialects.base import NewMessage, with_retries
 from faststream_sqla.schema import QueueTables
+
+from .helpers import claim_after_losing_the_connection, plain_message, prepared_dialect
 
 
 @pytest.fixture
@@ -24,27 +24,15 @@ async def my_engine(server_databases):
     await engine.dispose()
 
 
-async def _dialect(engine):
-    dialect = dialect_for(engine, QueueTables())
-    dialect.configure_engine(engine, owned=False)
-    await dialect.prepare(engine)
-    return dialect
-
-
-def _message() -> NewMessage:
-    return NewMessage(queue="q", headers={}, headers_json="{}", payload=b"p",
-                      correlation_id=None, publish_at=None, publish_delay=0.0)
-
-
 async def test_a_committed_transaction_is_checked_in_without_a_rollback(my_engine):
-    dialect = await _dialect(my_engine)
+    dialect = await prepared_dialect(my_engine)
     resets: list[bool] = []
 
     @sa.event.listens_for(my_engine.sync_engine.pool, "reset")
     def _reset(_dbapi_connection, _record, state) -> None:
         resets.append(state.transaction_was_reset)
 
-    (message_id,) = await dialect.insert_committed(my_engine, [_message()])
+    (message_id,) = await dialect.insert_committed(my_engine, [plain_message()])
     assert resets == [True]  # already reset: no ROLLBACK sent
     resets.clear()
     with pytest.raises(sa.exc.ProgrammingError) as missing:
@@ -65,8 +53,8 @@ async def test_a_committed_transaction_is_checked_in_without_a_rollback(my_engin
 
 
 async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(my_engine):
-    dialect = await _dialect(my_engine)
-    await dialect.insert_committed(my_engine, [_message()])
+    dialect = await prepared_dialect(my_engine)
+    await dialect.insert_committed(my_engine, [plain_message()])
     async with dialect._transaction(my_engine) as cursor:  # the one pooled connection
         await cursor.execute("SELECT CONNECTION_ID()", ())
         doomed = (await cursor.fetchall())[0][0]
@@ -75,8 +63,4 @@ async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(my_
         await conn.exec_driver_sql(f"KILL CONNECTION {int(doomed)}")
     await admin.dispose()
 
-    with pytest.raises(sa.exc.DBAPIError) as lost:
-        await dialect.claim(my_engine, "q", 10)
-    assert lost.value.connection_invalidated and dialect.is_disconnect(lost.value)
-    rows = await with_retries(dialect, lambda: dialect.claim(my_engine, "q", 10))
-    assert len(rows) == 1
+    assert len(await claim_after_losing_the_connection(dialect, my_engine, "q")) == 1

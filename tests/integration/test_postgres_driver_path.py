@@ -10,11 +10,11 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
-from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects._asyncpg import driver_connection
 from faststream_sqla.dialects._compiled import DriverStatement
-from faststream_sqla.dialects.base import NewMessage, with_retries
 from faststream_sqla.schema import MessageState, QueueTables
+
+from .helpers import claim_after_losing_the_connection, plain_message, prepared_dialect
 
 
 @pytest.fixture
@@ -53,14 +53,8 @@ def test_constants_are_converted_once_and_per_call_values_must_need_none():
 
 
 async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(pg_engine):
-    dialect = dialect_for(pg_engine, QueueTables())
-    dialect.configure_engine(pg_engine, owned=False)
-    await dialect.prepare(pg_engine)
-    await dialect.insert_committed(
-        pg_engine,
-        [NewMessage(queue="q", headers={}, headers_json="{}", payload=b"p", correlation_id=None,
-                    publish_at=None, publish_delay=0.0)],
-    )
+    dialect = await prepared_dialect(pg_engine)
+    await dialect.insert_committed(pg_engine, [plain_message()])
     async with driver_connection(pg_engine) as conn:
         doomed = conn.get_server_pid()
     admin = create_async_engine(str(pg_engine.url.render_as_string(hide_password=False)))
@@ -68,14 +62,8 @@ async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(pg_
         await conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": doomed})
     await admin.dispose()
 
-    # The pooled connection is dead: the first attempt fails as SQLAlchemy reports a lost
-    # connection (so is_disconnect, and callers, know it)...
-    with pytest.raises(sa.exc.DBAPIError) as lost:
-        await dialect.claim(pg_engine, "q", 10)
-    assert lost.value.connection_invalidated and dialect.is_disconnect(lost.value)
-    # ...and was dropped, so the next checkout is a new backend and the claim succeeds.
-    rows = await with_retries(dialect, lambda: dialect.claim(pg_engine, "q", 10))
-    assert len(rows) == 1
+    # the dead connection was dropped: the retry ran on a new backend
+    assert len(await claim_after_losing_the_connection(dialect, pg_engine, "q")) == 1
     async with driver_connection(pg_engine) as conn:
         assert conn.get_server_pid() != doomed
 
@@ -117,9 +105,7 @@ async def test_the_claim_keeps_to_indexes_under_a_generic_plan(pg_engine):
     choice after five executions), where LIMIT is a parameter estimated at a tenth of
     the table. Written as a join, the claim then hash-joined over a scan of the whole
     message table (700 ms a claim with 1M queued); the `IN` form stays on the keys."""
-    dialect = dialect_for(pg_engine, QueueTables())
-    dialect.configure_engine(pg_engine, owned=False)
-    await dialect.prepare(pg_engine)
+    dialect = await prepared_dialect(pg_engine)
     await dialect.claim(pg_engine, "generic-plan", 1)  # compiles the driver statement
     stmt = dialect._claim_on_driver
     assert stmt is not None
