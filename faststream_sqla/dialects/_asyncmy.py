@@ -18,7 +18,8 @@ from typing import Any
 import asyncmy.errors
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.util import greenlet_spawn
+
+from ._pool import check_in
 
 
 def error_code(exc: BaseException) -> int | None:
@@ -62,8 +63,4 @@ async def driver_transaction(
         fairy.invalidate()
         raise
     finally:
-        close_special = getattr(fairy, "_close_special", None)  # SQLAlchemy, private
-        if reset and close_special is not None:
-            close_special(transaction_reset=True)
-        else:
-            await greenlet_spawn(fairy.close)
+        await check_in(fairy, transaction_ended=reset)

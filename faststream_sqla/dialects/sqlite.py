@@ -15,12 +15,12 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.util import greenlet_spawn
 
 from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import QueueTables
 
 from ._claim import ready_ids
+from ._pool import check_in
 from .base import (
     CLAIM_ORDER,
     CLAIMED_COLUMNS,
@@ -137,19 +137,6 @@ async def call_in_thread(driver: Any, work: Callable[[Any], T]) -> T:
         raise _as_sqlalchemy_error(exc) from exc
 
 
-def check_in_after_own_transaction(raw: Any) -> Callable[[], None] | None:
-    """How to return a pooled connection whose transaction our own work ended (COMMIT
-    or ROLLBACK in the same call) without the pool's rollback-on-return: on aiosqlite
-    that rollback is one more hand-off to the driver's thread, for a transaction that
-    is already over (with `Connection` skipped too, a publish went from ~770 to ~570 µs
-    on the test machine). None where the pool does not offer it (a private SQLAlchemy
-    method): then the usual check-in."""
-    close_special = getattr(raw, "_close_special", None)
-    if close_special is None:
-        return None
-    return functools.partial(close_special, transaction_reset=True)
-
-
 async def through_sqlalchemy(conn: AsyncConnection, work: Callable[[Any], T]) -> T:
     """`work(dbapi_connection)` through SQLAlchemy's adapted driver: a call per step."""
     try:
@@ -249,28 +236,25 @@ class SQLiteDialect(Dialect):
         await self._writer.acquire()
         held = True
         raw: Any = None
+        committed = False
         try:
             raw = await engine.raw_connection()
             if not runs_calls_in_thread(raw.driver_connection):
-                await greenlet_spawn(raw.close)
+                await check_in(raw, transaction_ended=False)
                 raw = None
                 async with engine.connect() as conn:
                     return await through_sqlalchemy(conn, immediate_transaction(work))
             result = await call_in_thread(raw.driver_connection, immediate_transaction(work))
+            committed = True
             self._writer.release()
             held = False
-            # The transaction ended inside that call, so there is nothing for the pool
-            # to roll back: skipping it saves a hand-off to the driver's thread.
-            if (check_in := check_in_after_own_transaction(raw)) is not None:
-                raw = None
-                check_in()
             return result
         finally:
             if raw is not None:
                 # After a failure or cancellation, the usual check-in: its rollback is
                 # queued behind the work on the driver's thread, and the lock is held
-                # until it is done.
-                await greenlet_spawn(raw.close)
+                # until it is done. After a commit, none (see _pool.check_in).
+                await check_in(raw, transaction_ended=committed)
             if held:
                 self._writer.release()
 
