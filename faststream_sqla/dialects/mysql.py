@@ -141,6 +141,7 @@ class MySQLDialect(Dialect):
         self._lock_ready = ready_ids(m, *columns).with_for_update(skip_locked=True)
         self._claim_on_driver: DriverStatement | None = None
         self._outcome_sql: tuple[DriverStatement, DriverStatement, DriverStatement] | None = None
+        self._renew_sql: DriverStatement | None = None
         self.max_packet = DEFAULT_MAX_PACKET
         self.insert_returning = True
         self.consecutive_ids = True
@@ -300,15 +301,19 @@ WHERE {_REQUEUED}"""
             return await _apply_outcome_statements(cursor, statements, outcomes)
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
-        m = self._q(engine, self.tables.message)
-        stmt = sa.text(
-            "UPDATE JSON_TABLE(:leases, '$[*]' COLUMNS ("
-            "id BIGINT PATH '$[0]', token INT PATH '$[1]')) AS o "
-            f"STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) "
-            "ON m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING' "
-            "SET m.acquired_at = UTC_TIMESTAMP(6)"
-        )
-        renew = DriverStatement(stmt, engine.dialect, per_call=("leases",))
+        if (renew := self._renew_sql) is None:
+            m = self._q(engine, self.tables.message)
+            renew = self._renew_sql = DriverStatement(
+                sa.text(
+                    "UPDATE JSON_TABLE(:leases, '$[*]' COLUMNS ("
+                    "id BIGINT PATH '$[0]', token INT PATH '$[1]')) AS o "
+                    f"STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) "
+                    "ON m.id = o.id AND m.deliveries_count = o.token "
+                    "AND m.state = 'PROCESSING' SET m.acquired_at = UTC_TIMESTAMP(6)"
+                ),
+                engine.dialect,
+                per_call=("leases",),
+            )
         async with self._transaction(engine) as cursor:
             args = renew.arguments({"leases": leases_document(leases)})
             return await cursor.execute(renew.sql, args) or 0
