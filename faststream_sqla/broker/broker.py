@@ -105,7 +105,10 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             except Exception as e:
                 msg = f"not a database URL: {url_or_engine!r} ({e})"
                 raise InvalidOptionError(msg) from e
-        tables = QueueTables(TableNames(message=message_table, archive=archive_table))
+        tables = QueueTables(
+            TableNames(message=message_table, archive=archive_table),
+            dialect=url.get_backend_name(),
+        )
         super().__init__(
             url_or_engine=url_or_engine,
             engine_options=engine_options or {},

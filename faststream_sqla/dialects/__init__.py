@@ -14,6 +14,7 @@ __all__ = ("Dialect", "Outcome", "dialect_for")
 
 def dialect_for(engine: AsyncEngine, tables: QueueTables) -> Dialect:
     name = engine.dialect.name
+    tables = tables.for_dialect(name)
     if name == "postgresql":
         from .postgresql import PostgresDialect
 

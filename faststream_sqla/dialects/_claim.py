@@ -19,14 +19,18 @@ def ready_ids(m: sa.Table, *extra: sa.ColumnElement) -> sa.Select:
     Eligibility and ordering live here, so later terms (priority, ordering keys,
     expiry, paused queues) are added in one place for every dialect.
     """
+    if "ready_at" in m.c:
+        # MySQL's tables: ready_at is next_attempt_at while the message may be claimed
+        # and NULL otherwise (schema.READY_AT_SQL), and its index is the claim's order.
+        due = m.c.ready_at
+        eligible: list[sa.ColumnElement[bool]] = []
+    else:
+        due = m.c.next_attempt_at
+        eligible = [ready_predicate(m)]
     return (
         sa.select(m.c.id, *extra)
-        .where(
-            m.c.queue == sa.bindparam("claim_queue"),
-            ready_predicate(m),
-            m.c.next_attempt_at <= utc_now(),
-        )
-        .order_by(m.c.next_attempt_at, m.c.id)
+        .where(m.c.queue == sa.bindparam("claim_queue"), *eligible, due <= utc_now())
+        .order_by(due, m.c.id)
         .limit(sa.bindparam("claim_limit", type_=sa.Integer()))
     )
 

@@ -128,10 +128,14 @@ class Dialect(abc.ABC):
     def __init__(self, tables: QueueTables) -> None:
         self.tables = tables
         m = tables.message
+        # Where the table has ready_at (MySQL), "not ready" is the index's NULL range:
+        # the in-flight rows, read without a scan of the queue's backlog.
+        in_flight = [m.c.ready_at.is_(None)] if "ready_at" in m.c else []
         self._release_stuck = (
             sa.update(m)
             .where(
                 m.c.queue.in_(sa.bindparam("queues", expanding=True)),
+                *in_flight,
                 m.c.state == MessageState.PROCESSING,
                 m.c.acquired_at < utc_now(-sa.bindparam("timeout", type_=sa.Float())),
             )

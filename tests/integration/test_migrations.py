@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ def test_script_location_holds_the_scripts() -> None:
     location = Path(script_location())
     assert (location / "env.py").is_file()
     assert (location / "versions" / "0001_initial.py").is_file()
-    assert HEAD_REVISION == "0002"
+    assert HEAD_REVISION == "0003"
 
 
 async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
@@ -80,7 +81,7 @@ async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
 
 
 async def test_migration_matches_schema_py(engine: AsyncEngine, dialect_name: str) -> None:
-    tables = QueueTables()
+    tables = QueueTables(dialect=dialect_name)
 
     def diff(conn: sa.Connection) -> list:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True})
@@ -101,9 +102,17 @@ async def test_migration_matches_schema_py(engine: AsyncEngine, dialect_name: st
         for table in (tables.message, tables.archive):
             found = await conn.run_sync(lambda c, t=table: sa.inspect(c).get_indexes(t.name))
             indexes.update({i["name"]: i["column_names"] for i in found})
+    message_indexes = (
+        # no partial indexes: one index on the generated ready_at serves both
+        {"ix_message_ready": ["queue", "ready_at", "id"]}
+        if dialect_name == "mysql"
+        else {
+            "ix_message_claim": ["queue", "next_attempt_at", "id"],
+            "ix_message_stuck": ["queue", "acquired_at"],
+        }
+    )
     assert indexes == {
-        "ix_message_claim": ["queue", "next_attempt_at", "id"],
-        "ix_message_stuck": ["queue", "acquired_at"],
+        **message_indexes,
         "ix_message_archive_queue_archived": ["queue", "archived_at"],
     }
 
@@ -114,15 +123,16 @@ async def test_claim_index_is_partial_where_supported(
     sql = {
         "postgresql": "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_message_claim'",
         "sqlite": "SELECT sql FROM sqlite_master WHERE name = 'ix_message_claim'",
-        # no partial indexes: the plain composite
-        "mysql": "SELECT GROUP_CONCAT(column_name ORDER BY seq_in_index) "
-        "FROM information_schema.statistics "
-        "WHERE table_schema = DATABASE() AND index_name = 'ix_message_claim'",
+        # no partial indexes: the generated ready_at column is NULL for in-flight rows
+        "mysql": "SELECT generation_expression FROM information_schema.columns "
+        "WHERE table_schema = DATABASE() AND table_name = 'message' "
+        "AND column_name = 'ready_at'",
     }[dialect_name]
     async with engine.connect() as conn:
         definition = await conn.scalar(sa.text(sql))
     if dialect_name == "mysql":
-        assert definition == "queue,next_attempt_at,id"
+        assert "'PENDING'" in definition and "'RETRYABLE'" in definition
+        assert "next_attempt_at" in definition
     else:
         # PostgreSQL prints its own normal form of the predicate
         assert "WHERE" in definition and "'PENDING'" in definition and "'RETRYABLE'" in definition
@@ -313,15 +323,27 @@ async def test_upgrade_from_the_first_revision_keeps_messages(engine: AsyncEngin
     await downgrade_schema(engine, revision="0001")
     try:
         dialect = dialect_for(engine, QueueTables())
-        (kept,) = await dialect.insert_committed(
+        in_flight, kept = await dialect.insert_committed(
             engine,
             [NewMessage(queue="m", headers={}, headers_json="{}", payload=b"x",
-                        correlation_id=None, publish_at=None)],
+                        correlation_id=None, publish_at=None)] * 2,
         )
+        async with engine.begin() as conn:  # claimed an hour ago, by a process now dead
+            await conn.execute(
+                sa.text(
+                    "UPDATE message SET state = 'PROCESSING', deliveries_count = 1, "
+                    "acquired_at = :at WHERE id = :id"
+                ),
+                {"at": datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(hours=1),
+                 "id": in_flight},
+            )
         await upgrade_schema(engine)
         assert await current_revision(engine) == HEAD_REVISION
         claimed = await dialect.claim(engine, "m", 10)
         assert [r[0] for r in claimed] == [kept]  # id comes first in a claimed row
+        # the row in flight at the upgrade is still found as stuck, then claimable
+        assert await dialect.release_stuck(engine, ["m"], 60.0) == 1
+        assert [r[0] for r in await dialect.claim(engine, "m", 10)] == [in_flight]
     finally:
         await upgrade_schema(engine)
         async with engine.begin() as conn:

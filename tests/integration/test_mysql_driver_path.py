@@ -64,3 +64,48 @@ async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(my_
     await admin.dispose()
 
     assert len(await claim_after_losing_the_connection(dialect, my_engine, "q")) == 1
+
+
+async def test_claim_and_release_stuck_each_read_their_own_range_of_the_ready_index(my_engine):
+    """MySQL has no partial indexes: ready_at is NULL while a message is in flight, so
+    the claim's range (ready_at up to now) holds no in-flight row to walk and lock, and
+    release-stuck reads the NULL range (only in-flight rows), not the queue's backlog."""
+    from faststream_sqla.dialects._compiled import DriverStatement
+
+    dialect = await prepared_dialect(my_engine)
+    await dialect.insert_committed(my_engine, [plain_message() for _ in range(2000)])
+    in_flight = await dialect.claim(my_engine, "q", 300)
+    claim = DriverStatement(
+        dialect._lock_ready, my_engine.dialect, per_call=("claim_queue", "claim_limit")
+    )
+    statements: list[tuple[str, object]] = []
+
+    @sa.event.listens_for(my_engine.sync_engine, "before_cursor_execute")
+    def _capture(_conn, _cursor, statement, parameters, _context, _executemany) -> None:
+        statements.append((statement, parameters))
+
+    assert await dialect.release_stuck(my_engine, ["q"], 300.0) == 0  # none is that old
+    ((release_sql, release_args),) = [s for s in statements if s[0].startswith("UPDATE")]
+    async with dialect._transaction(my_engine) as cursor:
+        await cursor.execute("ANALYZE TABLE message", ())
+        await cursor.fetchall()
+        await cursor.execute(
+            f"EXPLAIN {claim.sql}", claim.arguments({"claim_queue": "q", "claim_limit": 100})
+        )
+        claim_plan = await cursor.fetchall()
+        await cursor.execute(f"EXPLAIN {release_sql}", release_args)
+        release_plan = await cursor.fetchall()
+    # EXPLAIN columns: id, select_type, table, type, possible_keys, key, ...
+    assert [row[5] for row in claim_plan] == ["ix_message_ready"]
+    assert [(row[3], row[5]) for row in release_plan] == [("range", "ix_message_ready")]
+
+    # and the rows the claim returns are the next ready ones, not in-flight ones
+    taken = {row[0] for row in in_flight}
+    nxt = await dialect.claim(my_engine, "q", 100)
+    assert len(nxt) == 100 and not taken & {row[0] for row in nxt}
+    assert min(row[0] for row in nxt) > max(taken)
+    async with my_engine.begin() as conn:
+        ready_at = await conn.scalar(
+            sa.text("SELECT COUNT(*) FROM message WHERE ready_at IS NULL")
+        )
+    assert ready_at == 400  # both claims' rows, and only those
