@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -70,9 +71,15 @@ class TableNames:
 #: SQLAlchemy dialect names of the databases without partial indexes
 MYSQL_FAMILY = ("mysql", "mariadb")
 
-#: when a message may be claimed, NULL while it may not: MySQL's stand-in for the
+#: ready_at of a message that may not be claimed (in flight): the last DATETIME
+NOT_READY = datetime(9999, 12, 31, 23, 59, 59)
+
+#: when a message may be claimed, NOT_READY while it may not: MySQL's stand-in for the
 #: partial claim index of PostgreSQL and SQLite (see build_message_table)
-READY_AT_SQL = "CASE WHEN state IN ('PENDING', 'RETRYABLE') THEN next_attempt_at END"
+READY_AT_SQL = (
+    "CASE WHEN state IN ('PENDING', 'RETRYABLE') THEN next_attempt_at "
+    "ELSE TIMESTAMP'9999-12-31 23:59:59' END"
+)
 
 
 @dataclass
@@ -142,12 +149,14 @@ def build_message_table(
     )
     if ready_at_column:
         # MySQL has no partial indexes. One index on (queue, ready_at, id) does the work
-        # of both below: the claim walks the ready rows in order (in-flight rows have a
-        # NULL ready_at, before the range), and release-stuck reads only the in-flight
-        # rows (ready_at IS NULL). With the two plain composites instead, every claim
-        # walked and locked the in-flight rows at the head of the queue, and every claim,
-        # archive and purge also maintained an index on acquired_at: a third of
-        # MariaDB's server time per message.
+        # of both below: the claim walks the ready rows in order and stops at LIMIT
+        # (in-flight rows sit at NOT_READY, past every real time), and release-stuck
+        # reads only the in-flight rows (ready_at = NOT_READY). With the two plain
+        # composites instead, every claim walked and locked the in-flight rows at the
+        # head of the queue, and every claim, archive and purge also maintained an index
+        # on acquired_at. Not NULL for "not ready": NULLs sort first, so each claim would
+        # start by walking the in-flight rows and every not yet purged entry of the
+        # rows archived before it.
         sa.Index(f"ix_{name}_ready", table.c.queue, table.c.ready_at, table.c.id)
         return table
     # The claim walks (queue, next_attempt_at) in order and stops at LIMIT; in-flight
@@ -203,6 +212,7 @@ def validate_queue_name(name: object) -> str:
 
 __all__ = [
     "MYSQL_FAMILY",
+    "NOT_READY",
     "MessageState",
     "QueueTables",
     "TableNames",

@@ -7,10 +7,11 @@ Create Date: 2026-11-22
 MySQL has no partial indexes, so its claim index held every row of a queue, in-flight
 ones included: each claim walked (and briefly locked) the rows claimed before it, and
 the index on acquired_at was rewritten by every claim, archive and purge. A stored
-generated column, ready_at (next_attempt_at while the message may be claimed, NULL
-otherwise), indexed as (queue, ready_at, id), serves the claim (its non-NULL range in
-order) and release-stuck (its NULL range: the in-flight rows). PostgreSQL and SQLite
-keep their partial indexes: nothing changes there.
+generated column, ready_at (next_attempt_at while the message may be claimed, the last
+DATETIME, 9999-12-31 23:59:59, otherwise), indexed as (queue, ready_at, id), serves the
+claim (the ready rows, in order, before every in-flight one) and release-stuck (the
+in-flight rows: one key). PostgreSQL and SQLite keep their partial indexes: nothing
+changes there.
 
 Adding a stored column rebuilds the table on MySQL and MariaDB; on a large queue, run
 the upgrade while consumers are stopped.
@@ -31,7 +32,10 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 # A frozen copy of schema.READY_AT_SQL at this revision.
-READY_AT_SQL = "CASE WHEN state IN ('PENDING', 'RETRYABLE') THEN next_attempt_at END"
+READY_AT_SQL = (
+    "CASE WHEN state IN ('PENDING', 'RETRYABLE') THEN next_attempt_at "
+    "ELSE TIMESTAMP'9999-12-31 23:59:59' END"
+)
 
 
 def _applies() -> bool:

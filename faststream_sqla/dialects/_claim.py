@@ -21,7 +21,8 @@ def ready_ids(m: sa.Table, *extra: sa.ColumnElement) -> sa.Select:
     """
     if "ready_at" in m.c:
         # MySQL's tables: ready_at is next_attempt_at while the message may be claimed
-        # and NULL otherwise (schema.READY_AT_SQL), and its index is the claim's order.
+        # and far in the future otherwise (schema.READY_AT_SQL); its index is the
+        # claim's order.
         due = m.c.ready_at
         eligible: list[sa.ColumnElement[bool]] = []
     else:

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
-from faststream_sqla.schema import MessageState, QueueTables
+from faststream_sqla.schema import NOT_READY, MessageState, QueueTables
 
 T = TypeVar("T")
 READY = (MessageState.PENDING, MessageState.RETRYABLE)
@@ -128,9 +128,13 @@ class Dialect(abc.ABC):
     def __init__(self, tables: QueueTables) -> None:
         self.tables = tables
         m = tables.message
-        # Where the table has ready_at (MySQL), "not ready" is the index's NULL range:
+        # Where the table has ready_at (MySQL), "not ready" is one key of its index:
         # the in-flight rows, read without a scan of the queue's backlog.
-        in_flight = [m.c.ready_at.is_(None)] if "ready_at" in m.c else []
+        in_flight = (
+            [m.c.ready_at == sa.literal(NOT_READY, m.c.ready_at.type)]
+            if "ready_at" in m.c
+            else []
+        )
         self._release_stuck = (
             sa.update(m)
             .where(
