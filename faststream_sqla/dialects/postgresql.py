@@ -142,9 +142,14 @@ class PostgresDialect(Dialect):
         # so the claim's commit need not wait for its WAL flush. Set inside the statement
         # itself, so the claim stays one round trip.
         relaxed = sa.select(sa.func.set_config("synchronous_commit", "off", True)).cte("relaxed")
+        # `id = ANY(ARRAY(ready ids))`: one pass over the primary key for the whole
+        # batch. `id IN (SELECT ...)` planned a semi-join that first de-duplicated the
+        # ids in a hash table (~10% of the claim's server time); a join with `ready`
+        # avoided that but fell to a full scan under a generic plan (see the tests).
+        ready_array = sa.func.array(sa.select(ready.c.id).scalar_subquery())
         claimed = (
             sa.update(m)
-            .where(m.c.id.in_(sa.select(ready.c.id)), sa.exists(sa.select(relaxed)))
+            .where(m.c.id == sa.any_(ready_array), sa.exists(sa.select(relaxed)))
             .values(
                 state=sa.literal_column(f"'{MessageState.PROCESSING.value}'"),
                 deliveries_count=m.c.deliveries_count + 1,

@@ -104,7 +104,8 @@ async def test_the_claim_keeps_to_indexes_under_a_generic_plan(pg_engine):
     """A prepared claim may run on a generic plan (`plan_cache_mode`, or PostgreSQL's own
     choice after five executions), where LIMIT is a parameter estimated at a tenth of
     the table. Written as a join, the claim then hash-joined over a scan of the whole
-    message table (700 ms a claim with 1M queued); the `IN` form stays on the keys."""
+    message table (700 ms a claim with 1M queued); the `= ANY(ARRAY(...))` form stays
+    on the keys."""
     dialect = await prepared_dialect(pg_engine)
     await dialect.claim(pg_engine, "generic-plan", 1)  # compiles the driver statement
     stmt = dialect._claim_on_driver
