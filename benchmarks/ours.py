@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import statistics
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from faststream.message import AckStatus
@@ -198,23 +199,29 @@ async def run_drain(
 async def _median_drain(
     url: str, n: int, fbs: int, batch: bool, repeats: int, *, access_log: bool
 ) -> dict[str, Any]:
-    """Median of `repeats` drains. Single-message drains are each paired with a
-    measurement of FastStream's pipeline (same logging) taken just before, and
-    `paired_median` is the median of drain / pipeline over those pairs: on a machine
-    whose speed drifts, a baseline measured minutes earlier can flatter or sink a ratio.
+    """Median of `repeats` drains. Single-message drains are each bracketed by
+    measurements of FastStream's pipeline (same logging), one just before and one just
+    after (shared with the next drain), and `paired_median` is the median over drains of
+    drain / geometric mean of its two brackets: on a machine whose speed drifts, a
+    baseline measured minutes earlier can flatter or sink a ratio, and one measured on
+    one side only still moves with a drift that runs through the pair.
     """
     rates, ratios = [], []
     with tempfile.TemporaryDirectory() as tmp:
+
+        async def baseline() -> float:
+            return await pipeline.measure(n, access_log=access_log, tmpdir=Path(tmp))
+
+        before = None if batch else await baseline()
         for _ in range(repeats):
-            base = None if batch else await pipeline.measure(
-                n, access_log=access_log, tmpdir=Path(tmp)
-            )
             run = await drain_once(url, n, fbs=fbs, batch=batch, access_log=access_log)
             if run["problem"]:
                 raise RuntimeError(run["problem"])
             rates.append(run["msg_per_s"])
-            if base:
-                ratios.append(run["msg_per_s"] / base)
+            if before is not None:
+                after = await baseline()
+                ratios.append(run["msg_per_s"] / math.sqrt(before * after))
+                before = after
     return {
         "median": statistics.median(rates),
         "runs": rates,

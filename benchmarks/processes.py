@@ -8,17 +8,20 @@ is counted once. The poll is one index probe on one connection held open. The
 count(*) of the growing archive every 20 ms it replaces cost the server ~2.5 ms of CPU
 a poll at 40,000 rows, and a pooled connection a poll cost this process ~8% of a core:
 both came out of the two cores the workers share. One- and two-process runs alternate,
-and the ratio is the median of adjacent pairs, so a machine whose speed drifts during
-the run skews both sides of each pair alike. PostgreSQL only.
+1, 2, 1, 2, 1, 2, 1, and each two-process rate is compared with the geometric mean of
+the one-process runs on either side; the ratio is the median of those, so a machine
+whose speed drifts during the run skews both sides of each comparison alike.
+PostgreSQL only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
-import statistics
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -33,7 +36,7 @@ from .common import QUEUE, REPO, Results, Target, clear_ours, count_rows, drain_
 from .ours import _backlog_sql, _execute_all
 
 SYSTEM = "faststream-sqla"
-PAIRS = 3  # alternating (1 process, 2 processes) runs; the ratio is their median
+PAIRS = 3  # two-process runs, each between one-process runs; the ratio is their median
 
 
 async def queue_is_empty(conn: AsyncConnection) -> bool:
@@ -127,19 +130,27 @@ async def run_processes(
     db = target.database
     runs: dict[int, list[float]] = {1: [], 2: []}
     pair_ratios = []
+
+    async def drain(workers: int) -> float | None:
+        try:
+            rate_ = (await drain_with_workers(target, n, workers, fetch_batch_size, log))[
+                "msg_per_s"
+            ]
+        except Exception as e:  # noqa: BLE001
+            results.error("processes", db, f"--workers {workers}", e)
+            return None
+        runs[workers].append(rate_)
+        return rate_
+
+    # 1, 2, 1, 2, ..., 1: each two-process run is bracketed by one-process runs, and
+    # compared with their geometric mean, so a drift through the pair cancels.
+    before = await drain(1)
     for _ in range(PAIRS):
-        pair = {}
-        for workers in (1, 2):
-            try:
-                pair[workers] = (
-                    await drain_with_workers(target, n, workers, fetch_batch_size, log)
-                )["msg_per_s"]
-            except Exception as e:  # noqa: BLE001
-                results.error("processes", db, f"--workers {workers}", e)
-                continue
-            runs[workers].append(pair[workers])
-        if len(pair) == 2:
-            pair_ratios.append(pair[2] / pair[1])
+        two = await drain(2)
+        after = await drain(1)
+        if before and two and after:
+            pair_ratios.append(two / math.sqrt(before * after))
+        before = after
     await clear_ours(target.url)
     common = {"n": n, "fetch_batch_size": fetch_batch_size, "max_workers": 8,
               "event_loop": event_loop_used()}
@@ -150,4 +161,5 @@ async def run_processes(
     if pair_ratios:
         results.add(SYSTEM, "processes", "workers_2_over_1", db,
                     statistics.median(pair_ratios), "x", pair_ratios=pair_ratios,
-                    ratio_of="median of adjacent (1, 2) pairs", **common)
+                    ratio_of="median over two-process runs of the rate / geometric mean of "
+                    "the one-process runs just before and after", **common)
