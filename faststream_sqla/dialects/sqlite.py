@@ -20,6 +20,7 @@ from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import QueueTables
 
 from ._claim import ready_ids
+from ._gil import short_switch_interval
 from ._pool import check_in
 from .base import (
     CLAIM_ORDER,
@@ -130,9 +131,11 @@ def runs_calls_in_thread(driver: Any) -> bool:
 
 
 async def call_in_thread(driver: Any, work: Callable[[Any], T]) -> T:
-    """`work(sqlite3 connection)` on aiosqlite's thread, its errors as SQLAlchemy's."""
+    """`work(sqlite3 connection)` on aiosqlite's thread, its errors as SQLAlchemy's,
+    with prompt GIL hand-offs while it runs (see `_gil`)."""
     try:
-        return await driver._execute(work, driver._conn)
+        with short_switch_interval:
+            return await driver._execute(work, driver._conn)
     except sqlite3.Error as exc:
         raise _as_sqlalchemy_error(exc) from exc
 

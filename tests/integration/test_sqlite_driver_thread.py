@@ -159,3 +159,17 @@ async def test_a_write_that_ended_its_own_transaction_skips_the_pools_rollback(
     assert resets == [False]  # the usual check-in, with its rollback
     assert not await pooled_in_transaction()
     assert await names(sqlite_engine) == ["a", "b"]
+
+
+async def test_work_on_the_driver_thread_runs_with_a_short_switch_interval(sqlite_engine):
+    """The driver's thread gets the GIL back promptly at each hand-off while the broker's
+    call runs (see dialects._gil), and the interval is as before once it is done."""
+    import sys
+
+    from faststream_sqla.dialects._gil import DRIVER_SWITCH_INTERVAL
+
+    before = sys.getswitchinterval()
+    async with sqlite_engine.connect() as conn:
+        during = await in_driver_thread(conn, lambda _cursor: sys.getswitchinterval())
+    assert during == pytest.approx(min(before, DRIVER_SWITCH_INTERVAL))
+    assert sys.getswitchinterval() == before
