@@ -97,7 +97,7 @@ METRIC_LABELS = {
     "log_on_msg_per_s": "process_message, access log on",
     "msg_per_s": "drain N, no-op handler",
     "access_log_msg_per_s": "drain N, default logging (x of pipeline: access log on)",
-    "over_paired_pipeline": "drain / pipeline measured just before it (median of pairs)",
+    "over_paired_pipeline": "drain / pipeline measured just before and after it (median)",
     "access_log_over_paired_pipeline": "the same, default logging and access log on",
     "single_msg_per_s": "publish(), sequential",
     "batch_msg_per_s": "publish_batch(1000)",
