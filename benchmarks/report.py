@@ -49,6 +49,10 @@ RULES: dict[tuple[str, str], dict[str, Ref]] = {
         "pipeline": _DRAIN["pipeline"], "raw": _DRAIN["raw"]},
     ("processes", "workers_2_msg_per_s"): {
         "pipeline": _DRAIN["pipeline"], "raw": _DRAIN["raw"]},
+    ("processes", "workers_1_msg_per_s@fbs=1000"): {
+        "pipeline": _DRAIN["pipeline"], "raw": _DRAIN["raw"]},
+    ("processes", "workers_2_msg_per_s@fbs=1000"): {
+        "pipeline": _DRAIN["pipeline"], "raw": _DRAIN["raw"]},
     ("drain", "access_log_msg_per_s"): {
         "pipeline": ("pipeline", "pipeline", "log_on_msg_per_s", "-")},
     ("pipeline", "log_on_msg_per_s"): {
@@ -117,6 +121,9 @@ METRIC_LABELS = {
     "workers_1_msg_per_s": "faststream run --workers 1",
     "workers_2_msg_per_s": "faststream run --workers 2",
     "workers_2_over_1": "--workers 2 / --workers 1",
+    "workers_1_msg_per_s@fbs=1000": "faststream run --workers 1, fetch_batch_size=1000",
+    "workers_2_msg_per_s@fbs=1000": "faststream run --workers 2, fetch_batch_size=1000",
+    "workers_2_over_1@fbs=1000": "--workers 2 / --workers 1, fetch_batch_size=1000",
 }
 
 
