@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import Dialect, NewMessage, with_retries
@@ -64,6 +65,21 @@ async def archived(engine: AsyncEngine, tables: QueueTables) -> list[sa.RowMappi
 
 
 # -- the driver routes (test_postgres_driver_path, test_mysql_driver_path) ------------
+
+
+@asynccontextmanager
+async def one_connection_engine(url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine whose pool holds one connection, so a test knows which connection the
+    next checkout returns, over emptied queue tables."""
+    engine = create_async_engine(url, pool_size=1, max_overflow=0)
+    tables = QueueTables()
+    async with engine.begin() as conn:
+        await conn.execute(tables.message.delete())
+        await conn.execute(tables.archive.delete())
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
 
 
 async def prepared_dialect(engine: AsyncEngine) -> Dialect:

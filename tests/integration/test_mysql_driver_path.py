@@ -8,20 +8,18 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from faststream_sqla.schema import QueueTables
-
-from .helpers import claim_after_losing_the_connection, plain_message, prepared_dialect
+from .helpers import (
+    claim_after_losing_the_connection,
+    one_connection_engine,
+    plain_message,
+    prepared_dialect,
+)
 
 
 @pytest.fixture
 async def my_engine(server_databases):
-    engine = create_async_engine(server_databases["mysql"], pool_size=1, max_overflow=0)
-    tables = QueueTables()
-    async with engine.begin() as conn:
-        await conn.execute(tables.message.delete())
-        await conn.execute(tables.archive.delete())
-    yield engine
-    await engine.dispose()
+    async with one_connection_engine(server_databases["mysql"]) as engine:
+        yield engine
 
 
 async def test_a_committed_transaction_is_checked_in_without_a_rollback(my_engine):

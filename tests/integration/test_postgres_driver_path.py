@@ -8,27 +8,23 @@ import json
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from faststream_sqla.dialects._asyncpg import driver_connection
 from faststream_sqla.dialects._compiled import DriverStatement
 from faststream_sqla.schema import MessageState, QueueTables
 
-from .helpers import claim_after_losing_the_connection, plain_message, prepared_dialect
+from .helpers import (
+    claim_after_losing_the_connection,
+    one_connection_engine,
+    plain_message,
+    prepared_dialect,
+)
 
 
 @pytest.fixture
 async def pg_engine(server_databases):
-    # one pooled connection, so a test knows which connection the next checkout returns
-    engine = create_async_engine(
-        server_databases["postgresql"], poolclass=AsyncAdaptedQueuePool, pool_size=1, max_overflow=0
-    )
-    tables = QueueTables()
-    async with engine.begin() as conn:
-        await conn.execute(tables.message.delete())
-        await conn.execute(tables.archive.delete())
-    yield engine
-    await engine.dispose()
+    async with one_connection_engine(server_databases["postgresql"]) as engine:
+        yield engine
 
 
 def test_constants_are_converted_once_and_per_call_values_must_need_none():
