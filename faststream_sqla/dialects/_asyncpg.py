@@ -22,6 +22,8 @@ import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ._pool import check_in
+
 # asyncpg's exception classes, most specific first, and the SQLAlchemy class each
 # becomes: the same classing SQLAlchemy's asyncpg dialect applies.
 _SQLALCHEMY_CLASSES: tuple[tuple[type[BaseException], type[sa.exc.DBAPIError]], ...] = (
@@ -54,6 +56,7 @@ async def driver_connection(engine: AsyncEngine) -> AsyncIterator[Any]:
     """
     fairy = await engine.raw_connection()
     driver = fairy.driver_connection
+    interrupted = False
     try:
         yield driver
     except Exception as exc:
@@ -65,7 +68,10 @@ async def driver_connection(engine: AsyncEngine) -> AsyncIterator[Any]:
             raise
         raise translated from exc
     except BaseException:
+        interrupted = True
         fairy.invalidate()
         raise
     finally:
-        fairy.close()
+        # Each statement commits on its own and a transaction block ends with its
+        # context, so, as on the other driver routes, the pool's reset is skipped.
+        await check_in(fairy, transaction_ended=not interrupted)

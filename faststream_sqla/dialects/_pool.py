@@ -10,9 +10,10 @@ from sqlalchemy.util import greenlet_spawn
 async def check_in(fairy: Any, *, transaction_ended: bool) -> None:
     """Give the connection back to the pool.
 
-    When our own work ended its transaction (COMMIT or ROLLBACK), the pool's
-    rollback-on-return has nothing to do, yet costs a round trip on asyncmy and a
-    hand-off to the driver's thread on aiosqlite: it is skipped through SQLAlchemy's
+    When our own work ended its transaction (COMMIT or ROLLBACK, or asyncpg's
+    statement-level commit), the pool's rollback-on-return has nothing to do, yet costs
+    a round trip on asyncmy and a hand-off to the driver's thread on aiosqlite: it is
+    skipped through SQLAlchemy's
     private `_close_special`, where present. Otherwise the usual check-in, whose
     rollback ends whatever is still open (it needs the greenlet context for that).
     """
