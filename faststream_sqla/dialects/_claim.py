@@ -13,6 +13,10 @@ def ready_predicate(m: sa.Table) -> sa.ColumnElement[bool]:
     return m.c.state.in_([sa.literal_column("'PENDING'"), sa.literal_column("'RETRYABLE'")])
 
 
+#: the parameters `ready_ids` binds, given on every claim
+CLAIM_PARAMETERS = ("claim_queue", "claim_limit")
+
+
 def ready_ids(m: sa.Table, *extra: sa.ColumnElement) -> sa.Select:
     """Ids (and `extra` columns) of one queue's ready messages, oldest first, up to :limit.
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -41,3 +41,24 @@ class DriverStatement:
 
     def arguments(self, params: Mapping[str, Any]) -> list[Any]:
         return [params[name] if given else fixed for name, given, fixed in self._order]
+
+
+class DriverStatements:
+    """A dialect's driver statements by name, each compiled the first time it is needed:
+    the engine's SQLAlchemy dialect, which compiling needs, is known only then."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[Hashable, DriverStatement] = {}
+
+    def get(
+        self,
+        name: Hashable,
+        dialect: SqlDialect,
+        build: Callable[[], sa.Executable],
+        per_call: Collection[str],
+    ) -> DriverStatement:
+        """The statement `name`, compiled from `build()` on first use."""
+        compiled = self._compiled.get(name)
+        if compiled is None:
+            compiled = self._compiled[name] = DriverStatement(build(), dialect, per_call)
+        return compiled

@@ -15,8 +15,8 @@ from faststream_sqla.exceptions import MessageTooLargeError
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._asyncmy import driver_transaction, error_code
-from ._claim import claimed_columns, ready_ids
-from ._compiled import DriverStatement
+from ._claim import CLAIM_PARAMETERS, claimed_columns, ready_ids
+from ._compiled import DriverStatement, DriverStatements
 from .base import (
     CLAIMED_COLUMNS,
     TERMINAL,
@@ -139,9 +139,7 @@ class MySQLDialect(Dialect):
             if c.name != "id"
         ]
         self._lock_ready = ready_ids(m, *columns).with_for_update(skip_locked=True)
-        self._claim_on_driver: DriverStatement | None = None
-        self._outcome_sql: tuple[DriverStatement, DriverStatement, DriverStatement] | None = None
-        self._renew_sql: DriverStatement | None = None
+        self._on_driver = DriverStatements()
         self.max_packet = DEFAULT_MAX_PACKET
         self.insert_returning = True
         self.consecutive_ids = True
@@ -238,10 +236,9 @@ class MySQLDialect(Dialect):
         )
 
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
-        if (stmt := self._claim_on_driver) is None:
-            stmt = self._claim_on_driver = DriverStatement(
-                self._lock_ready, engine.dialect, per_call=("claim_queue", "claim_limit")
-            )
+        stmt = self._on_driver.get(
+            "claim", engine.dialect, lambda: self._lock_ready, CLAIM_PARAMETERS
+        )
         async with self._transaction(engine) as cursor:
             await cursor.execute(
                 stmt.sql, stmt.arguments({"claim_queue": queue, "claim_limit": limit})
@@ -260,17 +257,27 @@ class MySQLDialect(Dialect):
     def _statements(
         self, engine: AsyncEngine
     ) -> tuple[DriverStatement, DriverStatement, DriverStatement]:
+        """The (archive, delete, requeue) trio of _apply_outcome_statements."""
+        archive, delete, requeue = (
+            self._on_driver.get(
+                name,
+                engine.dialect,
+                lambda name=name: sa.text(self._outcome_sql(engine)[name]),
+                ("outcomes",),
+            )
+            for name in ("archive", "delete", "requeue")
+        )
+        return archive, delete, requeue
+
+    def _outcome_sql(self, engine: AsyncEngine) -> dict[str, str]:
         # Text, not Core: JSON_TABLE as a join source has no Core construct. The outcome
         # rows drive the join and each finds its message by primary key (STRAIGHT_JOIN,
         # FORCE INDEX): left to itself the optimizer scanned the whole table with locking
         # reads, waiting on every row an open outbox transaction had just inserted.
-        if self._outcome_sql is None:
-            m = self._q(engine, self.tables.message)
-            a = self._q(engine, self.tables.archive)
-            match = (
-                "m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING'"
-            )
-            archive = f"""
+        m = self._q(engine, self.tables.message)
+        a = self._q(engine, self.tables.archive)
+        match = "m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING'"
+        archive = f"""
 INSERT INTO {a} (id, queue, headers, payload, state, attempts_count, deliveries_count,
                  created_at, first_attempt_at, last_attempt_at, last_error, correlation_id,
                  archived_at)
@@ -279,21 +286,17 @@ SELECT m.id, m.queue, m.headers, m.payload, {_STATE}, o.attempts, m.deliveries_c
        m.correlation_id, UTC_TIMESTAMP(6)
 FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
 WHERE {_ARCHIVED}"""
-            delete = f"""
+        delete = f"""
 DELETE m FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
 WHERE {_ARCHIVED}"""
-            requeue = f"""
+        requeue = f"""
 UPDATE {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
 SET m.state = {_STATE}, m.attempts_count = o.attempts, m.deliveries_count = o.deliveries,
     m.first_attempt_at = {_time("first_us")}, m.last_attempt_at = {_time("last_us")},
     m.next_attempt_at = COALESCE({_time("next_us")}, m.next_attempt_at),
     m.last_error = COALESCE(o.error, m.last_error), m.acquired_at = NULL
 WHERE {_REQUEUED}"""
-            self._outcome_sql = tuple(  # type: ignore[assignment]
-                DriverStatement(sa.text(sql), engine.dialect, per_call=("outcomes",))
-                for sql in (archive, delete, requeue)
-            )
-        return self._outcome_sql
+        return {"archive": archive, "delete": delete, "requeue": requeue}
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         statements = self._statements(engine)
@@ -301,19 +304,18 @@ WHERE {_REQUEUED}"""
             return await _apply_outcome_statements(cursor, statements, outcomes)
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
-        if (renew := self._renew_sql) is None:
-            m = self._q(engine, self.tables.message)
-            renew = self._renew_sql = DriverStatement(
-                sa.text(
-                    "UPDATE JSON_TABLE(:leases, '$[*]' COLUMNS ("
-                    "id BIGINT PATH '$[0]', token INT PATH '$[1]')) AS o "
-                    f"STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) "
-                    "ON m.id = o.id AND m.deliveries_count = o.token "
-                    "AND m.state = 'PROCESSING' SET m.acquired_at = UTC_TIMESTAMP(6)"
-                ),
-                engine.dialect,
-                per_call=("leases",),
-            )
+        renew = self._on_driver.get(
+            "renew",
+            engine.dialect,
+            lambda: sa.text(
+                "UPDATE JSON_TABLE(:leases, '$[*]' COLUMNS ("
+                "id BIGINT PATH '$[0]', token INT PATH '$[1]')) AS o "
+                f"STRAIGHT_JOIN {self._q(engine, self.tables.message)} AS m "
+                "FORCE INDEX (PRIMARY) ON m.id = o.id AND m.deliveries_count = o.token "
+                "AND m.state = 'PROCESSING' SET m.acquired_at = UTC_TIMESTAMP(6)"
+            ),
+            ("leases",),
+        )
         async with self._transaction(engine) as cursor:
             args = renew.arguments({"leases": leases_document(leases)})
             return await cursor.execute(renew.sql, args) or 0

@@ -18,8 +18,8 @@ from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._asyncpg import driver_connection
-from ._claim import claimed_columns, ready_ids
-from ._compiled import DriverStatement
+from ._claim import CLAIM_PARAMETERS, claimed_columns, ready_ids
+from ._compiled import DriverStatement, DriverStatements
 from .base import (
     CLAIM_ORDER,
     CLAIMED_COLUMNS,
@@ -177,18 +177,16 @@ class PostgresDialect(Dialect):
             ),
             sa.type_coerce(sa.func.max(ordered.c.acquired_at), sa.types.NullType()),
         )
-        self._claim_on_driver: DriverStatement | None = None
-        self._outcomes_sql: dict[tuple[bool, bool], DriverStatement] = {}
+        self._on_driver = DriverStatements()
         self._insert_sql: sa.TextClause | None = None
-        self._insert_on_driver: DriverStatement | None = None
         # One channel per table set, so brokers on other tables are not woken.
         self.channel = f"fsqla_{tables.message.name}"
 
+    def _claim_statement(self, engine: AsyncEngine) -> DriverStatement:
+        return self._on_driver.get("claim", engine.dialect, lambda: self._claim, CLAIM_PARAMETERS)
+
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
-        if (stmt := self._claim_on_driver) is None:
-            stmt = self._claim_on_driver = DriverStatement(
-                self._claim, engine.dialect, per_call=("claim_queue", "claim_limit")
-            )
+        stmt = self._claim_statement(engine)
         async with driver_connection(engine) as conn:
             row = await conn.fetchrow(
                 stmt.sql, *stmt.arguments({"claim_queue": queue, "claim_limit": limit})
@@ -206,6 +204,16 @@ class PostgresDialect(Dialect):
     def _outcomes_statement(
         self, engine: AsyncEngine, *, archives: bool, requeues: bool
     ) -> DriverStatement:
+        return self._on_driver.get(
+            ("outcomes", archives, requeues),
+            engine.dialect,
+            lambda: self._outcomes_sql(engine, archives=archives, requeues=requeues),
+            OUTCOME_PARAMETERS,
+        )
+
+    def _outcomes_sql(
+        self, engine: AsyncEngine, *, archives: bool, requeues: bool
+    ) -> sa.TextClause:
         # Text, not Core: DELETE ... USING ... RETURNING feeding an INSERT in one
         # statement is beyond what Core composes. Identifiers come from our tables.
         # "Still claimed" is tested as `acquired_at IS NOT NULL` (set by a claim, cleared
@@ -215,29 +223,27 @@ class PostgresDialect(Dialect):
         # the outcome list per row: quadratic. Now each outcome finds its row by key.
         # A batch with nothing to requeue (the common case) or nothing to archive leaves
         # the other half out: unnesting the arrays for it cost ~0.7 ms per 1,000.
-        key = (archives, requeues)
-        if key not in self._outcomes_sql:
-            m = self._q(engine, self.tables.message)
-            a = self._q(engine, self.tables.archive)
-            # Columns travel as arrays in text form (see array_literal), times as
-            # microseconds turned back into timestamps here.
-            rows = (
-                "(SELECT u.id, u.token, u.state, u.attempts, u.deliveries, "
-                f"{_from_micros('first_us')} AS first_at, {_from_micros('last_us')} AS last_at, "
-                f"{_from_micros('next_us')} AS next_at, u.error "
-                "FROM unnest(CAST(CAST(:ids AS text) AS bigint[]), "
-                "CAST(CAST(:tokens AS text) AS int[]), CAST(CAST(:states AS text) AS text[]), "
-                "CAST(CAST(:attempts AS text) AS int[]), "
-                "CAST(CAST(:deliveries AS text) AS int[]), "
-                "CAST(CAST(:first_us AS text) AS bigint[]), "
-                "CAST(CAST(:last_us AS text) AS bigint[]), "
-                "CAST(CAST(:next_us AS text) AS bigint[]), CAST(:errors AS text[])) "
-                "AS u(id, token, state, attempts, deliveries, first_us, last_us, next_us, "
-                "error)) AS o"
-            )
-            parts, counts = [], []
-            if archives:
-                parts.append(f"""moved AS (
+        m = self._q(engine, self.tables.message)
+        a = self._q(engine, self.tables.archive)
+        # Columns travel as arrays in text form (see array_literal), times as
+        # microseconds turned back into timestamps here.
+        rows = (
+            "(SELECT u.id, u.token, u.state, u.attempts, u.deliveries, "
+            f"{_from_micros('first_us')} AS first_at, {_from_micros('last_us')} AS last_at, "
+            f"{_from_micros('next_us')} AS next_at, u.error "
+            "FROM unnest(CAST(CAST(:ids AS text) AS bigint[]), "
+            "CAST(CAST(:tokens AS text) AS int[]), CAST(CAST(:states AS text) AS text[]), "
+            "CAST(CAST(:attempts AS text) AS int[]), "
+            "CAST(CAST(:deliveries AS text) AS int[]), "
+            "CAST(CAST(:first_us AS text) AS bigint[]), "
+            "CAST(CAST(:last_us AS text) AS bigint[]), "
+            "CAST(CAST(:next_us AS text) AS bigint[]), CAST(:errors AS text[])) "
+            "AS u(id, token, state, attempts, deliveries, first_us, last_us, next_us, "
+            "error)) AS o"
+        )
+        parts, counts = [], []
+        if archives:
+            parts.append(f"""moved AS (
     DELETE FROM {m} AS m USING {rows}
     WHERE m.id = o.id AND m.deliveries_count = o.token AND m.acquired_at IS NOT NULL
       AND o.state IN ('COMPLETED', 'FAILED')
@@ -252,9 +258,9 @@ archived AS (
     SELECT moved.*, (now() AT TIME ZONE 'UTC') FROM moved
     RETURNING 1
 )""")
-                counts.append("(SELECT count(*) FROM archived)")
-            if requeues:
-                parts.append(f"""requeued AS (
+            counts.append("(SELECT count(*) FROM archived)")
+        if requeues:
+            parts.append(f"""requeued AS (
     UPDATE {m} AS m SET state = o.state, attempts_count = o.attempts,
         deliveries_count = o.deliveries, first_attempt_at = o.first_at,
         last_attempt_at = o.last_at,
@@ -265,13 +271,8 @@ archived AS (
       AND o.state IN ('PENDING', 'RETRYABLE')
     RETURNING 1
 )""")
-                counts.append("(SELECT count(*) FROM requeued)")
-            self._outcomes_sql[key] = DriverStatement(
-                sa.text(f"WITH {', '.join(parts)}\nSELECT {' + '.join(counts)}"),
-                engine.dialect,
-                per_call=OUTCOME_PARAMETERS,
-            )
-        return self._outcomes_sql[key]
+            counts.append("(SELECT count(*) FROM requeued)")
+        return sa.text(f"WITH {', '.join(parts)}\nSELECT {' + '.join(counts)}")
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         if not outcomes:
@@ -338,10 +339,9 @@ archived AS (
 
     async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
         # A publish outside the caller's transaction, on the driver (see _asyncpg).
-        if (stmt := self._insert_on_driver) is None:
-            stmt = self._insert_on_driver = DriverStatement(
-                self._insert_statement(engine), engine.dialect, per_call=INSERT_PARAMETERS
-            )
+        stmt = self._on_driver.get(
+            "insert", engine.dialect, lambda: self._insert_statement(engine), INSERT_PARAMETERS
+        )
         runs = _runs_sharing_options(rows)
         ids: list[int] = []
         async with driver_connection(engine) as conn:

@@ -103,8 +103,7 @@ async def test_the_claim_keeps_to_indexes_under_a_generic_plan(pg_engine):
     message table (700 ms a claim with 1M queued); the `= ANY(ARRAY(...))` form stays
     on the keys."""
     dialect = await prepared_dialect(pg_engine)
-    await dialect.claim(pg_engine, "generic-plan", 1)  # compiles the driver statement
-    stmt = dialect._claim_on_driver
+    stmt = dialect._claim_statement(pg_engine)  # the statement claim() runs
     assert stmt is not None
     args = stmt.arguments({"claim_queue": "generic-plan", "claim_limit": 10})
     async with driver_connection(pg_engine) as conn:
