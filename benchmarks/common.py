@@ -34,6 +34,16 @@ QUEUE = "bench"
 JSON_HEADERS = '{"content-type":"application/json"}'
 REPO = Path(__file__).resolve().parents[1]
 
+#: fetch_batch_size of the processes scenario: the default, and the largest drains try
+PROCESSES_BATCH_SIZES = (100, 1000)
+
+
+def processes_metric(name: str, fetch_batch_size: int) -> str:
+    """A processes figure's name: plain at the default batch size, else with a suffix."""
+    if fetch_batch_size == PROCESSES_BATCH_SIZES[0]:
+        return name
+    return f"{name}@fbs={fetch_batch_size}"
+
 
 @dataclass(frozen=True)
 class Target:

@@ -32,18 +32,21 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from faststream_sqla import SqlaBroker
 
-from .common import QUEUE, REPO, Results, Target, clear_ours, count_rows, drain_timeout, rate
+from .common import (
+    QUEUE,
+    REPO,
+    Results,
+    Target,
+    clear_ours,
+    count_rows,
+    drain_timeout,
+    processes_metric,
+    rate,
+)
 from .ours import _backlog_sql, _execute_all
 
 SYSTEM = "faststream-sqla"
 PAIRS = 3  # two-process runs, each between one-process runs; the ratio is their median
-#: fetch_batch_size of the runs: the default, and the largest the drains try
-BATCH_SIZES = (100, 1000)
-
-
-def metric(name: str, fetch_batch_size: int) -> str:
-    """Figures at the default batch size carry the plain name, others a suffix."""
-    return name if fetch_batch_size == BATCH_SIZES[0] else f"{name}@fbs={fetch_batch_size}"
 
 
 async def queue_is_empty(conn: AsyncConnection) -> bool:
@@ -164,10 +167,10 @@ async def run_processes(
     for workers, rates in runs.items():
         if rates:
             results.add(SYSTEM, "processes",
-                        metric(f"workers_{workers}_msg_per_s", fetch_batch_size), db,
+                        processes_metric(f"workers_{workers}_msg_per_s", fetch_batch_size), db,
                         statistics.median(rates), "msg/s", runs=rates, **common)
     if pair_ratios:
-        results.add(SYSTEM, "processes", metric("workers_2_over_1", fetch_batch_size), db,
+        results.add(SYSTEM, "processes", processes_metric("workers_2_over_1", fetch_batch_size), db,
                     statistics.median(pair_ratios), "x", pair_ratios=pair_ratios,
                     ratio_of="median over two-process runs of the rate / geometric mean of "
                     "the one-process runs just before and after", **common)

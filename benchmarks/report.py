@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .common import LABELS, Results
+from .common import LABELS, PROCESSES_BATCH_SIZES, Results, processes_metric
 
 OURS = "faststream-sqla"
 SQLBROKER = "faststream-sqlbroker"
@@ -48,10 +48,6 @@ RULES: dict[tuple[str, str], dict[str, Ref]] = {
     ("processes", "workers_1_msg_per_s"): {
         "pipeline": _DRAIN["pipeline"], "raw": _DRAIN["raw"]},
     ("processes", "workers_2_msg_per_s"): {
-        "pipeline": _DRAIN["pipeline"], "raw": _DRAIN["raw"]},
-    ("processes", "workers_1_msg_per_s@fbs=1000"): {
-        "pipeline": _DRAIN["pipeline"], "raw": _DRAIN["raw"]},
-    ("processes", "workers_2_msg_per_s@fbs=1000"): {
         "pipeline": _DRAIN["pipeline"], "raw": _DRAIN["raw"]},
     ("drain", "access_log_msg_per_s"): {
         "pipeline": ("pipeline", "pipeline", "log_on_msg_per_s", "-")},
@@ -121,10 +117,16 @@ METRIC_LABELS = {
     "workers_1_msg_per_s": "faststream run --workers 1",
     "workers_2_msg_per_s": "faststream run --workers 2",
     "workers_2_over_1": "--workers 2 / --workers 1",
-    "workers_1_msg_per_s@fbs=1000": "faststream run --workers 1, fetch_batch_size=1000",
-    "workers_2_msg_per_s@fbs=1000": "faststream run --workers 2, fetch_batch_size=1000",
-    "workers_2_over_1@fbs=1000": "--workers 2 / --workers 1, fetch_batch_size=1000",
 }
+# processes at its other batch sizes: the same baselines, the label says the size
+for _size in PROCESSES_BATCH_SIZES[1:]:
+    for _name in ("workers_1_msg_per_s", "workers_2_msg_per_s", "workers_2_over_1"):
+        _rule = RULES.get(("processes", _name))
+        if _rule is not None:
+            RULES[("processes", processes_metric(_name, _size))] = _rule
+        METRIC_LABELS[processes_metric(_name, _size)] = (
+            f"{METRIC_LABELS[_name]}, fetch_batch_size={_size}"
+        )
 
 
 def fmt_value(value: float | None, unit: str) -> str:

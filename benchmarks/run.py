@@ -31,6 +31,7 @@ from . import report
 from .common import (
     DATABASES,
     LABELS,
+    PROCESSES_BATCH_SIZES,
     Results,
     Target,
     durability_settings,
@@ -239,7 +240,7 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
         if "postgresql" in targets:
             # The default batch size and the largest the drains try: per-statement server
             # work per message differs between them, and two processes share the server.
-            for fbs in processes.BATCH_SIZES:
+            for fbs in PROCESSES_BATCH_SIZES:
                 await timed(
                     timings, f"processes/postgresql/{fbs}", results, "processes", "postgresql",
                     lambda fbs=fbs: processes.run_processes(
