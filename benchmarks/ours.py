@@ -20,8 +20,9 @@ from faststream_sqla import SqlaBroker, lifecycle
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import Dialect
 from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.migrations import downgrade_schema, upgrade_schema
 from faststream_sqla.parser import claimed_from_row
-from faststream_sqla.schema import QueueTables
+from faststream_sqla.schema import QueueTables, TableNames
 from faststream_sqla.subscriber.config import default_retry_strategy
 
 from . import pipeline
@@ -46,6 +47,10 @@ from .common import (
 SYSTEM = "faststream-sqla"
 MAX_WORKERS = 8
 REPEATS = 5  # scale: median of this many timed claim runs (short, so noisy: more of them)
+# scale: the big backlog has tables of its own, so its runs can alternate with the small
+# backlog's in the default tables
+BIG_BACKLOG_TABLES = TableNames("bench_big_message", "bench_big_message_archive")
+RSS_FETCH_BATCH = 100  # scale: the RSS drain's fetch_batch_size (the default)
 
 
 class NotAvailable(Exception):
@@ -348,10 +353,10 @@ async def run_latency(
 HEADERS_SQL = """'{"content-type":"application/json"}'"""
 
 
-def _backlog_sql(db: str, n: int, group: int = 1000) -> list[str]:
-    """Generate n PENDING rows in the database itself. Rows come in groups of `group` that
-    share a timestamp, as publish_batch(1000) calls leave them (one call is one
-    transaction, and the database clock is the transaction's); groups are 1 ms apart,
+def _backlog_sql(db: str, n: int, group: int = 1000, table: str = "message") -> list[str]:
+    """Generate n PENDING rows in the database itself, in `table`. Rows come in groups of
+    `group` that share a timestamp, as publish_batch(1000) calls leave them (one call is
+    one transaction, and the database clock is the transaction's); groups are 1 ms apart,
     oldest first. `group=n` is one publish_batch of everything."""
     cols = (
         "queue, headers, payload, state, attempts_count, deliveries_count, created_at, "
@@ -362,7 +367,7 @@ def _backlog_sql(db: str, n: int, group: int = 1000) -> list[str]:
         ts = f"(now() AT TIME ZONE 'UTC') - {offset}"
         return [
             (
-                f"INSERT INTO message ({cols}) SELECT 'bench', {HEADERS_SQL}::json, "
+                f"INSERT INTO {table} ({cols}) SELECT 'bench', {HEADERS_SQL}::json, "
                 f"convert_to(g::text, 'UTF8'), 'PENDING', 0, 0, {ts}, {ts} "
                 f"FROM generate_series(0, {n - 1}) AS g"
             )
@@ -374,7 +379,7 @@ def _backlog_sql(db: str, n: int, group: int = 1000) -> list[str]:
             hi = min(n, lo + step) - 1
             ts = f"UTC_TIMESTAMP(6) - INTERVAL (({n - 1} - seq) DIV {group}) * 1000 MICROSECOND"
             stmts.append(
-                f"INSERT INTO message ({cols}) SELECT 'bench', {HEADERS_SQL}, "
+                f"INSERT INTO {table} ({cols}) SELECT 'bench', {HEADERS_SQL}, "
                 f"CAST(seq AS CHAR), 'PENDING', 0, 0, {ts}, {ts} FROM seq_{lo}_to_{hi}"
             )
         return stmts
@@ -385,7 +390,7 @@ def _backlog_sql(db: str, n: int, group: int = 1000) -> list[str]:
     return [
         (
             f"WITH RECURSIVE c(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM c WHERE g < {n - 1}) "
-            f"INSERT INTO message ({cols}) SELECT 'bench', {HEADERS_SQL}, "
+            f"INSERT INTO {table} ({cols}) SELECT 'bench', {HEADERS_SQL}, "
             f"CAST(CAST(g AS TEXT) AS BLOB), 'PENDING', 0, 0, {ts}, {ts} FROM c"
         )
     ]
@@ -426,10 +431,15 @@ def _archive_sql(db: str, n: int) -> list[str]:
     ]
 
 
-async def _execute_all(url: str, statements: list[str], analyze: tuple[str, ...] = ()) -> float:
+async def _execute_all(
+    url: str,
+    statements: list[str],
+    analyze: tuple[str, ...] = (),
+    tables: TableNames = TableNames(),  # noqa: B008 (frozen)
+) -> float:
     """Run the generating statements in one transaction, then let the database settle
-    (statistics, checkpoint, dirty pages) so the measurement after it does not pay for
-    the bulk insert's aftermath. Returns the seconds the insert took."""
+    (statistics, checkpoint, dirty pages of `tables`) so the measurement after it does
+    not pay for the bulk insert's aftermath. Returns the seconds the insert took."""
     engine = create_async_engine(url)
     try:
         t0 = time.perf_counter()
@@ -448,17 +458,21 @@ async def _execute_all(url: str, statements: list[str], analyze: tuple[str, ...]
                 await conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
             else:
                 # writes the tables' dirty pages out (and pauses purge while it does)
-                await conn.exec_driver_sql("FLUSH TABLES message, message_archive FOR EXPORT")
+                await conn.exec_driver_sql(
+                    f"FLUSH TABLES {tables.message}, {tables.archive} FOR EXPORT"
+                )
                 await conn.exec_driver_sql("UNLOCK TABLES")
     finally:
         await engine.dispose()
     return elapsed
 
 
-async def claim_archive_loop(url: str, n: int, limit: int) -> float:
+async def claim_archive_loop(
+    url: str, n: int, limit: int, tables: TableNames = TableNames()  # noqa: B008 (frozen)
+) -> float:
     """Claim `limit` at a time through our dialect, ack them all, write the outcomes."""
     engine: AsyncEngine = create_async_engine(url, pool_pre_ping=True)  # as the broker does
-    dialect = dialect_for(engine, QueueTables())
+    dialect = dialect_for(engine, QueueTables(tables))
     dialect.configure_engine(engine, owned=True)
     await dialect.prepare(engine)
     strategy = default_retry_strategy()
@@ -493,12 +507,13 @@ async def claim_archive_loop(url: str, n: int, limit: int) -> float:
     return rate(n, elapsed)
 
 
-async def rss_drain(url: str, n: int, fbs: int) -> dict[str, Any]:
+async def rss_drain(url: str, n: int, fbs: int, tables: TableNames) -> dict[str, Any]:
     """Drain n messages of a standing backlog in a fresh process; report its peak RSS."""
     return await run_json_subprocess(
         "benchmarks.worker",
         {"task": "rss-drain", "url": url, "n": n, "fetch_batch_size": fbs,
-         "max_workers": MAX_WORKERS},
+         "max_workers": MAX_WORKERS, "message_table": tables.message,
+         "archive_table": tables.archive},
         timeout=drain_timeout(n) + 60,
     )
 
@@ -518,13 +533,18 @@ async def run_scale(
     db = target.database
     url = target.url
     warm = min(10 * limit, claim_n // 2)
-    # the small backlog must hold the RSS drain (which may handle a few more than asked),
-    # the warm-up and the timed claims
-    rss_n = max(1, min(rss_n, small - claim_n - warm - 50))
+    # the small backlog must hold the RSS drain, the warm-up and the timed claims; a
+    # drain stops gracefully, handling what its prefetch buffer (two claims) still holds
+    rss_n = max(1, min(rss_n, small - claim_n - warm - 2 * RSS_FETCH_BATCH - 50))
     claim_rates: dict[str, float] = {}
     repeats: dict[str, list[float]] = {}
     rss: dict[str, dict[str, Any]] = {}
     setup: dict[str, float] = {}
+    default_tables = TableNames()
+
+    async def timed(tables: TableNames) -> float:
+        await claim_archive_loop(url, warm, limit, tables)
+        return await claim_archive_loop(url, claim_n, limit, tables)
 
     async def measure(label: str, refill: Callable[[], Awaitable[Any]] | None) -> None:
         """Median of REPEATS timed runs, each after a warm-up; `refill` restores the
@@ -533,8 +553,7 @@ async def run_scale(
         for i in range(REPEATS):
             if refill is not None and i > 0:
                 await refill()
-            await claim_archive_loop(url, warm, limit)
-            runs.append(await claim_archive_loop(url, claim_n, limit))
+            runs.append(await timed(default_tables))
         repeats[label] = runs
         claim_rates[label] = statistics.median(runs)
 
@@ -542,16 +561,40 @@ async def run_scale(
         await clear_tables(url, "message", keep_ids=True)  # the archive keeps its rows
         await _execute_all(url, _backlog_sql(db, small), analyze=("message",))
 
-    for label, backlog in (("small", small), ("big", big)):
-        await clear_ours(url)
-        setup[f"backlog_{label}_insert_s"] = await _execute_all(
-            url, _backlog_sql(db, backlog), analyze=("message",)
-        )
-        try:  # first, while the backlog is whole
-            rss[label] = await rss_drain(url, rss_n, 100)
-        except Exception as e:  # noqa: BLE001
-            results.error("scale", db, f"rss drain ({label} backlog)", e)
-        await measure(label, refill_small if label == "small" else None)
+    # Both backlogs stand at once, the big one in tables of its own, so that their runs
+    # alternate, small, big, small, ..., small: each big run is compared with the
+    # geometric mean of the small runs on either side, and a machine whose speed drifts
+    # skews both sides of each comparison alike (as in the drain and processes pairs).
+    await clear_ours(url)
+    await downgrade_schema(url, message_table=BIG_BACKLOG_TABLES.message,
+                           archive_table=BIG_BACKLOG_TABLES.archive)
+    await upgrade_schema(url, message_table=BIG_BACKLOG_TABLES.message,
+                         archive_table=BIG_BACKLOG_TABLES.archive)
+    try:
+        for label, backlog, tables in (
+            ("small", small, default_tables), ("big", big, BIG_BACKLOG_TABLES)
+        ):
+            setup[f"backlog_{label}_insert_s"] = await _execute_all(
+                url, _backlog_sql(db, backlog, table=tables.message),
+                analyze=(tables.message,), tables=tables,
+            )
+            try:  # first, while the backlog is whole
+                rss[label] = await rss_drain(url, rss_n, RSS_FETCH_BATCH, tables)
+            except Exception as e:  # noqa: BLE001
+                results.error("scale", db, f"rss drain ({label} backlog)", e)
+        small_runs = [await timed(default_tables)]
+        big_runs, pair_ratios = [], []
+        for _ in range(REPEATS):
+            big_runs.append(await timed(BIG_BACKLOG_TABLES))
+            await refill_small()
+            small_runs.append(await timed(default_tables))
+            pair_ratios.append(big_runs[-1] / math.sqrt(small_runs[-2] * small_runs[-1]))
+    finally:
+        await downgrade_schema(url, message_table=BIG_BACKLOG_TABLES.message,
+                               archive_table=BIG_BACKLOG_TABLES.archive)
+    repeats["small"], repeats["big"] = small_runs, big_runs
+    claim_rates["small"] = statistics.median(small_runs)
+    claim_rates["big"] = statistics.median(big_runs)
     # a large archive table, small backlog
     await clear_ours(url)
     await _execute_all(url, _backlog_sql(db, small))
@@ -576,8 +619,10 @@ async def run_scale(
                 "msg/s", backlog=small, **common)
     results.add(SYSTEM, "scale", "claim_archive_big_msg_per_s", db, claim_rates["big"],
                 "msg/s", backlog=big, **common)
-    results.add(SYSTEM, "scale", "big_over_small", db, claim_rates["big"] / claim_rates["small"],
-                "x", backlog_small=small, backlog_big=big)
+    results.add(SYSTEM, "scale", "big_over_small", db, statistics.median(pair_ratios), "x",
+                backlog_small=small, backlog_big=big, pair_ratios=pair_ratios,
+                ratio_of="median over big-backlog runs of the rate / geometric mean of the "
+                "small-backlog runs just before and after")
     results.add(SYSTEM, "scale", "claim_archive_big_archive_msg_per_s", db,
                 claim_rates["big_archive"], "msg/s", backlog=small, archive_rows=archive_rows,
                 **common)

@@ -57,7 +57,10 @@ async def sample_rss(into: list[int]) -> None:
 
 async def rss_drain(args: dict[str, Any]) -> dict[str, Any]:
     n, fbs = int(args["n"]), int(args["fetch_batch_size"])
-    broker = SqlaBroker(args["url"], logger=None)
+    broker = SqlaBroker(
+        args["url"], logger=None, message_table=args["message_table"],
+        archive_table=args["archive_table"],
+    )
     countdown = CountDown(n)
     sub = broker.subscriber(QUEUE, max_workers=int(args["max_workers"]), fetch_batch_size=fbs)
 
