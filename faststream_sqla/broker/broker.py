@@ -32,6 +32,7 @@ from faststream_sqla.migrations import check_schema
 from faststream_sqla.publisher.producer import SqlaProducer
 from faststream_sqla.response import Connection, SqlaPublishCommand
 from faststream_sqla.schema import QueueTables, TableNames
+from faststream_sqla.vacuum import MessageTableVacuum
 
 from .logging import make_sqla_logger_state
 from .registrator import SqlaRegistrator
@@ -72,6 +73,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         message_table: str = "message",
         archive_table: str = "message_archive",
         validate_schema: bool = True,
+        vacuum_message_table: bool = True,
         engine_options: dict[str, Any] | None = None,
         graceful_timeout: float | None = 15.0,
         decoder: CustomCallable | None = None,
@@ -117,6 +119,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             config=SqlaBrokerConfig(
                 producer=SqlaProducer(parser=parser, decoder=decoder),
                 tables=tables,
+                vacuum=MessageTableVacuum(enabled=vacuum_message_table),
                 broker_middlewares=middlewares,
                 broker_parser=parser,
                 broker_decoder=decoder,
@@ -234,7 +237,8 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         exc_val: BaseException | None = None,
         exc_tb: TracebackType | None = None,
     ) -> None:
-        await super().stop(exc_type, exc_val, exc_tb)
+        await super().stop(exc_type, exc_val, exc_tb)  # subscribers' final flushes too
+        await self.config.vacuum.stop()
         if self.notifications is not None:
             await self.notifications.stop()
             self.notifications = None

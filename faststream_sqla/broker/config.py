@@ -16,6 +16,7 @@ from faststream.exceptions import IncorrectState
 
 from faststream_sqla.publisher.producer import SqlaProducer
 from faststream_sqla.schema import QueueTables
+from faststream_sqla.vacuum import MessageTableVacuum
 from faststream_sqla.wakeup import WakeupHub
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class SqlaBrokerConfig(BrokerConfig):
     producer: SqlaProducer = field(default_factory=SqlaProducer)
     tables: QueueTables = field(default_factory=QueueTables)
     wakeups: WakeupHub = field(default_factory=WakeupHub)
+    vacuum: MessageTableVacuum = field(default_factory=MessageTableVacuum)
     default_driver_annotations: UnderlyingDriverAnnotations = field(
         default_factory=_driver_annotations
     )
@@ -71,6 +73,11 @@ class SqlaBrokerConfig(BrokerConfig):
         self._engine, self._dialect = engine, dialect
         self.producer.connect(
             engine, dialect, self.wakeups, self.fd_config._serializer, self.broker_codec
+        )
+        self.vacuum.connect(
+            engine, dialect, lambda level, message: self.logger.log(
+                message, level, {"queue": "", "message_id": ""}
+            ),
         )
 
     def disconnect(self) -> None:

@@ -124,6 +124,9 @@ class Dialect(abc.ABC):
     """SQL for one database, built once per engine from our table definitions."""
 
     name: str = "base"
+    #: whether settled messages leave dead index entries only a vacuum removes (the
+    #: broker then runs `vacuum_message_table` now and then: faststream_sqla.vacuum)
+    needs_vacuum: bool = False
 
     def __init__(self, tables: QueueTables) -> None:
         self.tables = tables
@@ -196,6 +199,11 @@ class Dialect(abc.ABC):
     def own_transaction(self, engine: AsyncEngine) -> AbstractAsyncContextManager[AsyncConnection]:
         """A transaction the broker opens for itself (not a caller's), committed on exit."""
         return engine.begin()
+
+    async def vacuum_message_table(self, engine: AsyncEngine) -> float:
+        """Remove the dead entries of settled messages from the message table and its
+        indexes; returns the table's estimated row count. Only where `needs_vacuum`."""
+        raise NotImplementedError
 
     def listener(
         self,

@@ -133,6 +133,7 @@ def rows_from_columns(columns: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]
 
 class PostgresDialect(Dialect):
     name = "postgresql"
+    needs_vacuum = True
 
     def __init__(self, tables: QueueTables) -> None:
         super().__init__(tables)
@@ -295,6 +296,19 @@ archived AS (
                 self._release_stuck, {"queues": list(queues), "timeout": timeout_seconds}
             )
             return result.rowcount or 0
+
+    async def vacuum_message_table(self, engine: AsyncEngine) -> float:
+        m = self._q(engine, self.tables.message)
+        async with autocommit(engine) as conn:
+            # SKIP_LOCKED: another vacuum (autovacuum, another process) is already on it.
+            # INDEX_CLEANUP ON: the index entries are the point; left to itself,
+            # PostgreSQL skips index cleanup when few heap pages hold dead rows.
+            await conn.exec_driver_sql(f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) {m}")
+            rows = await conn.scalar(
+                sa.text("SELECT reltuples FROM pg_class WHERE oid = CAST(:name AS regclass)"),
+                {"name": m},
+            )
+        return float(rows or 0)
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
         if not leases:

@@ -167,6 +167,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     def _release_held(self, outcomes: Sequence[Outcome]) -> None:
         for outcome in outcomes:
             self._held.pop(outcome.id, None)
+        self._outer_config.vacuum.note_settled(len(outcomes))
         if self._fetcher is not None:
             self._fetcher.notify_taken()
 

@@ -1,0 +1,111 @@
+"""The broker vacuums its message table where the database needs that (PostgreSQL).
+
+Each claim and each outcome leaves a dead row version behind. The claim index keeps an
+entry for each one at the head of its queue, and every claim starts its walk there. A
+walk steps over dead entries cheaply, but each claim walks all of them until a vacuum
+removes them. Autovacuum visits a table at most once per `autovacuum_naptime` (a minute
+by default). In that time a queue settling 15,000 messages a second leaves 900,000
+entries, and after 600,000 a claim of 100 cost 6.8 ms of server CPU instead of 1.0.
+
+So the broker runs a vacuum itself after a number of settled messages that grows with
+the table: one vacuum reads every index in full (10-15 ms with 10,000 rows queued,
+50-70 ms with 1,000,000), while the dead head costs each claim in proportion to its
+length. The two costs balance when the interval grows with the square root of the
+table's rows. MySQL purges dead entries in the background and SQLite deletes in place,
+so this does nothing there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from faststream_sqla.dialects import Dialect
+
+#: fewest settled messages between two vacuums
+MIN_SETTLED_BETWEEN_VACUUMS = 20_000
+#: the interval is this many times the square root of the table's rows, when larger
+SETTLED_PER_SQRT_ROW = 40
+
+
+def settled_between_vacuums(rows: float) -> int:
+    """How many settled messages to let pass before the next vacuum of a table of
+    `rows` rows (the interval at which its two costs above roughly balance)."""
+    return max(MIN_SETTLED_BETWEEN_VACUUMS, int(SETTLED_PER_SQRT_ROW * math.sqrt(max(rows, 0))))
+
+
+class MessageTableVacuum:
+    """Counts the messages this broker's subscribers settle and vacuums the message
+    table in the background once enough have passed, one vacuum at a time.
+
+    Each process counts its own: with several processes on one table each vacuums on
+    its own count, and a vacuum that finds another one running skips the table
+    (`SKIP_LOCKED`) instead of waiting for it.
+    """
+
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.vacuums = 0  #: vacuums completed since connect
+        self.threshold = MIN_SETTLED_BETWEEN_VACUUMS
+        self._settled = 0
+        self._engine: AsyncEngine | None = None
+        self._dialect: Dialect | None = None
+        self._log: Callable[[int, str], None] = lambda _level, _message: None
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Condition()
+
+    @property
+    def active(self) -> bool:
+        return self._dialect is not None
+
+    def connect(
+        self, engine: AsyncEngine, dialect: Dialect, log: Callable[[int, str], None]
+    ) -> None:
+        if self.enabled and dialect.needs_vacuum:
+            self._engine, self._dialect, self._log = engine, dialect, log
+            self._settled, self.vacuums = 0, 0
+
+    def note_settled(self, count: int) -> None:
+        """`count` more messages were settled (their outcomes written)."""
+        if self._dialect is None:
+            return
+        self._settled += count
+        if self._settled >= self.threshold and self._task is None:
+            self._settled = 0
+            self._task = asyncio.create_task(self._vacuum(), name="faststream-sqla:vacuum")
+
+    async def _vacuum(self) -> None:
+        assert self._engine is not None and self._dialect is not None
+        try:
+            rows = await self._dialect.vacuum_message_table(self._engine)
+        except Exception as exc:  # noqa: BLE001 - autovacuum remains; try again later
+            self._log(logging.WARNING, f"vacuuming the message table failed: {exc!r}")
+        else:
+            self.threshold = settled_between_vacuums(rows)
+            async with self._changed:
+                self.vacuums += 1
+                self._changed.notify_all()
+        finally:
+            self._task = None
+
+    async def wait_for_vacuums(self, count: int) -> None:
+        """Wait until `count` vacuums have completed since connect."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.vacuums >= count)
+
+    async def stop(self) -> None:
+        """Stop counting; a vacuum in progress is cancelled (it can be resumed by any
+        later vacuum, and shutdown should not wait for one)."""
+        task, self._task = self._task, None
+        self._engine = self._dialect = None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,88 @@
+"""The broker vacuums its message table where dead entries pile up (PostgreSQL):
+`faststream_sqla.vacuum`."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import sqlalchemy as sa
+
+from faststream_sqla import SqlaBroker
+from faststream_sqla.dialects.base import Outcome
+from faststream_sqla.schema import MessageState
+from faststream_sqla.vacuum import MIN_SETTLED_BETWEEN_VACUUMS, settled_between_vacuums
+
+from .helpers import FAST, Recorder, one_connection_engine, plain_message, prepared_dialect
+
+READY_SCAN = (
+    "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT id FROM message WHERE queue = 'q' "
+    "AND state IN ('PENDING', 'RETRYABLE') ORDER BY next_attempt_at, id LIMIT 10"
+)
+
+
+async def ready_scan_buffers(engine) -> int:
+    """Buffers the claim's walk of the ready index touches on an empty queue."""
+    async with engine.connect() as conn:
+        plan = (await conn.scalar(sa.text(READY_SCAN)))[0]["Plan"]
+    return plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+
+
+async def test_a_vacuum_takes_the_dead_head_out_of_the_claims_walk(server_databases):
+    async with one_connection_engine(server_databases["postgresql"]) as engine:
+        dialect = await prepared_dialect(engine)
+        async with engine.begin() as conn:  # only the test's own work leaves dead rows
+            await conn.exec_driver_sql("ALTER TABLE message SET (autovacuum_enabled = off)")
+        try:
+            await dialect.vacuum_message_table(engine)  # whatever earlier tests left
+            await dialect.insert_committed(engine, [plain_message() for _ in range(3000)])
+            while claimed := await dialect.claim(engine, "q", 500):
+                await dialect.write_outcomes(engine, [
+                    Outcome(id=row[0], token=row[5], state=MessageState.COMPLETED,
+                            attempts_count=1, deliveries_count=row[5])
+                    for row in claimed
+                ])
+            walked = await ready_scan_buffers(engine)
+
+            rows = await dialect.vacuum_message_table(engine)
+
+            assert rows == 0  # the estimate the next interval is sized by: nothing queued
+            after = await ready_scan_buffers(engine)
+            # 3000 dead entries fill several index pages, which every claim walked
+            assert walked >= 5 and after < walked / 2, (walked, after)
+        finally:
+            async with engine.begin() as conn:
+                await conn.exec_driver_sql("ALTER TABLE message RESET (autovacuum_enabled)")
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_the_broker_vacuums_after_enough_settled_messages(database_url, enabled):
+    broker = SqlaBroker(database_url, logger=None, vacuum_message_table=enabled)
+    vacuum = broker.config.vacuum
+    vacuum.threshold = 100
+    seen = Recorder()
+
+    @broker.subscriber("q", **FAST)
+    async def handle(body: int) -> None:
+        seen.record(body)
+
+    async with broker:
+        await broker.start()
+        await broker.publish_batch(*range(300), queue="q")
+        await seen.wait_for(300)
+        if vacuum.active:
+            await asyncio.wait_for(vacuum.wait_for_vacuums(1), 30)
+            # sized from the table now: never below the floor
+            assert vacuum.threshold >= MIN_SETTLED_BETWEEN_VACUUMS
+        # PostgreSQL only, and only when asked: MySQL purges dead entries itself and
+        # SQLite deletes in place
+        assert vacuum.active == (enabled and broker.engine.dialect.name == "postgresql")
+        assert vacuum.vacuums == (1 if vacuum.active else 0)
+    assert not vacuum.active  # stopped with the broker
+
+
+def test_the_interval_grows_with_the_square_root_of_the_table():
+    assert settled_between_vacuums(-1) == MIN_SETTLED_BETWEEN_VACUUMS  # never analyzed
+    assert settled_between_vacuums(10_000) == MIN_SETTLED_BETWEEN_VACUUMS
+    assert settled_between_vacuums(1_000_000) == 40_000
+    assert settled_between_vacuums(100_000_000) == 400_000
