@@ -149,6 +149,33 @@ async def clear_tables(url: str, *tables: str, keep_ids: bool = False) -> None:
         await engine.dispose()
 
 
+SERVER_PROCESS_NAMES = {"postgresql": "postgres", "mysql": "mariadbd"}
+
+
+def server_cpu_seconds(database: str) -> float | None:
+    """CPU time used so far by the local database server's processes (user + system,
+    exited children included: PostgreSQL's backends end when their connections close),
+    or None when the server is not on this machine or /proc cannot tell."""
+    name = SERVER_PROCESS_NAMES.get(database)
+    if name is None or not Path("/proc").is_dir():
+        return None
+    ticks, seen = 0, False
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if not f.read().startswith(name):
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seen = True
+        ticks += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return ticks / os.sysconf("SC_CLK_TCK") if seen else None
+
+
 async def clear_ours(url: str) -> None:
     await clear_tables(url, "message", "message_archive")
 

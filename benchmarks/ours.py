@@ -40,6 +40,7 @@ from .common import (
     reset_our_schema,
     run_json_subprocess,
     send_timestamps_and_wait,
+    server_cpu_seconds,
     silenced_access_log,
     timed_drain,
 )
@@ -103,26 +104,42 @@ def _subscribe(broker: SqlaBroker, countdown: CountDown, *, batch: bool, fbs: in
 
 
 async def drain_once(
-    url: str, n: int, *, fbs: int, batch: bool = False, access_log: bool = False
+    url: str,
+    n: int,
+    *,
+    fbs: int,
+    batch: bool = False,
+    access_log: bool = False,
+    vacuum: bool = True,
 ) -> dict[str, Any]:
     """Time start + handling n pre-inserted messages + stop (final flush).
 
     With `access_log`, the broker keeps FastStream's default logging (records formatted
     and written, to os.devnull), as an application started without options would.
+    `vacuum` is the broker's `vacuum_message_table`.
     """
     await clear_ours(url)
-    broker = SqlaBroker(url) if access_log else SqlaBroker(url, logger=None)
+    logging_options = {} if access_log else {"logger": None}
+    broker = SqlaBroker(url, vacuum_message_table=vacuum, **logging_options)
     countdown = CountDown(n)
     options = _subscribe(broker, countdown, batch=batch, fbs=fbs)  # before inserting: n/a fast
     await preinsert(url, n)
     await broker.connect()  # engine and schema check: not part of the drain
+    database = broker.engine.dialect.name
+    server_before = server_cpu_seconds(database)
     with silenced_access_log() if access_log else contextlib.nullcontext():
         elapsed = await timed_drain(broker, countdown, n)
+    server_after = server_cpu_seconds(database)
     problem = await verify_drained(url, n)
     return {
         "msg_per_s": rate(n, elapsed),
         "seconds": elapsed,
         "options": options,
+        "vacuums": broker.config.vacuum.vacuums,
+        "server_cpu_us_per_msg": (
+            None if server_before is None or server_after is None
+            else 1e6 * (server_after - server_before) / n
+        ),
         "problem": problem,
     }
 
@@ -236,6 +253,49 @@ async def _median_drain(
 
 
 # -- publish ----------------------------------------------------------------------------
+async def run_sustained(target: Target, n: int, results: Results) -> None:
+    """A long drain, with and without the broker vacuuming its message table.
+
+    Drains of 20,000 end before the dead entries they leave cost much; a queue that
+    keeps busy for minutes pays for them on every claim until a vacuum. Runs alternate,
+    off, on, off, on, off; each run with vacuums is compared with the geometric mean of
+    the runs without on either side, and the ratio is the median of those.
+    """
+    db = target.database
+    runs: dict[bool, list[float]] = {False: [], True: []}
+    server_cpu: dict[bool, list[float]] = {False: [], True: []}
+    vacuums: list[int] = []
+    ratios = []
+    order = [False, True, False, True, False]
+    for i, vacuum in enumerate(order):
+        done = await drain_once(target.url, n, fbs=100, vacuum=vacuum)
+        if done["problem"]:
+            results.error("sustained", db, f"vacuum={vacuum}", done["problem"])
+            return
+        runs[vacuum].append(done["msg_per_s"])
+        if done["server_cpu_us_per_msg"] is not None:
+            server_cpu[vacuum].append(done["server_cpu_us_per_msg"])
+        if vacuum:
+            vacuums.append(done["vacuums"])
+        if i >= 2 and not vacuum:
+            ratios.append(runs[True][-1] / math.sqrt(runs[False][-2] * runs[False][-1]))
+    common = {"n": n, "fetch_batch_size": 100, "max_workers": MAX_WORKERS}
+    results.add(SYSTEM, "sustained", "vacuum_off_msg_per_s", db,
+                statistics.median(runs[False]), "msg/s", runs=runs[False], **common)
+    results.add(SYSTEM, "sustained", "vacuum_on_msg_per_s", db,
+                statistics.median(runs[True]), "msg/s", runs=runs[True],
+                vacuums_per_drain=vacuums, **common)
+    for vacuum, label in ((False, "off"), (True, "on")):
+        if server_cpu[vacuum]:
+            results.add(SYSTEM, "sustained", f"vacuum_{label}_server_us_per_msg", db,
+                        statistics.median(server_cpu[vacuum]), "µs/msg",
+                        runs=server_cpu[vacuum], what="the database server's CPU (all its "
+                        "processes, /proc) during the drain, per message", **common)
+    results.add(SYSTEM, "sustained", "vacuum_on_over_off", db, statistics.median(ratios), "x",
+                pair_ratios=ratios, ratio_of="median over runs with vacuums of the rate / "
+                "geometric mean of the runs without just before and after", **common)
+
+
 async def run_publish(target: Target, n_single: int, n_batch: int, results: Results) -> None:
     db = target.database
     await clear_ours(target.url)

@@ -12,7 +12,8 @@ SQLBROKER = "faststream-sqlbroker"
 PGQUEUER = "pgqueuer"
 SYSTEM_ORDER = ["raw", "pipeline", OURS, SQLBROKER, PGQUEUER]
 SCENARIO_ORDER = [
-    "raw", "pipeline", "drain", "drain-batch", "publish", "latency", "scale", "processes",
+    "raw", "pipeline", "drain", "drain-batch", "publish", "latency", "scale", "sustained",
+    "processes",
 ]
 COLUMNS = ("pipeline", "raw", "sqlbroker", "pgqueuer")
 
@@ -114,6 +115,11 @@ METRIC_LABELS = {
     "one_timestamp_over_small": "one-timestamp / small backlog",
     "peak_rss_small_backlog_mib": "peak RSS draining, small backlog",
     "peak_rss_big_backlog_mib": "peak RSS draining, big backlog",
+    "vacuum_off_msg_per_s": "drain N, vacuum_message_table=False",
+    "vacuum_on_msg_per_s": "drain N, vacuum_message_table=True (default)",
+    "vacuum_off_server_us_per_msg": "server CPU per message, vacuum_message_table=False",
+    "vacuum_on_server_us_per_msg": "server CPU per message, vacuum_message_table=True",
+    "vacuum_on_over_off": "with / without the broker's vacuums",
     "workers_1_msg_per_s": "faststream run --workers 1",
     "workers_2_msg_per_s": "faststream run --workers 2",
     "workers_2_over_1": "--workers 2 / --workers 1",
@@ -140,6 +146,8 @@ def fmt_value(value: float | None, unit: str) -> str:
         return f"{value:.2f}x"
     if unit == "MiB":
         return f"{value:,.1f} MiB"
+    if unit == "µs/msg":
+        return f"{value:,.1f} µs/msg"
     return f"{value:g} {unit}"
 
 

@@ -42,8 +42,8 @@ from .common import (
 )
 
 SCENARIOS = (
-    "raw", "pipeline", "drain", "drain-batch", "publish", "latency", "scale", "processes",
-    "sqlbroker", "pgqueuer",
+    "raw", "pipeline", "drain", "drain-batch", "publish", "latency", "scale", "sustained",
+    "processes", "sqlbroker", "pgqueuer",
 )
 ALIASES = {"peers": ("sqlbroker", "pgqueuer"), "drain": ("drain", "drain-batch")}
 
@@ -66,6 +66,7 @@ FULL: dict[str, Any] = {
     "scale_archive": 1_000_000,     # archived rows for the big-archive measurement
     "scale_one_timestamp": 100_000,  # queued rows sharing one next_attempt_at
     "scale_rss": 4_000,             # messages drained by the RSS process
+    "sustained_n": 300_000,         # messages per long drain, vacuums on and off
     "processes_n": 40_000,          # messages for faststream run --workers 1 / 2
 }
 QUICK: dict[str, Any] = {
@@ -84,6 +85,7 @@ QUICK: dict[str, Any] = {
     "scale_archive": 20_000,
     "scale_one_timestamp": 5_000,
     "scale_rss": 300,
+    "sustained_n": 2_000,
     "processes_n": 2_000,
 }
 
@@ -236,6 +238,13 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
                 rss_n=sz["scale_rss"],
                 limit=sz["scale_limit"], results=results)):
             await job
+    if "sustained" in scen:
+        if "postgresql" in targets:  # the only database whose broker vacuums
+            await timed(timings, "sustained/postgresql", results, "sustained", "postgresql",
+                        lambda: ours.run_sustained(targets["postgresql"], sz["sustained_n"],
+                                                   results))
+        else:
+            results.error("sustained", "-", "skipped", "needs postgresql in --databases")
     if "processes" in scen:
         if "postgresql" in targets:
             # The default batch size and the largest the drains try: per-statement server
