@@ -303,7 +303,12 @@ archived AS (
             # SKIP_LOCKED: another vacuum (autovacuum, another process) is already on it.
             # INDEX_CLEANUP ON: the index entries are the point; left to itself,
             # PostgreSQL skips index cleanup when few heap pages hold dead rows.
-            await conn.exec_driver_sql(f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) {m}")
+            # TRUNCATE OFF: returning empty trailing pages to the OS takes a brief
+            # exclusive lock, which would stall claims and publishes; a queue refills
+            # those pages anyway.
+            await conn.exec_driver_sql(
+                f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE OFF) {m}"
+            )
             rows = await conn.scalar(
                 sa.text("SELECT reltuples FROM pg_class WHERE oid = CAST(:name AS regclass)"),
                 {"name": m},
