@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 MIN_SETTLED_BETWEEN_VACUUMS = 20_000
 #: the interval is this many times the square root of the table's rows, when larger
 SETTLED_PER_SQRT_ROW = 40
+#: how long a stopping broker lets a vacuum in progress finish before cancelling it
+STOP_GRACE_SECONDS = 2.0
 
 
 def settled_between_vacuums(rows: float) -> int:
@@ -59,6 +61,7 @@ class MessageTableVacuum:
         self._dialect: Dialect | None = None
         self._log: Callable[[int, str], None] = lambda _level, _message: None
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
         self._changed = asyncio.Condition()
 
     @property
@@ -70,21 +73,22 @@ class MessageTableVacuum:
     ) -> None:
         if self.enabled and dialect.needs_vacuum:
             self._engine, self._dialect, self._log = engine, dialect, log
-            self._settled, self.vacuums = 0, 0
+            self._settled, self.vacuums, self._closing = 0, 0, False
 
     def note_settled(self, count: int) -> None:
         """`count` more messages were settled (their outcomes written)."""
-        if self._dialect is None:
+        if self._dialect is None or self._engine is None:
             return
         self._settled += count
-        if self._settled >= self.threshold and self._task is None:
+        if self._settled >= self.threshold and self._task is None and not self._closing:
             self._settled = 0
-            self._task = asyncio.create_task(self._vacuum(), name="faststream-sqla:vacuum")
+            self._task = asyncio.create_task(
+                self._vacuum(self._engine, self._dialect), name="faststream-sqla:vacuum"
+            )
 
-    async def _vacuum(self) -> None:
-        assert self._engine is not None and self._dialect is not None
+    async def _vacuum(self, engine: AsyncEngine, dialect: Dialect) -> None:
         try:
-            rows = await self._dialect.vacuum_message_table(self._engine)
+            rows = await dialect.vacuum_message_table(engine)
         except Exception as exc:  # noqa: BLE001 - autovacuum remains; try again later
             self._log(logging.WARNING, f"vacuuming the message table failed: {exc!r}")
         else:
@@ -100,12 +104,20 @@ class MessageTableVacuum:
         async with self._changed:
             await self._changed.wait_for(lambda: self.vacuums >= count)
 
-    async def stop(self) -> None:
-        """Stop counting; a vacuum in progress is cancelled (it can be resumed by any
-        later vacuum, and shutdown should not wait for one)."""
-        task, self._task = self._task, None
-        self._engine = self._dialect = None
+    def close(self) -> None:
+        """Start no more vacuums: the broker is stopping (its final flushes still count
+        settled messages, and a vacuum begun then would only be cancelled)."""
+        self._closing = True
+
+    async def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Stop counting. A vacuum in progress gets `grace` seconds to finish, then is
+        cancelled: shutdown should not wait for a long one, and any later vacuum does
+        its work."""
+        self._closing = True
+        task, self._engine, self._dialect = self._task, None, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            done, _ = await asyncio.wait({task}, timeout=grace)
+            if not done:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task

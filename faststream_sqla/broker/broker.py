@@ -237,6 +237,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         exc_val: BaseException | None = None,
         exc_tb: TracebackType | None = None,
     ) -> None:
+        self.config.vacuum.close()
         await super().stop(exc_type, exc_val, exc_tb)  # subscribers' final flushes too
         await self.config.vacuum.stop()
         if self.notifications is not None:

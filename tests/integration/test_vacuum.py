@@ -81,6 +81,27 @@ async def test_the_broker_vacuums_after_enough_settled_messages(database_url, en
     assert not vacuum.active  # stopped with the broker
 
 
+async def test_a_stopping_broker_starts_no_vacuum(server_databases):
+    """The final flushes of a stopping broker still count settled messages; a vacuum
+    begun then would only be cancelled."""
+    broker = SqlaBroker(server_databases["postgresql"], logger=None)
+    vacuum = broker.config.vacuum
+    vacuum.threshold = 100
+    seen = Recorder()
+
+    @broker.subscriber("q", **FAST)
+    async def handle(body: int) -> None:
+        seen.record(body)
+
+    async with broker:
+        await broker.start()
+        vacuum.close()  # what stop() does first
+        await broker.publish_batch(*range(300), queue="q")
+        await seen.wait_for(300)
+        await broker.stop()
+    assert vacuum.vacuums == 0
+
+
 def test_the_interval_grows_with_the_square_root_of_the_table():
     assert settled_between_vacuums(-1) == MIN_SETTLED_BETWEEN_VACUUMS  # never analyzed
     assert settled_between_vacuums(10_000) == MIN_SETTLED_BETWEEN_VACUUMS
