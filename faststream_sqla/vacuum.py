@@ -55,6 +55,8 @@ class MessageTableVacuum:
     def __init__(self, *, enabled: bool = True) -> None:
         self.enabled = enabled
         self.vacuums = 0  #: vacuums completed since connect
+        #: why vacuums are off although enabled (the user may not vacuum the table)
+        self.denied: str | None = None
         self.threshold = MIN_SETTLED_BETWEEN_VACUUMS
         self._settled = 0
         self._engine: AsyncEngine | None = None
@@ -71,9 +73,11 @@ class MessageTableVacuum:
     def connect(
         self, engine: AsyncEngine, dialect: Dialect, log: Callable[[int, str], None]
     ) -> None:
-        if self.enabled and dialect.needs_vacuum:
-            self._engine, self._dialect, self._log = engine, dialect, log
-            self._settled, self.vacuums, self._closing = 0, 0, False
+        self.denied = dialect.vacuum_denied if self.enabled and dialect.needs_vacuum else None
+        if not (self.enabled and dialect.needs_vacuum) or self.denied is not None:
+            return
+        self._engine, self._dialect, self._log = engine, dialect, log
+        self._settled, self.vacuums, self._closing = 0, 0, False
 
     def note_settled(self, count: int) -> None:
         """`count` more messages were settled (their outcomes written)."""

@@ -207,6 +207,11 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         self.config.logger.log(
             f"Connected to {masked(self.url)}", logging.INFO, {"queue": "", "message_id": ""}
         )
+        if (denied := self.config.vacuum.denied) is not None:
+            self.config.logger.log(
+                f"Not vacuuming the message table ({denied}); autovacuum alone keeps it",
+                logging.INFO, {"queue": "", "message_id": ""},
+            )
         await super().start()
         await self._start_notifications()
 

@@ -127,6 +127,9 @@ class Dialect(abc.ABC):
     #: whether settled messages leave dead index entries only a vacuum removes (the
     #: broker then runs `vacuum_message_table` now and then: faststream_sqla.vacuum)
     needs_vacuum: bool = False
+    #: why this connection's user may not vacuum the message table (found at prepare),
+    #: or None
+    vacuum_denied: str | None = None
 
     def __init__(self, tables: QueueTables) -> None:
         self.tables = tables

@@ -297,6 +297,33 @@ archived AS (
             )
             return result.rowcount or 0
 
+    async def prepare(self, engine: AsyncEngine) -> None:
+        # Only the table's owner, the database's owner or a superuser may vacuum it
+        # (PostgreSQL 17 adds the MAINTAIN privilege); anyone else's VACUUM is skipped
+        # with a warning in the server's log. A missing table (created after connect)
+        # counts as allowed: the vacuum finds out then.
+        m = self._q(engine, self.tables.message)
+        async with engine.connect() as conn:
+            version = int(await conn.scalar(sa.text("SHOW server_version_num")))
+            maintain = (
+                " OR has_table_privilege(c.oid, 'MAINTAIN')" if version >= 170000 else ""
+            )
+            allowed = await conn.scalar(
+                sa.text(
+                    "SELECT pg_has_role(current_user, c.relowner, 'USAGE')"
+                    " OR pg_has_role(current_user, d.datdba, 'USAGE')"
+                    " OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
+                    f"{maintain} FROM pg_class c, pg_database d"
+                    " WHERE c.oid = to_regclass(:name) AND d.datname = current_database()"
+                ),
+                {"name": m},
+            )
+            user = await conn.scalar(sa.text("SELECT current_user"))
+        self.vacuum_denied = (
+            None if allowed is None or allowed
+            else f"the database user {user!r} does not own the table {m}"
+        )
+
     async def vacuum_message_table(self, engine: AsyncEngine) -> float:
         m = self._q(engine, self.tables.message)
         async with autocommit(engine) as conn:

@@ -7,6 +7,8 @@ import asyncio
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from faststream_sqla import SqlaBroker
 from faststream_sqla.dialects.base import Outcome
@@ -100,6 +102,41 @@ async def test_a_stopping_broker_starts_no_vacuum(server_databases):
         await seen.wait_for(300)
         await broker.stop()
     assert vacuum.vacuums == 0
+
+
+NOT_OWNER = "fsqla_not_owner"
+
+
+async def test_a_user_who_may_not_vacuum_leaves_the_table_to_autovacuum(server_databases):
+    """Least privilege: a role that may read and write the tables but does not own
+    them. PostgreSQL would skip its every VACUUM with a warning, so none is tried."""
+    url = make_url(server_databases["postgresql"])
+    admin = create_async_engine(url)
+    async with admin.begin() as conn:
+        await conn.exec_driver_sql(  # xdist workers may race to create it
+            f"DO $$ BEGIN CREATE ROLE {NOT_OWNER} LOGIN; "
+            "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+        )
+        await conn.exec_driver_sql(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON message, message_archive TO {NOT_OWNER}"
+        )
+        await conn.exec_driver_sql(f"GRANT SELECT ON faststream_sqla_version TO {NOT_OWNER}")
+        await conn.exec_driver_sql(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {NOT_OWNER}")
+    await admin.dispose()
+    broker = SqlaBroker(url.set(username=NOT_OWNER), logger=None)
+    broker.config.vacuum.threshold = 10
+    seen = Recorder()
+
+    @broker.subscriber("q", **FAST)
+    async def handle(body: int) -> None:
+        seen.record(body)
+
+    async with broker:
+        await broker.start()
+        assert not broker.config.vacuum.active
+        assert NOT_OWNER in (broker.config.dialect.vacuum_denied or "")
+        await broker.publish_batch(*range(50), queue="q")
+        assert sorted(await seen.wait_for(50)) == list(range(50))  # consuming goes on
 
 
 def test_the_interval_grows_with_the_square_root_of_the_table():
