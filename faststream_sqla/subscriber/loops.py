@@ -81,6 +81,16 @@ class StoppableLoop:
         return self.stopping.is_set()
 
 
+#: outcome batches an `OutcomeFlusher` writes at once
+FLUSH_CONCURRENCY = 2
+
+
+def flush_batch_size(options: ConsumeOptions) -> int:
+    """Outcomes a flusher writes per statement: a claim's worth, and at least one per
+    worker, so a batch fills as fast as the workers finish."""
+    return max(options.fetch_batch_size, options.max_workers)
+
+
 class PrefetchBuffer:
     """Claimed messages waiting for a worker: a deque, and an event for idle workers.
 
@@ -146,9 +156,13 @@ class Fetcher:
         self.on_claimed, self.unsettled = on_claimed, unsettled
         # Claimed but not yet written back: buffered, running, or waiting in the flusher.
         # Twice the normal working set; past it, claiming waits for outcomes to be
-        # written, so a slow or failing flush cannot grow memory without bound.
+        # written, so a slow or failing flush cannot grow memory without bound. The
+        # working set counts the flusher's part too: a batch gathering and as many being
+        # written as it runs at once. Without it a busy drain reached the limit in about
+        # half its claim rounds, and those claims waited for outcomes to be written.
         self.capacity = options.buffer_capacity
-        self.max_unsettled = 2 * (self.capacity + options.max_workers)
+        flushing = (FLUSH_CONCURRENCY + 1) * flush_batch_size(options)
+        self.max_unsettled = 2 * (self.capacity + options.max_workers + flushing)
         self.batch_size = options.fetch_batch_size
         #: set to wake a fetcher that waits for room; workers yield at every message
         #: while it is set, so the fetcher gets its turn promptly
@@ -188,6 +202,12 @@ class Fetcher:
                 await wait_event(self.wake, delay)  # stop() wakes it at once
                 continue
             backoff.reset()
+            if got >= batch and self.options.min_fetch_interval <= 0:
+                # More is likely waiting: claim again at once. Yielding first
+                # (sleep(0)) cost a full turn of every busy worker, up to 8 deliveries
+                # each, before the next claim was even sent; a claim yields to the
+                # workers anyway while it waits for the database.
+                continue
             full = got >= batch
             await wait_event(
                 self.wake,
@@ -236,7 +256,7 @@ class OutcomeFlusher(StoppableLoop):
         batch_size: int,
         on_written: Callable[[Sequence[Outcome]], None],
         log: Log,
-        concurrency: int = 2,
+        concurrency: int = FLUSH_CONCURRENCY,
     ) -> None:
         super().__init__()
         self.engine, self.dialect, self.interval, self.log = engine, dialect, interval, log

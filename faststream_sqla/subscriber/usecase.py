@@ -30,6 +30,7 @@ from .loops import (
     PrefetchBuffer,
     StoppableLoop,
     StuckReleaser,
+    flush_batch_size,
     wait_event,
 )
 
@@ -139,7 +140,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         )
         self._flusher = OutcomeFlusher(
             engine=engine, dialect=dialect, interval=opts.flush_interval,
-            batch_size=max(opts.fetch_batch_size, opts.max_workers),
+            batch_size=flush_batch_size(opts),
             on_written=self._release_held, log=self._log,
         )
         releaser = StuckReleaser(
