@@ -531,7 +531,8 @@ async def claim_archive_loop(
     url: str, n: int, limit: int, tables: TableNames = TableNames()  # noqa: B008 (frozen)
 ) -> float:
     """Claim `limit` at a time through our dialect, ack them all, write the outcomes."""
-    engine: AsyncEngine = create_async_engine(url, pool_pre_ping=True)  # as the broker does
+    # no pool_pre_ping: the broker uses none (a retry replaces a lost connection)
+    engine: AsyncEngine = create_async_engine(url)
     dialect = dialect_for(engine, QueueTables(tables))
     dialect.configure_engine(engine, owned=True)
     await dialect.prepare(engine)
