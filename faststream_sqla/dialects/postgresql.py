@@ -304,24 +304,25 @@ archived AS (
         # counts as allowed: the vacuum finds out then.
         m = self._q(engine, self.tables.message)
         async with engine.connect() as conn:
-            version = int(await conn.scalar(sa.text("SHOW server_version_num")))
-            maintain = (
-                " OR has_table_privilege(c.oid, 'MAINTAIN')" if version >= 170000 else ""
-            )
-            allowed = await conn.scalar(
-                sa.text(
-                    "SELECT pg_has_role(current_user, c.relowner, 'USAGE')"
-                    " OR pg_has_role(current_user, d.datdba, 'USAGE')"
-                    " OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
-                    f"{maintain} FROM pg_class c, pg_database d"
-                    " WHERE c.oid = to_regclass(:name) AND d.datname = current_database()"
-                ),
-                {"name": m},
-            )
-            user = await conn.scalar(sa.text("SELECT current_user"))
+            # read by SQLAlchemy on the engine's first connection
+            version = engine.dialect.server_version_info or (0,)
+            maintain = " OR has_table_privilege(c.oid, 'MAINTAIN')" if version >= (17,) else ""
+            row = (
+                await conn.execute(
+                    sa.text(
+                        "SELECT current_user,"
+                        " pg_has_role(current_user, c.relowner, 'USAGE')"
+                        " OR pg_has_role(current_user, d.datdba, 'USAGE')"
+                        " OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
+                        f"{maintain} FROM pg_class c, pg_database d"
+                        " WHERE c.oid = to_regclass(:name) AND d.datname = current_database()"
+                    ),
+                    {"name": m},
+                )
+            ).first()
         self.vacuum_denied = (
-            None if allowed is None or allowed
-            else f"the database user {user!r} does not own the table {m}"
+            None if row is None or row[1]
+            else f"the database user {row[0]!r} does not own the table {m}"
         )
 
     async def vacuum_message_table(self, engine: AsyncEngine) -> float:
