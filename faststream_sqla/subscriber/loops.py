@@ -202,13 +202,13 @@ class Fetcher:
                 await wait_event(self.wake, delay)  # stop() wakes it at once
                 continue
             backoff.reset()
-            if got >= batch and self.options.min_fetch_interval <= 0:
+            full = got >= batch
+            if full and self.options.min_fetch_interval <= 0:
                 # More is likely waiting: claim again at once. Yielding first
                 # (sleep(0)) cost a full turn of every busy worker, up to 8 deliveries
                 # each, before the next claim was even sent; a claim yields to the
                 # workers anyway while it waits for the database.
                 continue
-            full = got >= batch
             await wait_event(
                 self.wake,
                 self.options.min_fetch_interval if full else self.options.max_fetch_interval,
