@@ -57,17 +57,24 @@ async def test_a_vacuum_takes_the_dead_head_out_of_the_claims_walk(server_databa
                 await conn.exec_driver_sql("ALTER TABLE message RESET (autovacuum_enabled)")
 
 
-@pytest.mark.parametrize("enabled", [True, False])
-async def test_the_broker_vacuums_after_enough_settled_messages(database_url, enabled):
-    broker = SqlaBroker(database_url, logger=None, vacuum_message_table=enabled)
-    vacuum = broker.config.vacuum
-    vacuum.threshold = 100
+def recording_broker(url, *, threshold: int, **options) -> tuple[SqlaBroker, Recorder]:
+    """A broker on `url` whose subscriber of "q" records each body, and which vacuums
+    after `threshold` settled messages."""
+    broker = SqlaBroker(url, logger=None, **options)
+    broker.config.vacuum.threshold = threshold
     seen = Recorder()
 
     @broker.subscriber("q", **FAST)
     async def handle(body: int) -> None:
         seen.record(body)
 
+    return broker, seen
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_the_broker_vacuums_after_enough_settled_messages(database_url, enabled):
+    broker, seen = recording_broker(database_url, threshold=100, vacuum_message_table=enabled)
+    vacuum = broker.config.vacuum
     async with broker:
         await broker.start()
         await broker.publish_batch(*range(300), queue="q")
@@ -86,15 +93,8 @@ async def test_the_broker_vacuums_after_enough_settled_messages(database_url, en
 async def test_a_stopping_broker_starts_no_vacuum(server_databases):
     """The final flushes of a stopping broker still count settled messages; a vacuum
     begun then would only be cancelled."""
-    broker = SqlaBroker(server_databases["postgresql"], logger=None)
+    broker, seen = recording_broker(server_databases["postgresql"], threshold=100)
     vacuum = broker.config.vacuum
-    vacuum.threshold = 100
-    seen = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: int) -> None:
-        seen.record(body)
-
     async with broker:
         await broker.start()
         vacuum.close()  # what stop() does first
@@ -123,14 +123,7 @@ async def test_a_user_who_may_not_vacuum_leaves_the_table_to_autovacuum(server_d
         await conn.exec_driver_sql(f"GRANT SELECT ON faststream_sqla_version TO {NOT_OWNER}")
         await conn.exec_driver_sql(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {NOT_OWNER}")
     await admin.dispose()
-    broker = SqlaBroker(url.set(username=NOT_OWNER), logger=None)
-    broker.config.vacuum.threshold = 10
-    seen = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: int) -> None:
-        seen.record(body)
-
+    broker, seen = recording_broker(url.set(username=NOT_OWNER), threshold=10)
     async with broker:
         await broker.start()
         assert not broker.config.vacuum.active
