@@ -9,7 +9,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -527,45 +527,59 @@ async def _execute_all(
     return elapsed
 
 
-async def claim_archive_loop(
-    url: str, n: int, limit: int, tables: TableNames = TableNames()  # noqa: B008 (frozen)
-) -> float:
-    """Claim `limit` at a time through our dialect, ack them all, write the outcomes."""
+@contextlib.asynccontextmanager
+async def our_dialect(
+    url: str, tables: TableNames = TableNames()  # noqa: B008 (frozen)
+) -> AsyncIterator[tuple[AsyncEngine, Dialect]]:
+    """An engine and our dialect for it, prepared as the broker prepares them (which
+    also leaves one open connection in the pool)."""
     # no pool_pre_ping: the broker uses none (a retry replaces a lost connection)
     engine: AsyncEngine = create_async_engine(url)
     dialect = dialect_for(engine, QueueTables(tables))
     dialect.configure_engine(engine, owned=True)
-    await dialect.prepare(engine)
-    strategy = default_retry_strategy()
     try:
-        # warm-up: one claim and one write compile the statements
-        done = 0
-        t0 = time.perf_counter()
-        while done < n:
-            rows = await dialect.claim(engine, QUEUE, min(limit, n - done))
-            if not rows:
-                break  # reported below
-            now = time.monotonic()
-            outcomes = []
-            for row in rows:
-                msg = claimed_from_row(row, now)
-                msg.decision = AckStatus.ACKED
-                at = lifecycle.db_time(msg, now)
-                outcomes.append(
-                    lifecycle.after_attempt(
-                        msg, started_at=at, finished_at=at, error=None, retry_strategy=strategy
-                    )
-                )
-            changed = await dialect.write_outcomes(engine, outcomes)
-            assert changed == len(outcomes), f"{changed} of {len(outcomes)} outcomes written"
-            done += len(rows)
-        elapsed = time.perf_counter() - t0
+        await dialect.prepare(engine)
+        yield engine, dialect
     finally:
         await engine.dispose()
+
+
+async def claim_and_ack(engine: AsyncEngine, dialect: Dialect, n: int, limit: int) -> None:
+    """Claim `limit` at a time through our dialect, ack them all, write the outcomes,
+    until n are done."""
+    strategy = default_retry_strategy()
+    done = 0
+    while done < n:
+        rows = await dialect.claim(engine, QUEUE, min(limit, n - done))
+        if not rows:
+            break  # reported below
+        now = time.monotonic()
+        outcomes = []
+        for row in rows:
+            msg = claimed_from_row(row, now)
+            msg.decision = AckStatus.ACKED
+            at = lifecycle.db_time(msg, now)
+            outcomes.append(
+                lifecycle.after_attempt(
+                    msg, started_at=at, finished_at=at, error=None, retry_strategy=strategy
+                )
+            )
+        changed = await dialect.write_outcomes(engine, outcomes)
+        assert changed == len(outcomes), f"{changed} of {len(outcomes)} outcomes written"
+        done += len(rows)
     if done < n:
         problem = f"only {done} of {n} messages could be claimed"
         raise RuntimeError(problem)
-    return rate(n, elapsed)
+
+
+async def claim_archive_loop(
+    url: str, n: int, limit: int, tables: TableNames = TableNames()  # noqa: B008 (frozen)
+) -> float:
+    """The rate of `claim_and_ack` over n messages."""
+    async with our_dialect(url, tables) as (engine, dialect):
+        t0 = time.perf_counter()
+        await claim_and_ack(engine, dialect, n, limit)
+        return rate(n, time.perf_counter() - t0)
 
 
 async def rss_drain(url: str, n: int, fbs: int, tables: TableNames) -> dict[str, Any]:

@@ -10,7 +10,11 @@ a poll at 40,000 rows, and a pooled connection a poll cost this process ~8% of a
 both came out of the two cores the workers share. One- and two-process runs alternate,
 1, 2, 1, 2, 1, 2, 1, and each two-process rate is compared with the geometric mean of
 the one-process runs on either side; the ratio is the median of those, so a machine
-whose speed drifts during the run skews both sides of each comparison alike.
+whose speed drifts during the run skews both sides of each comparison alike. Each run
+also reads, from /proc, the CPU the `faststream run` processes and the database server
+used while the queue drained; from the one-process runs' medians, W and S a message,
+the scenario reports 2W / (W + S), the most two processes can give over one when the
+two of them and the server share two cores.
 PostgreSQL only.
 """
 
@@ -42,6 +46,7 @@ from .common import (
     drain_timeout,
     processes_metric,
     rate,
+    server_cpu_seconds,
 )
 from .ours import _backlog_sql, _execute_all
 
@@ -53,6 +58,33 @@ async def queue_is_empty(conn: AsyncConnection) -> bool:
     """One primary-key probe: no row left means every message was archived."""
     result = await conn.exec_driver_sql("SELECT id FROM message ORDER BY id LIMIT 1")
     return result.first() is None
+
+
+def group_cpu_seconds(pgid: int) -> float | None:
+    """CPU time (user + system) of the live processes in process group `pgid`: the
+    `faststream run` supervisor and its workers, read from /proc before they stop;
+    None where there is no /proc."""
+    if not Path("/proc").is_dir():
+        return None
+    ticks = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields[2] is the pgrp (stat field 5)
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_cap(worker_us: float, server_us: float) -> float:
+    """The most two processes can give over one when one process is bound by its own
+    CPU (`worker_us` a message) and the two processes and the server share two cores:
+    one process runs at 1/W, two at most at 2/(W + S)."""
+    return 2 * worker_us / (worker_us + server_us)
 
 
 def event_loop_used() -> str:
@@ -111,6 +143,7 @@ async def drain_with_workers(
         async with SqlaBroker(target.url, logger=None) as publisher:
             await publisher.publish(n - 1, queue=QUEUE)
         t0 = time.perf_counter()
+        cpu0 = group_cpu_seconds(proc.pid), server_cpu_seconds(target.database)
         deadline = time.monotonic() + drain_timeout(n)
         # autocommit: each poll sees the latest commits, and no open transaction
         # holds back vacuum while the workers run
@@ -123,6 +156,7 @@ async def drain_with_workers(
                     raise TimeoutError(msg)
                 await asyncio.sleep(0.05)
             elapsed = time.perf_counter() - t0
+            cpu1 = group_cpu_seconds(proc.pid), server_cpu_seconds(target.database)
         if (done := await count_rows(engine, "message_archive")) != n:
             msg = f"the queue emptied with {done} of {n} messages archived"
             raise RuntimeError(msg)
@@ -131,7 +165,17 @@ async def drain_with_workers(
         left = await count_rows(engine, "message")
         await engine.dispose()
         shutil.rmtree(ready_dir, ignore_errors=True)
-    return {"msg_per_s": rate(n, elapsed), "seconds": elapsed, "left_after_stop": left}
+    worker_us, server_us = (
+        None if before is None or after is None else 1e6 * (after - before) / n
+        for before, after in zip(cpu0, cpu1, strict=True)
+    )
+    return {
+        "msg_per_s": rate(n, elapsed),
+        "seconds": elapsed,
+        "left_after_stop": left,
+        "worker_cpu_us_per_msg": worker_us,
+        "server_cpu_us_per_msg": server_us,
+    }
 
 
 async def run_processes(
@@ -139,18 +183,21 @@ async def run_processes(
 ) -> None:
     db = target.database
     runs: dict[int, list[float]] = {1: [], 2: []}
+    cpu: dict[str, list[float]] = {"worker": [], "server": []}  # one-process runs
     pair_ratios = []
 
     async def drain(workers: int) -> float | None:
         try:
-            rate_ = (await drain_with_workers(target, n, workers, fetch_batch_size, log))[
-                "msg_per_s"
-            ]
+            run = await drain_with_workers(target, n, workers, fetch_batch_size, log)
         except Exception as e:  # noqa: BLE001
             results.error("processes", db, f"--workers {workers}", e)
             return None
-        runs[workers].append(rate_)
-        return rate_
+        runs[workers].append(run["msg_per_s"])
+        if workers == 1 and None not in (run["worker_cpu_us_per_msg"],
+                                         run["server_cpu_us_per_msg"]):
+            cpu["worker"].append(run["worker_cpu_us_per_msg"])
+            cpu["server"].append(run["server_cpu_us_per_msg"])
+        return run["msg_per_s"]
 
     # 1, 2, 1, 2, ..., 1: each two-process run is bracketed by one-process runs, and
     # compared with their geometric mean, so a drift through the pair cancels.
@@ -174,3 +221,14 @@ async def run_processes(
                     statistics.median(pair_ratios), "x", pair_ratios=pair_ratios,
                     ratio_of="median over two-process runs of the rate / geometric mean of "
                     "the one-process runs just before and after", **common)
+    if cpu["worker"]:
+        # What bounds the ratio on this machine: CPU a message in the one-process runs.
+        worker_us, server_us = statistics.median(cpu["worker"]), statistics.median(cpu["server"])
+        for name, value in (("worker_cpu_us_per_msg", worker_us),
+                            ("server_cpu_us_per_msg", server_us)):
+            results.add(SYSTEM, "processes", processes_metric(name, fetch_batch_size), db,
+                        value, "µs/msg", runs=cpu[name.split("_")[0]], **common)
+        results.add(SYSTEM, "processes", processes_metric("cpu_cap_2_over_1", fetch_batch_size),
+                    db, cpu_cap(worker_us, server_us), "x",
+                    ratio_of="2W / (W + S), W and S the worker's and the server's CPU a "
+                    "message in the one-process runs", **common)

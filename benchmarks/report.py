@@ -13,7 +13,7 @@ PGQUEUER = "pgqueuer"
 SYSTEM_ORDER = ["raw", "pipeline", OURS, SQLBROKER, PGQUEUER]
 SCENARIO_ORDER = [
     "raw", "pipeline", "drain", "drain-batch", "publish", "latency", "scale", "sustained",
-    "processes",
+    "processes", "server-cost",
 ]
 COLUMNS = ("pipeline", "raw", "sqlbroker", "pgqueuer")
 
@@ -123,10 +123,22 @@ METRIC_LABELS = {
     "workers_1_msg_per_s": "faststream run --workers 1",
     "workers_2_msg_per_s": "faststream run --workers 2",
     "workers_2_over_1": "--workers 2 / --workers 1",
+    "worker_cpu_us_per_msg": "W: CPU of --workers 1 per message",
+    "server_cpu_us_per_msg": "S: server CPU per message, --workers 1",
+    "cpu_cap_2_over_1": "cap on --workers 2 / 1: 2W / (W + S)",
 }
+# server-cost: ours against the raw loop's figure of the same batch size
+for _size in (100, 1000):
+    _metric = f"server_us_per_msg@fbs={_size}"
+    RULES[("server-cost", _metric)] = {"raw": ("raw", "server-cost", _metric, None)}
+    METRIC_LABELS[_metric] = f"server CPU per message, claim + outcome, batches of {_size}"
+    METRIC_LABELS[f"ours_over_raw@fbs={_size}"] = (
+        f"ours / raw, server CPU per message, batches of {_size} (median of rounds)"
+    )
 # processes at its other batch sizes: the same baselines, the label says the size
 for _size in PROCESSES_BATCH_SIZES[1:]:
-    for _name in ("workers_1_msg_per_s", "workers_2_msg_per_s", "workers_2_over_1"):
+    for _name in ("workers_1_msg_per_s", "workers_2_msg_per_s", "workers_2_over_1",
+                  "worker_cpu_us_per_msg", "server_cpu_us_per_msg", "cpu_cap_2_over_1"):
         _rule = RULES.get(("processes", _name))
         if _rule is not None:
             RULES[("processes", processes_metric(_name, _size))] = _rule

@@ -43,7 +43,7 @@ from .common import (
 
 SCENARIOS = (
     "raw", "pipeline", "drain", "drain-batch", "publish", "latency", "scale", "sustained",
-    "processes", "sqlbroker", "pgqueuer",
+    "processes", "server-cost", "sqlbroker", "pgqueuer",
 )
 ALIASES = {"peers": ("sqlbroker", "pgqueuer"), "drain": ("drain", "drain-batch")}
 
@@ -68,6 +68,7 @@ FULL: dict[str, Any] = {
     "scale_rss": 4_000,             # messages drained by the RSS process
     "sustained_n": 300_000,         # messages per long drain, vacuums on and off
     "processes_n": 40_000,          # messages for faststream run --workers 1 / 2
+    "server_cost_n": 20_000,        # messages per drain, raw loop and ours, no handler
 }
 QUICK: dict[str, Any] = {
     **FULL,
@@ -87,6 +88,7 @@ QUICK: dict[str, Any] = {
     "scale_rss": 300,
     "sustained_n": 2_000,
     "processes_n": 2_000,
+    "server_cost_n": 1_000,
 }
 
 
@@ -179,7 +181,7 @@ async def timed(
 
 
 async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
-    from . import ours, pipeline, processes, raw
+    from . import ours, pipeline, processes, raw, server_cost
 
     sz = args.sizes
     results = Results()
@@ -259,6 +261,10 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
                 )
         else:
             results.error("processes", "-", "skipped", "needs postgresql in --databases")
+    if "server-cost" in scen:
+        for job in each("server-cost", lambda t: server_cost.run_server_cost(
+                t, sz["server_cost_n"], results)):
+            await job
     peer_args = {
         "drain_n": sz["drain_n"], "n_single": sz["publish_single"],
         "n_batch": sz["publish_batch"], "latency_rate": sz["latency_rate"],
