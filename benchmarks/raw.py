@@ -276,7 +276,7 @@ async def open_raw(target: Target) -> PgRaw | MyRaw | LiteRaw:
     return LiteRaw(sqlite_path(target.url))
 
 
-async def _clear(url: str) -> None:
+async def clear_raw(url: str) -> None:
     from .common import clear_tables
 
     await clear_tables(url, MSG, ARCH)
@@ -293,7 +293,7 @@ async def run_raw(target: Target, n: int, n_single: int, results: Results) -> No
         await raw.insert(0, BATCH)
         while await raw.claim_and_archive(BATCH):
             pass
-        await _clear(target.url)
+        await clear_raw(target.url)
 
         t0 = time.perf_counter()
         for start in range(0, n, BATCH):
@@ -306,14 +306,14 @@ async def run_raw(target: Target, n: int, n_single: int, results: Results) -> No
             done += got
         claim = rate(done, time.perf_counter() - t0)
         assert done == n, f"raw claim took {done} of {n}"
-        await _clear(target.url)
+        await clear_raw(target.url)
 
         t0 = time.perf_counter()
         for start in range(0, n, BATCH):
             await raw.insert(start, BATCH)
             await raw.claim_and_archive(BATCH)
         e2e = rate(n, time.perf_counter() - t0)
-        await _clear(target.url)
+        await clear_raw(target.url)
 
         t0 = time.perf_counter()
         for i in range(n_single):
@@ -330,7 +330,7 @@ async def run_raw(target: Target, n: int, n_single: int, results: Results) -> No
             values_form = rate(m, time.perf_counter() - t0)
     finally:
         await raw.close()
-        await _clear(target.url)
+        await clear_raw(target.url)
 
     driver = {"postgresql": "asyncpg", "mysql": "asyncmy", "sqlite": "sqlite3"}[db]
     common = {"driver": driver, "batch": BATCH}

@@ -102,6 +102,9 @@ METRIC_LABELS = {
     "access_log_over_paired_pipeline": "the same, default logging and access log on",
     "single_msg_per_s": "publish(), sequential",
     "batch_msg_per_s": "publish_batch(1000)",
+    "batch_over_paired_raw": (
+        "publish_batch / raw inserts measured just before and after it (median)"
+    ),
     "p50_ms": "latency p50", "p99_ms": "latency p99", "max_ms": "latency max",
     "p50_ms@mfi=0.1": "latency p50, max_fetch_interval=0.1",
     "p99_ms@mfi=0.1": "latency p99, max_fetch_interval=0.1",

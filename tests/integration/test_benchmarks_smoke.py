@@ -25,6 +25,7 @@ EXPECTED = [
     ("faststream-sqla", "drain", "access_log_over_paired_pipeline", "sqlite"),
     ("faststream-sqla", "publish", "single_msg_per_s", "sqlite"),
     ("faststream-sqla", "publish", "batch_msg_per_s", "sqlite"),
+    ("faststream-sqla", "publish", "batch_over_paired_raw", "sqlite"),
 ]
 
 
@@ -59,6 +60,8 @@ def test_quick_benchmark_reports_positive_figures(tmp_path: Path) -> None:
     paired = figures[("faststream-sqla", "drain", "over_paired_pipeline", "sqlite")]
     assert len(paired["details"]["pairs"]) == 1  # --quick: one repeat
     assert figures[("faststream-sqla", "publish", "batch_msg_per_s", "sqlite")]["ratios"]["raw"] > 0
+    paired_publish = figures[("faststream-sqla", "publish", "batch_over_paired_raw", "sqlite")]
+    assert len(paired_publish["details"]["pairs"]) == 3  # R B R B R B R
 
     # The batch drain runs with `drain`: a figure, or n/a while the feature is missing.
     batch = figures[("faststream-sqla", "drain-batch", "msg_per_s", "sqlite")]
