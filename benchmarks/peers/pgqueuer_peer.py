@@ -182,9 +182,8 @@ async def latency(args: dict[str, Any], results: Results) -> None:
         await pconn.close()
     await clear(url)
     if failed:
-        results.error(
-            "latency", "postgresql", "publish", f"{len(failed)} publishes failed: {failed[0]}"
-        )
+        results.error("latency", "postgresql", "pgqueuer publish",
+                      f"{len(failed)} publishes failed: {failed[0]}")
     count -= len(failed)
     if len(samples) < count:
         results.error("latency", "postgresql", "pgqueuer", f"{len(samples)} of {count} delivered")

@@ -224,7 +224,8 @@ async def latency(args: dict[str, Any], config: dict[str, Any], results: Results
         await publisher.stop()
     await clear(url)
     if failed:
-        results.error("latency", db, "publish", f"{len(failed)} publishes failed: {failed[0]}")
+        results.error("latency", db, "sqlbroker publish",
+                      f"{len(failed)} publishes failed: {failed[0]}")
     count -= len(failed)
     if len(samples) < count:
         results.error("latency", db, "sqlbroker delivery", f"{len(samples)} of {count} delivered")
