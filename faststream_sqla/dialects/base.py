@@ -130,6 +130,10 @@ class Dialect(abc.ABC):
     #: why this connection's user may not vacuum the message table (found at prepare),
     #: or None
     vacuum_denied: str | None = None
+    #: statements one claim sends, each a wait for its reply. Where there are several,
+    #: workers yield to the event loop at every delivery while a claim is in flight, so
+    #: each reply is read at once, not after every worker's next few deliveries.
+    claim_round_trips: int = 1
 
     def __init__(self, tables: QueueTables) -> None:
         self.tables = tables

@@ -120,6 +120,8 @@ RunStatement = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Sequence[Any]
 
 class MySQLDialect(Dialect):
     name = "mysql"
+    # SET TRANSACTION (READ COMMITTED), the locking SELECT, the UPDATE, COMMIT
+    claim_round_trips = 4
 
     def __init__(self, tables: QueueTables) -> None:
         super().__init__(tables)

@@ -83,6 +83,8 @@ class StoppableLoop:
 
 #: outcome batches an `OutcomeFlusher` writes at once
 FLUSH_CONCURRENCY = 2
+#: deliveries a worker makes between yields to the event loop (SqlaSubscriber._work)
+DELIVERIES_PER_YIELD = 8
 
 
 def flush_batch_size(options: ConsumeOptions) -> int:
@@ -168,6 +170,16 @@ class Fetcher:
         #: while it is set, so the fetcher gets its turn promptly
         self.space = asyncio.Event()
         self.awaiting_space = False
+        #: True while a claim that takes several round trips is in flight (never for a
+        #: one-statement claim). A reply waits for the event loop's next turn, up to
+        #: DELIVERIES_PER_YIELD deliveries per worker, and MariaDB's four-statement
+        #: claim paid that four times while the buffer ran dry. So while the buffer
+        #: holds less than those turns' deliveries, workers yield at every delivery.
+        self.claim_in_flight = False
+        self._hurry_claims = dialect.claim_round_trips > 1
+        self.hurry_below = (
+            dialect.claim_round_trips * options.max_workers * DELIVERIES_PER_YIELD
+        )
         self.stopping = False
         self._rotation = 0
 
@@ -194,6 +206,7 @@ class Fetcher:
                 continue
             # Cleared before claiming: a publish during the claim triggers another.
             self.wake.clear()
+            self.claim_in_flight = self._hurry_claims
             try:
                 got = await self.claim_round(batch)
             except Exception as exc:  # noqa: BLE001 - any failure: log, back off, retry
@@ -201,6 +214,8 @@ class Fetcher:
                 log_failure(self.log, "claiming messages", exc, backoff)
                 await wait_event(self.wake, delay)  # stop() wakes it at once
                 continue
+            finally:
+                self.claim_in_flight = False
             backoff.reset()
             full = got >= batch
             if full and self.options.min_fetch_interval <= 0:

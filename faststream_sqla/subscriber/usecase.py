@@ -24,6 +24,7 @@ from faststream_sqla.publisher.fake import SqlaFakePublisher
 from faststream_sqla.schema import validate_queue_name
 
 from .loops import (
+    DELIVERIES_PER_YIELD,
     Fetcher,
     LeaseKeeper,
     OutcomeFlusher,
@@ -285,9 +286,15 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 # A no-op handler never awaits anything real: without this a worker would
                 # drain the whole buffer in one go, starving the fetch and flush loops of
                 # the event-loop turns their I/O needs, and the buffer would run dry. A
-                # turn per delivery costs more than it helps; one per few does both.
+                # turn per delivery costs more than it helps; one per few does both,
+                # except while the fetcher waits for room, or for a claim's several
+                # replies with little left in the buffer (Fetcher.claim_in_flight).
                 delivered += 1
-                if delivered % 8 == 0 or fetcher.space.is_set():
+                if (
+                    delivered % DELIVERIES_PER_YIELD == 0
+                    or fetcher.space.is_set()
+                    or (fetcher.claim_in_flight and len(buffer) < fetcher.hurry_below)
+                ):
                     await asyncio.sleep(0)
             except asyncio.CancelledError:
                 raise
