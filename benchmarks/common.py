@@ -38,6 +38,15 @@ REPO = Path(__file__).resolve().parents[1]
 PROCESSES_BATCH_SIZES = (100, 1000)
 
 
+#: claim sizes of the server-cost scenario: the default, and the largest drains try
+SERVER_COST_BATCH_SIZES = (100, 1000)
+
+
+def server_cost_metric(name: str, fetch_batch_size: int) -> str:
+    """A server-cost figure's name: `name` at one claim size."""
+    return f"{name}@fbs={fetch_batch_size}"
+
+
 def processes_metric(name: str, fetch_batch_size: int) -> str:
     """A processes figure's name: plain at the default batch size, else with a suffix."""
     if fetch_batch_size == PROCESSES_BATCH_SIZES[0]:

@@ -223,12 +223,12 @@ async def run_processes(
                     "the one-process runs just before and after", **common)
     if cpu["worker"]:
         # What bounds the ratio on this machine: CPU a message in the one-process runs.
-        worker_us, server_us = statistics.median(cpu["worker"]), statistics.median(cpu["server"])
-        for name, value in (("worker_cpu_us_per_msg", worker_us),
-                            ("server_cpu_us_per_msg", server_us)):
-            results.add(SYSTEM, "processes", processes_metric(name, fetch_batch_size), db,
-                        value, "µs/msg", runs=cpu[name.split("_")[0]], **common)
+        for part, samples in cpu.items():
+            results.add(SYSTEM, "processes",
+                        processes_metric(f"{part}_cpu_us_per_msg", fetch_batch_size), db,
+                        statistics.median(samples), "µs/msg", runs=samples, **common)
+        cap = cpu_cap(statistics.median(cpu["worker"]), statistics.median(cpu["server"]))
         results.add(SYSTEM, "processes", processes_metric("cpu_cap_2_over_1", fetch_batch_size),
-                    db, cpu_cap(worker_us, server_us), "x",
+                    db, cap, "x",
                     ratio_of="2W / (W + S), W and S the worker's and the server's CPU a "
                     "message in the one-process runs", **common)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .common import LABELS, PROCESSES_BATCH_SIZES, Results, processes_metric
+from .common import (
+    LABELS,
+    PROCESSES_BATCH_SIZES,
+    SERVER_COST_BATCH_SIZES,
+    Results,
+    processes_metric,
+    server_cost_metric,
+)
 
 OURS = "faststream-sqla"
 SQLBROKER = "faststream-sqlbroker"
@@ -131,11 +138,11 @@ METRIC_LABELS = {
     "cpu_cap_2_over_1": "cap on --workers 2 / 1: 2W / (W + S)",
 }
 # server-cost: ours against the raw loop's figure of the same batch size
-for _size in (100, 1000):
-    _metric = f"server_us_per_msg@fbs={_size}"
+for _size in SERVER_COST_BATCH_SIZES:
+    _metric = server_cost_metric("server_us_per_msg", _size)
     RULES[("server-cost", _metric)] = {"raw": ("raw", "server-cost", _metric, None)}
     METRIC_LABELS[_metric] = f"server CPU per message, claim + outcome, batches of {_size}"
-    METRIC_LABELS[f"ours_over_raw@fbs={_size}"] = (
+    METRIC_LABELS[server_cost_metric("ours_over_raw", _size)] = (
         f"ours / raw, server CPU per message, batches of {_size} (median of rounds)"
     )
 # processes at its other batch sizes: the same baselines, the label says the size

@@ -17,30 +17,29 @@ broker cannot do less row work per message than the raw loop does.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Awaitable
 
 from faststream_sqla.schema import TableNames
 
 from . import raw
-from .common import Results, Target, clear_ours, server_cpu_seconds
+from .common import (
+    SERVER_COST_BATCH_SIZES,
+    Results,
+    Target,
+    clear_ours,
+    server_cost_metric,
+    server_cpu_seconds,
+)
 from .ours import _backlog_sql, _execute_all, claim_and_ack, our_dialect
 
 SCENARIO = "server-cost"
-BATCH_SIZES = (100, 1000)
 ROUNDS = 3
 RAW_TABLES = TableNames(raw.MSG, raw.ARCH)
 
 
-def metric(limit: int) -> str:
-    return f"server_us_per_msg@fbs={limit}"
-
-
-def ratio_metric(limit: int) -> str:
-    return f"ours_over_raw@fbs={limit}"
-
-
-async def _server_us_per_msg(target: Target, n: int, drain: object) -> float:
+async def _server_us_per_msg(target: Target, n: int, drain: Awaitable[None]) -> float:
     before = server_cpu_seconds(target.database)
-    await drain  # type: ignore[misc]
+    await drain
     after = server_cpu_seconds(target.database)
     if before is None or after is None:
         msg = "the server's CPU cannot be read from /proc on this machine"
@@ -80,17 +79,18 @@ async def run_server_cost(target: Target, n: int, results: Results) -> None:
     db = target.database
     if db == "sqlite":
         return
-    for limit in BATCH_SIZES:
+    for limit in SERVER_COST_BATCH_SIZES:
         runs: dict[str, list[float]] = {"raw": [], "ours": []}
         for _ in range(ROUNDS):
             runs["raw"].append(await raw_drain(target, n, limit))
             runs["ours"].append(await ours_drain(target, n, limit))
         common = {"n": n, "fetch_batch_size": limit, "rounds": ROUNDS}
-        results.add("raw", SCENARIO, metric(limit), db, statistics.median(runs["raw"]),
+        per_msg = server_cost_metric("server_us_per_msg", limit)
+        results.add("raw", SCENARIO, per_msg, db, statistics.median(runs["raw"]),
                     "µs/msg", runs=runs["raw"], **common)
-        results.add("faststream-sqla", SCENARIO, metric(limit), db,
+        results.add("faststream-sqla", SCENARIO, per_msg, db,
                     statistics.median(runs["ours"]), "µs/msg", runs=runs["ours"], **common)
-        results.add("faststream-sqla", SCENARIO, ratio_metric(limit), db,
+        results.add("faststream-sqla", SCENARIO, server_cost_metric("ours_over_raw", limit), db,
                     statistics.median(o / r for o, r in zip(runs["ours"], runs["raw"],
                                                             strict=True)),
                     "x", ratio_of="median over rounds of ours / raw (lower is cheaper)",
