@@ -131,8 +131,8 @@ class Dialect(abc.ABC):
     #: or None
     vacuum_denied: str | None = None
     #: statements one claim sends, each a wait for its reply. Where there are several,
-    #: workers yield to the event loop at every delivery while a claim is in flight, so
-    #: each reply is read at once, not after every worker's next few deliveries.
+    #: workers yield to the event loop at every delivery while a claim is in flight and
+    #: the buffer runs low, so each reply is read at once (Fetcher.claim_in_flight).
     claim_round_trips: int = 1
 
     def __init__(self, tables: QueueTables) -> None:

@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-import pytest
-
 from faststream_sqla import SqlaBroker
 
-from .helpers import Recorder, one_connection_engine, plain_message, prepared_dialect
+from .helpers import Recorder
 
 BATCH = 20
 
@@ -68,30 +66,3 @@ async def test_workers_yield_at_every_delivery_while_a_multi_statement_claim_is_
         assert all(step > 0 for step in steps), steps  # one delivery per turn
     else:
         assert 0 in steps, steps  # several deliveries share a turn
-
-
-@pytest.fixture
-async def my_engine(server_databases):
-    async with one_connection_engine(server_databases["mysql"]) as engine:
-        yield engine
-
-
-async def test_mysql_claim_round_trips_counts_the_statements_a_claim_sends(my_engine):
-    """The server's own count of statements on the one connection, around a claim."""
-    dialect = await prepared_dialect(my_engine)
-    await dialect.insert_committed(my_engine, [plain_message() for _ in range(3)])
-
-    async def statements_so_far() -> int:
-        async with my_engine.connect() as conn:
-            result = await conn.exec_driver_sql(
-                "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS"
-                " WHERE VARIABLE_NAME = 'QUESTIONS'"
-            )
-            return int(result.scalar_one())
-
-    first, second = await statements_so_far(), await statements_so_far()
-    reading = second - first  # what one reading itself adds
-    before = await statements_so_far()
-    assert len(await dialect.claim(my_engine, "q", 10)) == 3
-    after = await statements_so_far()
-    assert after - before - reading == dialect.claim_round_trips == 4

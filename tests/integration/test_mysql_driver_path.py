@@ -109,3 +109,24 @@ async def test_claim_and_release_stuck_each_read_their_own_range_of_the_ready_in
         )
     assert ready_at == 400  # both claims' rows, and only those
     assert await dialect.release_stuck(my_engine, ["q"], 0.0) == 400  # found by that key
+
+
+async def test_mysql_claim_round_trips_counts_the_statements_a_claim_sends(my_engine):
+    """The server's own count of statements on the one connection, around a claim."""
+    dialect = await prepared_dialect(my_engine)
+    await dialect.insert_committed(my_engine, [plain_message() for _ in range(3)])
+
+    async def statements_so_far() -> int:
+        async with my_engine.connect() as conn:
+            result = await conn.exec_driver_sql(
+                "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS"
+                " WHERE VARIABLE_NAME = 'QUESTIONS'"
+            )
+            return int(result.scalar_one())
+
+    first, second = await statements_so_far(), await statements_so_far()
+    reading = second - first  # what one reading itself adds
+    before = await statements_so_far()
+    assert len(await dialect.claim(my_engine, "q", 10)) == 3
+    after = await statements_so_far()
+    assert after - before - reading == dialect.claim_round_trips == 4
