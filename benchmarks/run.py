@@ -128,6 +128,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def cpu_model() -> str:
+    """The processor's name as Linux reports it: runs on different hosts differ most in
+    how fast Python runs against the servers, which moves the ratios."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for dist in ("faststream-sqla", "faststream", "sqlalchemy", "asyncpg", "asyncmy",
@@ -266,7 +278,7 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
                 t, sz["server_cost_n"], results)):
             await job
     peer_args = {
-        "drain_n": sz["drain_n"], "n_single": sz["publish_single"],
+        "drain_n": sz["drain_n"], "repeats": sz["repeats"], "n_single": sz["publish_single"],
         "n_batch": sz["publish_batch"], "latency_rate": sz["latency_rate"],
         "latency_seconds": sz["latency_seconds"],
     }
@@ -302,7 +314,7 @@ def print_settings(settings: dict[str, Any], sizes: dict[str, Any], args: argpar
     print("Durability settings (what a commit costs):")
     for db, s in settings.items():
         print(f"  {LABELS[db]:<11} " + ", ".join(f"{k}={v}" for k, v in s.items()))
-    print(f"Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+    print(f"Machine: {os.cpu_count()} CPUs ({cpu_model()}), Python {platform.python_version()}, "
           f"{platform.system()} {platform.release()}")
     print("Sizes: " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
     print("Scenarios: " + ", ".join(args.scenarios), flush=True)
@@ -331,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         "databases": args.databases,
         "scenarios": args.scenarios,
         "sizes": args.sizes,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "cpu_model": cpu_model(),
+                    "platform": platform.platform()},
         "versions": versions(),
         "settings": out["settings"],
         "timings_s": out["timings_s"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import statistics
 import sys
 import time
 from datetime import datetime, timezone
@@ -161,8 +162,19 @@ async def drain(args: dict[str, Any], results: Results) -> dict[str, Any] | None
     if not runs:
         return None
     best_config, best = max(runs, key=lambda r: r[1]["msg_per_s"])
+    # As our own drain is measured: the pick's run alone would carry its luck into the
+    # figure, so with repeats > 1 the figure is the median of fresh drains at the pick.
+    repeats = int(args.get("repeats", 1))
+    repeat_runs = [best["msg_per_s"]]
+    if repeats > 1:
+        try:
+            repeat_runs = [(await drain_once(url, n, best_config))["msg_per_s"]
+                           for _ in range(repeats)]
+        except Exception as e:  # noqa: BLE001
+            results.error("drain", db, f"sqlbroker repeats of {best_config}", e)
     results.add(
-        SYSTEM, "drain", "msg_per_s", db, best["msg_per_s"], "msg/s", n=n, best_config=best_config,
+        SYSTEM, "drain", "msg_per_s", db, statistics.median(repeat_runs), "msg/s", n=n,
+        best_config=best_config, repeat_runs=repeat_runs,
         all_configs=[{"config": c, "msg_per_s": r["msg_per_s"]} for c, r in runs],
     )
     return best_config

@@ -71,3 +71,4 @@ def test_quick_benchmark_reports_positive_figures(tmp_path: Path) -> None:
         assert batch["value"] > 0
 
     assert doc["settings"]["sqlite"]["journal_mode"] == "wal"
+    assert doc["machine"]["cpu_model"]  # ratios move with the host: the run names it
