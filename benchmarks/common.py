@@ -34,6 +34,9 @@ QUEUE = "bench"
 JSON_HEADERS = '{"content-type":"application/json"}'
 REPO = Path(__file__).resolve().parents[1]
 
+#: a peer's drain run as one half of a pair with ours (benchmarks/pairs.py)
+PAIRED_DRAIN_METRIC = "paired_drain_msg_per_s"
+
 #: fetch_batch_size of the processes scenario: the default, and the largest drains try
 PROCESSES_BATCH_SIZES = (100, 1000)
 
@@ -287,16 +290,19 @@ class Results:
         )
         print(f"  ! {scenario}/{database}/{what}: {text}", file=sys.stderr, flush=True)
 
-    def get(self, system: str, scenario: str, metric: str, database: str) -> float | None:
+    def find(
+        self, system: str, scenario: str, metric: str, database: str
+    ) -> dict[str, Any] | None:
+        """The figure itself, details and all."""
+        key = (system, scenario, metric, database)
         for f in self.figures:
-            if (f["system"], f["scenario"], f["metric"], f["database"]) == (
-                system,
-                scenario,
-                metric,
-                database,
-            ):
-                return f["value"]  # type: ignore[no-any-return]
+            if (f["system"], f["scenario"], f["metric"], f["database"]) == key:
+                return f
         return None
+
+    def get(self, system: str, scenario: str, metric: str, database: str) -> float | None:
+        f = self.find(system, scenario, metric, database)
+        return None if f is None else f["value"]  # type: ignore[no-any-return]
 
 
 def rate(n: int, seconds: float) -> float:

@@ -107,6 +107,8 @@ METRIC_LABELS = {
     "access_log_msg_per_s": "drain N, default logging (x of pipeline: access log on)",
     "over_paired_pipeline": "drain / pipeline measured just before and after it (median)",
     "access_log_over_paired_pipeline": "the same, default logging and access log on",
+    "over_paired_sqlbroker": "drain / sqlbroker's drain run between two of ours (median)",
+    "over_paired_pgqueuer": "drain / pgqueuer's drain run between two of ours (median)",
     "single_msg_per_s": "publish(), sequential",
     "batch_msg_per_s": "publish_batch(1000)",
     "batch_over_paired_raw": (

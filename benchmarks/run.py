@@ -193,7 +193,7 @@ async def timed(
 
 
 async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
-    from . import ours, pipeline, processes, raw, server_cost
+    from . import ours, pairs, pipeline, processes, raw, server_cost
 
     sz = args.sizes
     results = Results()
@@ -304,6 +304,16 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
                         lambda: merge("benchmarks.peers.pgqueuer_peer", targets["postgresql"]))
         else:
             results.error("pgqueuer", "-", "skipped", "PostgreSQL only: add postgresql")
+    # Our drains set against each peer's side by side, where both ran in this run.
+    rounds = int(sz["repeats"])
+    if "sqlbroker" in scen and "drain" in scen:
+        for job in each("paired sqlbroker", lambda t: pairs.run_pairs(
+                t, "faststream-sqlbroker", peer_args, rounds, results, timeout=peer_timeout)):
+            await job
+    if "pgqueuer" in scen and "drain-batch" in scen and "postgresql" in targets:
+        await timed(timings, "paired pgqueuer/postgresql", results, "paired pgqueuer", "postgresql",
+                    lambda: pairs.run_pairs(targets["postgresql"], "pgqueuer", peer_args, rounds,
+                                            results, timeout=peer_timeout))
 
     report.add_ratios(results)
     return {"settings": settings, "timings_s": timings, "results": results}

@@ -21,6 +21,7 @@ from pgqueuer import Queries, QueueManager
 from pgqueuer.db import AsyncpgDriver
 
 from benchmarks.common import (
+    PAIRED_DRAIN_METRIC,
     CountDown,
     Results,
     drain_timeout,
@@ -125,6 +126,19 @@ async def drain(args: dict[str, Any], results: Results) -> None:
                 n=n, batch_size=BATCH_SIZE, repeat_runs=rates)
 
 
+async def paired_drain(args: dict[str, Any], results: Results) -> None:
+    """One drain, the peer's half of a pair with our batch drain (the runner alternates
+    the two); warmed up first, as this process is fresh."""
+    url, n = args["url"], int(args["drain_n"])
+    await drain_once(url, min(500, n))
+    run = await drain_once(url, n)
+    if run["problem"]:
+        results.error("drain", "postgresql", "pgqueuer paired", run["problem"])
+        return
+    results.add(SYSTEM, "drain", PAIRED_DRAIN_METRIC, "postgresql", run["msg_per_s"], "msg/s",
+                n=n, batch_size=BATCH_SIZE)
+
+
 async def publish(args: dict[str, Any], results: Results) -> None:
     url = args["url"]
     n_single, n_batch = int(args["n_single"]), int(args["n_batch"]) // 1000 * 1000
@@ -201,7 +215,8 @@ async def latency(args: dict[str, Any], results: Results) -> None:
 async def main(args: dict[str, Any]) -> Results:
     results = Results()
     await install(args["url"])
-    for name, fn in (("drain", drain), ("publish", publish), ("latency", latency)):
+    for name, fn in (("drain", drain), ("paired_drain", paired_drain), ("publish", publish),
+                     ("latency", latency)):
         if name in args.get("workloads", ["drain", "publish", "latency"]):
             try:
                 await fn(args, results)

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from benchmarks.common import (
     JSON_HEADERS,
+    PAIRED_DRAIN_METRIC,
     QUEUE,
     CountDown,
     Results,
@@ -180,6 +181,19 @@ async def drain(args: dict[str, Any], results: Results) -> dict[str, Any] | None
     return best_config
 
 
+async def paired_drain(args: dict[str, Any], results: Results) -> None:
+    """One drain at `args["config"]`, the peer's half of a pair with our drain (the
+    runner alternates the two); warmed up first, as this process is fresh."""
+    db, url, n, config = args["database"], args["url"], int(args["drain_n"]), args["config"]
+    await drain_once(url, min(n, 500), config)
+    run = await drain_once(url, n, config)
+    if run["problem"]:
+        results.error("drain", db, f"sqlbroker paired {config}", run["problem"])
+        return
+    results.add(SYSTEM, "drain", PAIRED_DRAIN_METRIC, db, run["msg_per_s"], "msg/s", n=n,
+                config=config)
+
+
 async def publish(args: dict[str, Any], results: Results) -> None:
     db, url = args["database"], args["url"]
     n_single, n_batch = int(args["n_single"]), int(args["n_batch"]) // 1000 * 1000
@@ -257,6 +271,8 @@ async def main(args: dict[str, Any]) -> Results:
     best = CONFIGS[0]
     if "drain" in workloads:
         best = await drain(args, results) or best
+    if "paired_drain" in workloads:
+        await paired_drain(args, results)
     if "publish" in workloads:
         try:
             await publish(args, results)
