@@ -164,28 +164,39 @@ async def clear_tables(url: str, *tables: str, keep_ids: bool = False) -> None:
 SERVER_PROCESS_NAMES = {"postgresql": "postgres", "mysql": "mariadbd"}
 
 
+def process_stats() -> Iterator[tuple[str, list[str]]]:
+    """(name, the fields after the name) of every live process, from /proc/<pid>/stat;
+    nothing where there is no /proc. Of the fields, [2] is the process group and
+    [11:15] are utime, stime, cutime and cstime in clock ticks."""
+    if not Path("/proc").is_dir():
+        return
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+        except OSError:  # the process ended
+            continue
+        head, rest = text.rsplit(")", 1)  # the name may itself hold ")" or spaces
+        yield head.split("(", 1)[1], rest.split()
+
+
+def cpu_seconds(ticks: int) -> float:
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def server_cpu_seconds(database: str) -> float | None:
     """CPU time used so far by the local database server's processes (user + system,
     exited children included: PostgreSQL's backends end when their connections close),
     or None when the server is not on this machine or /proc cannot tell."""
     name = SERVER_PROCESS_NAMES.get(database)
-    if name is None or not Path("/proc").is_dir():
+    if name is None:
         return None
-    ticks, seen = 0, False
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                if not f.read().startswith(name):
-                    continue
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        seen = True
-        ticks += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    return ticks / os.sysconf("SC_CLK_TCK") if seen else None
+    server = [fields for comm, fields in process_stats() if comm.startswith(name)]
+    if not server:
+        return None
+    return cpu_seconds(sum(int(x) for fields in server for x in fields[11:15]))
 
 
 async def clear_ours(url: str) -> None:

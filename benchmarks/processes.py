@@ -43,7 +43,9 @@ from .common import (
     Target,
     clear_ours,
     count_rows,
+    cpu_seconds,
     drain_timeout,
+    process_stats,
     processes_metric,
     rate,
     server_cpu_seconds,
@@ -66,18 +68,10 @@ def group_cpu_seconds(pgid: int) -> float | None:
     None where there is no /proc."""
     if not Path("/proc").is_dir():
         return None
-    ticks = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:  # fields[2] is the pgrp (stat field 5)
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(sum(
+        int(fields[11]) + int(fields[12]) for _, fields in process_stats()
+        if int(fields[2]) == pgid
+    ))
 
 
 def cpu_cap(worker_us: float, server_us: float) -> float:
