@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import statistics
 import sys
@@ -314,6 +315,13 @@ class Results:
     def get(self, system: str, scenario: str, metric: str, database: str) -> float | None:
         f = self.find(system, scenario, metric, database)
         return None if f is None else f["value"]  # type: ignore[no-any-return]
+
+
+def over_neighbours(value: float, before: float, after: float) -> float:
+    """`value` over the geometric mean of the baseline measured just before it and the
+    one just after: on a machine whose speed drifts, a drift that runs through the three
+    moves both sides alike, where a baseline measured once, minutes away, would not."""
+    return value / math.sqrt(before * after)
 
 
 def rate(n: int, seconds: float) -> float:

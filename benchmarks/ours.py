@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import statistics
 import tempfile
@@ -35,6 +34,7 @@ from .common import (
     clear_tables,
     count_rows,
     drain_timeout,
+    over_neighbours,
     percentiles,
     rate,
     reset_our_schema,
@@ -242,7 +242,7 @@ async def _median_drain(
             rates.append(run["msg_per_s"])
             if before is not None:
                 after = await baseline()
-                ratios.append(run["msg_per_s"] / math.sqrt(before * after))
+                ratios.append(over_neighbours(run["msg_per_s"], before, after))
                 before = after
     return {
         "median": statistics.median(rates),
@@ -278,7 +278,7 @@ async def run_sustained(target: Target, n: int, results: Results) -> None:
         if vacuum:
             vacuums.append(done["vacuums"])
         if i >= 2 and not vacuum:
-            ratios.append(runs[True][-1] / math.sqrt(runs[False][-2] * runs[False][-1]))
+            ratios.append(over_neighbours(runs[True][-1], runs[False][-2], runs[False][-1]))
     common = {"n": n, "fetch_batch_size": 100, "max_workers": MAX_WORKERS}
     results.add(SYSTEM, "sustained", "vacuum_off_msg_per_s", db,
                 statistics.median(runs[False]), "msg/s", runs=runs[False], **common)
@@ -344,7 +344,7 @@ async def run_publish(target: Target, n_single: int, n_batch: int, results: Resu
                     results.error("publish", db, "count",
                                   f"{stored} rows stored, {n_batch} sent in batches")
                 after = await raw_inserts()
-                pairs.append(batches[-1] / math.sqrt(before * after))
+                pairs.append(over_neighbours(batches[-1], before, after))
                 before = after
     finally:
         await inserter.close()
@@ -698,7 +698,7 @@ async def run_scale(
             big_runs.append(await timed(BIG_BACKLOG_TABLES))
             await refill_small()
             small_runs.append(await timed(default_tables))
-            pair_ratios.append(big_runs[-1] / math.sqrt(small_runs[-2] * small_runs[-1]))
+            pair_ratios.append(over_neighbours(big_runs[-1], small_runs[-2], small_runs[-1]))
     finally:
         await downgrade_schema(url, message_table=BIG_BACKLOG_TABLES.message,
                                archive_table=BIG_BACKLOG_TABLES.archive)

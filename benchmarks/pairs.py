@@ -10,12 +10,17 @@ the pipeline.
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any
 
 from . import ours
-from .common import PAIRED_DRAIN_METRIC, Results, Target, run_json_subprocess
+from .common import (
+    PAIRED_DRAIN_METRIC,
+    Results,
+    Target,
+    over_neighbours,
+    run_json_subprocess,
+)
 
 #: peer system name -> (its runner module, our drain it is set against: batch or not)
 PEERS = {
@@ -64,8 +69,9 @@ async def run_pairs(
     for _ in range(rounds):
         their_runs.append(await their_drain())
         mine_runs.append(await our_drain())
+    # ours over the peer: the inverse of the peer over its two neighbours of ours
     ratios = [
-        math.sqrt(mine_runs[i] * mine_runs[i + 1]) / their_runs[i] for i in range(rounds)
+        1 / over_neighbours(their_runs[i], mine_runs[i], mine_runs[i + 1]) for i in range(rounds)
     ]
     results.add(
         ours.SYSTEM, scenario, f"over_paired_{COLUMN[peer]}", db, statistics.median(ratios),

@@ -21,7 +21,6 @@ PostgreSQL only.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import shutil
 import signal
@@ -45,6 +44,7 @@ from .common import (
     count_rows,
     cpu_seconds,
     drain_timeout,
+    over_neighbours,
     process_stats,
     processes_metric,
     rate,
@@ -200,7 +200,7 @@ async def run_processes(
         two = await drain(2)
         after = await drain(1)
         if before and two and after:
-            pair_ratios.append(two / math.sqrt(before * after))
+            pair_ratios.append(over_neighbours(two, before, after))
         before = after
     await clear_ours(target.url)
     common = {"n": n, "fetch_batch_size": fetch_batch_size, "max_workers": 8,
