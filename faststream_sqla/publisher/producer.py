@@ -190,6 +190,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             raise InvalidOptionError(msg)
         ids = await dialect.insert_messages(conn, rows)
         event.listen(
-            conn.sync_connection, "commit", lambda _conn: wakeups.wake(queues), once=True
+            conn.sync_connection, "commit",
+            lambda sync_conn: wakeups.wake_after_commit(sync_conn, queues), once=True,
         )
         return ids

@@ -5,6 +5,8 @@ Subscribers here poll once an hour, so a message arriving at all proves a wake-u
 
 from __future__ import annotations
 
+import asyncio
+
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -46,6 +48,26 @@ async def test_local_outbox_publish_wakes_at_commit(database_url, engine):
             await broker.publish("outbox", queue="q", connection=conn)
             await conn.commit()
         await got.wait_for(1, timeout=10)
+
+
+async def test_outbox_wake_up_waits_for_the_commit_to_land(database_url, engine):
+    # SQLAlchemy's "commit" event fires before the database commits. A fetcher woken
+    # then claimed while the commit was in flight, found nothing and slept for its
+    # whole max_fetch_interval. The wake-up must come once the rows are visible.
+    async with SqlaBroker(database_url) as broker:
+        woken = asyncio.Event()
+        broker.config.wakeups.register(["q"], woken)
+        async with engine.connect() as conn:
+            await broker.publish("outbox", queue="q", connection=conn)
+            transaction = conn.sync_connection.get_transaction()
+            commit = asyncio.ensure_future(conn.commit())
+            await asyncio.wait_for(woken.wait(), timeout=10)
+            # woken: the commit is over, not merely begun
+            assert not transaction.is_active
+            await commit
+        async with engine.connect() as other:
+            count = await other.scalar(sa.text("SELECT COUNT(*) FROM message"))
+        assert count == 1
 
 
 async def _listening_subscriber(url: str, got: Recorder) -> SqlaBroker:
