@@ -41,6 +41,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         ack_policy: AckPolicy = EMPTY,
         max_deliveries: int | None = None,
         fetch_batch_size: int = _DEFAULTS.fetch_batch_size,
+        max_fetch_batch_size: int | None = None,
         overfetch_factor: float = _DEFAULTS.overfetch_factor,
         min_fetch_interval: float = _DEFAULTS.min_fetch_interval,
         max_fetch_interval: float = _DEFAULTS.max_fetch_interval,
@@ -71,8 +72,12 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             ack_policy: what an unhandled exception means (default NACK_ON_ERROR).
             max_deliveries: a message delivered more often than this is FAILED without
                 running the handler (poison messages that crash the process).
-            fetch_batch_size: messages claimed per round trip.
-            overfetch_factor: the prefetch buffer holds fetch_batch_size * this.
+            fetch_batch_size: messages claimed per round trip while handlers are slow,
+                the smallest claim; also the most a batch handler receives at once.
+            max_fetch_batch_size: the largest claim, reached while handlers empty the
+                buffer in under a quarter of a second (default 1000, or
+                fetch_batch_size if larger); set it to fetch_batch_size for a fixed size.
+            overfetch_factor: the prefetch buffer holds a claim's size * this.
             min_fetch_interval: pause after a full batch, seconds.
             max_fetch_interval: longest pause when idle (publishes wake it sooner).
             flush_interval: how often finished outcomes are written, seconds.
@@ -87,6 +92,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             retry_strategy=retry_strategy or default_retry_strategy(),
             max_deliveries=max_deliveries,
             fetch_batch_size=fetch_batch_size,
+            max_fetch_batch_size=max_fetch_batch_size,
             overfetch_factor=overfetch_factor,
             min_fetch_interval=min_fetch_interval,
             max_fetch_interval=max_fetch_interval,

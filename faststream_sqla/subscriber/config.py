@@ -28,6 +28,11 @@ def default_retry_strategy() -> RetryStrategy:
     )
 
 
+#: max_fetch_batch_size when none is given: the largest claim the benchmarks measured
+#: (docs/benchmarks.md), and with the default overfetch a bound of 2,000 buffered messages
+DEFAULT_LARGEST_CLAIM = 1000
+
+
 @dataclass(kw_only=True)
 class ConsumeOptions:
     """How a subscriber claims, runs and settles messages. See docs/configuration.md."""
@@ -36,6 +41,7 @@ class ConsumeOptions:
     retry_strategy: RetryStrategy = field(default_factory=default_retry_strategy)
     max_deliveries: int | None = None
     fetch_batch_size: int = 100
+    max_fetch_batch_size: int | None = None
     overfetch_factor: float = 2.0
     min_fetch_interval: float = 0.0
     max_fetch_interval: float = 1.0
@@ -59,6 +65,14 @@ class ConsumeOptions:
 
         positive_int("max_workers", self.max_workers)
         positive_int("fetch_batch_size", self.fetch_batch_size)
+        if self.max_fetch_batch_size is not None:
+            positive_int("max_fetch_batch_size", self.max_fetch_batch_size)
+            if self.max_fetch_batch_size < self.fetch_batch_size:
+                msg = (
+                    f"max_fetch_batch_size ({self.max_fetch_batch_size}) must not be "
+                    f"less than fetch_batch_size ({self.fetch_batch_size})"
+                )
+                raise InvalidOptionError(msg)
         if self.max_deliveries is not None:
             positive_int("max_deliveries", self.max_deliveries)
         if not isinstance(self.retry_strategy, RetryStrategy):
@@ -82,7 +96,15 @@ class ConsumeOptions:
         seconds("release_stuck_timeout", self.release_stuck_timeout, allow_zero=False)
 
     @property
+    def largest_claim(self) -> int:
+        """The largest claim the fetcher grows to (see subscriber/claim_size.py)."""
+        if self.max_fetch_batch_size is None:
+            return max(DEFAULT_LARGEST_CLAIM, self.fetch_batch_size)
+        return self.max_fetch_batch_size
+
+    @property
     def buffer_capacity(self) -> int:
+        """The prefetch buffer's capacity at the smallest claim."""
         return max(self.fetch_batch_size, int(self.fetch_batch_size * self.overfetch_factor))
 
 

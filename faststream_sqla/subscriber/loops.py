@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from faststream_sqla.dialects.base import Outcome, with_retries
 from faststream_sqla.parser import claimed_from_row
 
+from .claim_size import ClaimSizer
+
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -87,10 +89,10 @@ FLUSH_CONCURRENCY = 2
 DELIVERIES_PER_YIELD = 8
 
 
-def flush_batch_size(options: ConsumeOptions) -> int:
+def flush_batch_size(claim_size: int, options: ConsumeOptions) -> int:
     """Outcomes a flusher writes per statement: a claim's worth, and at least one per
     worker, so a batch fills as fast as the workers finish."""
-    return max(options.fetch_batch_size, options.max_workers)
+    return max(claim_size, options.max_workers)
 
 
 class PrefetchBuffer:
@@ -104,6 +106,8 @@ class PrefetchBuffer:
     def __init__(self) -> None:
         self.items: deque[ClaimedMessage | None] = deque()
         self._filled = asyncio.Event()
+        #: items taken so far: the rate workers take them sizes the claims
+        self.taken = 0
 
     def __len__(self) -> int:
         return len(self.items)
@@ -119,16 +123,20 @@ class PrefetchBuffer:
 
     def take(self) -> ClaimedMessage | None:
         """The next item; raises IndexError when empty."""
-        return self.items.popleft()
+        item = self.items.popleft()
+        self.taken += 1
+        return item
 
     def put_back(self, item: ClaimedMessage | None) -> None:
         """Return a taken item to the front."""
         self.items.appendleft(item)
+        self.taken -= 1
 
     async def get(self) -> ClaimedMessage | None:
         while not self.items:
             self._filled.clear()
             await self._filled.wait()
+        self.taken += 1
         return self.items.popleft()
 
 
@@ -150,22 +158,23 @@ class Fetcher:
         buffer: PrefetchBuffer,
         wake: asyncio.Event,
         on_claimed: Callable[[Sequence[ClaimedMessage]], None],
+        on_resized: Callable[[int], None],
         unsettled: Callable[[], int],
         log: Log,
     ) -> None:
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
         self.options, self.buffer, self.wake, self.log = options, buffer, wake, log
-        self.on_claimed, self.unsettled = on_claimed, unsettled
-        # Claimed but not yet written back: buffered, running, or waiting in the flusher.
-        # Twice the normal working set; past it, claiming waits for outcomes to be
-        # written, so a slow or failing flush cannot grow memory without bound. The
-        # working set counts the flusher's part too: a batch gathering and as many being
-        # written as it runs at once. Without it a busy drain reached the limit in about
-        # half its claim rounds, and those claims waited for outcomes to be written.
-        self.capacity = options.buffer_capacity
-        flushing = (FLUSH_CONCURRENCY + 1) * flush_batch_size(options)
-        self.max_unsettled = 2 * (self.capacity + options.max_workers + flushing)
-        self.batch_size = options.fetch_batch_size
+        self.on_claimed, self.on_resized, self.unsettled = on_claimed, on_resized, unsettled
+        self.sizer = ClaimSizer(
+            smallest=options.fetch_batch_size,
+            largest=options.largest_claim,
+            overfetch_factor=options.overfetch_factor,
+        )
+        self._apply_size()
+        # The buffer's take count at the last claim, and when: the rate the workers
+        # took messages between claims is what the sizer judges by.
+        self._taken_at_claim = 0
+        self._claimed_at = time.monotonic()
         #: set to wake a fetcher that waits for room; workers yield at every message
         #: while it is set, so the fetcher gets its turn promptly
         self.space = asyncio.Event()
@@ -183,6 +192,27 @@ class Fetcher:
         self.stopping = False
         self._rotation = 0
 
+    def _apply_size(self) -> None:
+        self.batch_size = self.sizer.size
+        self.capacity = self.sizer.capacity
+        # Claimed but not yet written back: buffered, running, or waiting in the flusher.
+        # Twice the normal working set; past it, claiming waits for outcomes to be
+        # written, so a slow or failing flush cannot grow memory without bound. The
+        # working set counts the flusher's part too: a batch gathering and as many being
+        # written as it runs at once. Without it a busy drain reached the limit in about
+        # half its claim rounds, and those claims waited for outcomes to be written.
+        flushing = (FLUSH_CONCURRENCY + 1) * flush_batch_size(self.batch_size, self.options)
+        self.max_unsettled = 2 * (self.capacity + self.options.max_workers + flushing)
+
+    def _resize(self) -> None:
+        """Judge the claim size by the rate the workers took messages since the last
+        claim."""
+        now, taken = time.monotonic(), self.buffer.taken
+        if self.sizer.observe(taken - self._taken_at_claim, now - self._claimed_at):
+            self._apply_size()
+            self.on_resized(self.batch_size)
+        self._taken_at_claim, self._claimed_at = taken, now
+
     def free_slots(self) -> int:
         return min(self.capacity - len(self.buffer), self.max_unsettled - self.unsettled())
 
@@ -195,8 +225,8 @@ class Fetcher:
 
     async def run(self) -> None:
         backoff = Backoff()
-        batch = self.options.fetch_batch_size
         while not self.stopping:
+            batch = self.batch_size
             if self.free_slots() < batch:
                 # Cleared once the fetcher runs again, not when its claim ends: left set
                 # through a claim, it had every worker yield at every message meanwhile.
@@ -217,6 +247,7 @@ class Fetcher:
             finally:
                 self.claim_in_flight = False
             backoff.reset()
+            self._resize()
             full = got >= batch
             if full and self.options.min_fetch_interval <= 0:
                 # More is likely waiting: claim again at once. Yielding first

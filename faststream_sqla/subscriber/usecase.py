@@ -137,11 +137,11 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._fetcher = Fetcher(
             engine=engine, dialect=dialect, queues=self.queues, options=opts,
             buffer=self._buffer, wake=self._wake, on_claimed=self._hold,
-            unsettled=self._held.__len__, log=self._log,
+            on_resized=self._claim_resized, unsettled=self._held.__len__, log=self._log,
         )
         self._flusher = OutcomeFlusher(
             engine=engine, dialect=dialect, interval=opts.flush_interval,
-            batch_size=flush_batch_size(opts),
+            batch_size=flush_batch_size(self._fetcher.batch_size, opts),
             on_written=self._release_held, log=self._log,
         )
         releaser = StuckReleaser(
@@ -165,6 +165,11 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     def _hold(self, claimed: Sequence[ClaimedMessage]) -> None:
         for raw in claimed:
             self._held[raw.id] = raw
+
+    def _claim_resized(self, claim_size: int) -> None:
+        # outcomes are written a claim's worth at a time, whatever the claim's size
+        if self._flusher is not None:
+            self._flusher.batch_size = flush_batch_size(claim_size, self.options)
 
     def _release_held(self, outcomes: Sequence[Outcome]) -> None:
         for outcome in outcomes:

@@ -42,6 +42,8 @@ def broker(tmp_path) -> SqlaBroker:
         ({"retry_strategy": "x"}, "retry_strategy"),
         ({"max_fetch_interval": float("inf")}, "max_fetch_interval"),
         ({"max_workers": True}, "max_workers"),
+        ({"max_fetch_batch_size": 0}, "max_fetch_batch_size"),
+        ({"fetch_batch_size": 50, "max_fetch_batch_size": 49}, "max_fetch_batch_size"),
     ],
 )
 def test_invalid_subscriber_option(broker: SqlaBroker, kwargs, names) -> None:
@@ -71,6 +73,13 @@ def test_valid_options_accepted(broker: SqlaBroker) -> None:
     sub = broker.subscriber(["a", "b"], max_workers=3, fetch_batch_size=10, overfetch_factor=1.5)
     assert sub.queues == ("a", "b")
     assert sub.options.buffer_capacity == 15
+    assert sub.options.largest_claim == 1000
+
+
+def test_largest_claim_follows_the_options(broker: SqlaBroker) -> None:
+    assert broker.subscriber("a", fetch_batch_size=5000).options.largest_claim == 5000
+    pinned = broker.subscriber("b", fetch_batch_size=20, max_fetch_batch_size=20)
+    assert pinned.options.largest_claim == 20
 
 
 def test_non_str_queue_argument_is_typed_error(broker: SqlaBroker) -> None:

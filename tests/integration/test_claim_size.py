@@ -1,0 +1,84 @@
+"""The claim grows while handlers empty the buffer fast, and stays small while they are
+slow (subscriber/claim_size.py), on every database."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from faststream_sqla import SqlaBroker
+from faststream_sqla.subscriber.loops import Fetcher
+
+from .helpers import FAST, Recorder, archived
+
+
+@pytest.fixture
+def claim_limits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size every claim asked for; the real claim still runs."""
+    limits: list[int] = []
+    claim_round = Fetcher.claim_round
+
+    async def recording(self: Fetcher, limit: int) -> int:
+        limits.append(limit)
+        return await claim_round(self, limit)
+
+    monkeypatch.setattr(Fetcher, "claim_round", recording)
+    return limits
+
+
+async def drain(broker: SqlaBroker, got: Recorder, n: int) -> None:
+    async with broker:
+        await broker.publish_batch(*range(n), queue="q")
+        await broker.start()
+        await got.wait_for(n)
+
+
+async def test_fast_handlers_grow_the_claim_to_its_limit(
+    database_url, engine, tables, claim_limits
+) -> None:
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber("q", fetch_batch_size=2, max_fetch_batch_size=32, max_workers=4, **FAST)
+    async def handle(body: int) -> None:
+        got.record(body)
+
+    await drain(broker, got, 600)
+
+    assert sorted(got.calls) == list(range(600))
+    assert claim_limits[0] == 2
+    assert max(claim_limits) == 32  # doubled on the way: 2, 4, 8, 16, 32
+    assert set(claim_limits) <= {2, 4, 8, 16, 32}
+    assert len(await archived(engine, tables)) == 600  # every outcome written
+
+
+async def test_a_fixed_claim_size_never_moves(database_url, claim_limits) -> None:
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber("q", fetch_batch_size=5, max_fetch_batch_size=5, max_workers=4, **FAST)
+    async def handle(body: int) -> None:
+        got.record(body)
+
+    await drain(broker, got, 300)
+
+    assert sorted(got.calls) == list(range(300))
+    assert set(claim_limits) == {5}
+
+
+async def test_slow_handlers_keep_the_claim_small(database_url, claim_limits) -> None:
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber("q", fetch_batch_size=2, max_fetch_batch_size=32, **FAST)
+    async def handle(body: int) -> None:
+        # the work itself: one handler at five messages a second keeps a buffer of
+        # four (0.8 s of work) inside the band, so the claim must not grow
+        await asyncio.sleep(0.2)
+        got.record(body)
+
+    await drain(broker, got, 10)
+
+    assert sorted(got.calls) == list(range(10))
+    assert set(claim_limits) == {2}
