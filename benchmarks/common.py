@@ -38,8 +38,18 @@ REPO = Path(__file__).resolve().parents[1]
 #: a peer's drain run as one half of a pair with ours (benchmarks/pairs.py)
 PAIRED_DRAIN_METRIC = "paired_drain_msg_per_s"
 
-#: fetch_batch_size of the processes scenario: the default, and the largest drains try
-PROCESSES_BATCH_SIZES = (100, 1000)
+#: the claim sizes the broker's default adapts between (subscriber/claim_size.py)
+DEFAULT_CLAIMS = "100-1000"
+
+#: claims of the processes scenario: the default, and the largest fixed size drains try
+PROCESSES_CLAIMS = (DEFAULT_CLAIMS, "1000")
+
+
+def claim_options(claims: str) -> dict[str, int]:
+    """Subscriber options for a claim spec: "500" is a fixed claim of 500, "100-1000" one
+    that adapts between 100 and 1000 with the handlers' speed."""
+    low, _, high = claims.partition("-")
+    return {"fetch_batch_size": int(low), "max_fetch_batch_size": int(high or low)}
 
 
 #: claim sizes of the server-cost scenario: the default, and the largest drains try
@@ -51,11 +61,11 @@ def server_cost_metric(name: str, fetch_batch_size: int) -> str:
     return f"{name}@fbs={fetch_batch_size}"
 
 
-def processes_metric(name: str, fetch_batch_size: int) -> str:
-    """A processes figure's name: plain at the default batch size, else with a suffix."""
-    if fetch_batch_size == PROCESSES_BATCH_SIZES[0]:
+def processes_metric(name: str, claims: str) -> str:
+    """A processes figure's name: plain at the default claims, else with a suffix."""
+    if claims == PROCESSES_CLAIMS[0]:
         return name
-    return f"{name}@fbs={fetch_batch_size}"
+    return f"{name}@claims={claims}"
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,12 @@ from faststream_sqla.subscriber.config import default_retry_strategy
 
 from . import pipeline, raw
 from .common import (
+    DEFAULT_CLAIMS,
     QUEUE,
     CountDown,
     Results,
     Target,
+    claim_options,
     clear_ours,
     clear_tables,
     count_rows,
@@ -51,7 +53,7 @@ REPEATS = 5  # scale: median of this many timed claim runs (short, so noisy: mor
 # scale: the big backlog has tables of its own, so its runs can alternate with the small
 # backlog's in the default tables
 BIG_BACKLOG_TABLES = TableNames("bench_big_message", "bench_big_message_archive")
-RSS_FETCH_BATCH = 100  # scale: the RSS drain's fetch_batch_size (the default)
+RSS_CLAIMS = DEFAULT_CLAIMS  # scale: the RSS drain's claim sizes (the default)
 
 
 class NotAvailable(Exception):
@@ -77,27 +79,27 @@ async def verify_drained(url: str, n: int) -> str | None:
     return None
 
 
-def _subscribe(broker: SqlaBroker, countdown: CountDown, *, batch: bool, fbs: int) -> dict:
+def _subscribe(broker: SqlaBroker, countdown: CountDown, *, batch: bool, claims: str) -> dict:
     """Register the no-op handler; returns the options used."""
     if not batch:
 
-        @broker.subscriber(QUEUE, max_workers=MAX_WORKERS, fetch_batch_size=fbs)
+        @broker.subscriber(QUEUE, max_workers=MAX_WORKERS, **claim_options(claims))
         async def handle(body: int) -> None:
             countdown.hit()
 
-        return {"max_workers": MAX_WORKERS, "fetch_batch_size": fbs}
+        return {"max_workers": MAX_WORKERS, **claim_options(claims)}
 
     async def handle_batch(bodies: list[int]) -> None:
         countdown.hit(len(bodies))
 
-    options: dict[str, Any] = {"max_workers": MAX_WORKERS, "fetch_batch_size": fbs}
+    options: dict[str, Any] = {"max_workers": MAX_WORKERS, **claim_options(claims)}
     try:
         sub = broker.subscriber(QUEUE, batch=True, **options)  # type: ignore[call-arg]
     except TypeError as e:
         raise NotAvailable(f"subscriber(batch=True) is not supported yet ({e})") from e
     except InvalidOptionError:
         # a batch subscriber may refuse several workers: fall back to its defaults
-        options = {"fetch_batch_size": fbs}
+        options = claim_options(claims)
         sub = broker.subscriber(QUEUE, batch=True, **options)  # type: ignore[call-arg]
     sub(handle_batch)
     return options
@@ -107,7 +109,7 @@ async def drain_once(
     url: str,
     n: int,
     *,
-    fbs: int,
+    claims: str,
     batch: bool = False,
     access_log: bool = False,
     vacuum: bool = True,
@@ -122,7 +124,8 @@ async def drain_once(
     logging_options = {} if access_log else {"logger": None}
     broker = SqlaBroker(url, vacuum_message_table=vacuum, **logging_options)
     countdown = CountDown(n)
-    options = _subscribe(broker, countdown, batch=batch, fbs=fbs)  # before inserting: n/a fast
+    # subscribe before inserting: a missing feature (n/a) shows up at once
+    options = _subscribe(broker, countdown, batch=batch, claims=claims)
     await preinsert(url, n)
     await broker.connect()  # engine and schema check: not part of the drain
     database = broker.engine.dialect.name
@@ -147,31 +150,32 @@ async def drain_once(
 async def run_drain(
     target: Target,
     n: int,
-    batch_sizes: list[int],
+    claim_specs: list[str],
     results: Results,
     *,
     batch: bool,
     repeats: int = 1,
 ) -> None:
-    """Pick the best `fetch_batch_size` with one drain each, then report the median of
+    """Pick the best claim sizes (common.claim_options) with one drain each, then
+    report the median of
     `repeats` fresh drains at that size (with repeats > 1, the pick's own luck does not
     count). The default-logging figure is a median of `repeats` too."""
     db = target.database
     scenario = "drain-batch" if batch else "drain"
     try:
-        await drain_once(target.url, min(n, 500), fbs=batch_sizes[0], batch=batch)  # warm-up
+        await drain_once(target.url, min(n, 500), claims=claim_specs[0], batch=batch)  # warm-up
     except NotAvailable as e:
         results.add(SYSTEM, scenario, "msg_per_s", db, None, "msg/s", status="n/a", reason=str(e))
         return
-    runs: dict[int, dict[str, Any]] = {}
-    for fbs in batch_sizes:
+    runs: dict[str, dict[str, Any]] = {}
+    for claims in claim_specs:
         try:
-            runs[fbs] = await drain_once(target.url, n, fbs=fbs, batch=batch)
+            runs[claims] = await drain_once(target.url, n, claims=claims, batch=batch)
         except Exception as e:  # noqa: BLE001 - report and keep going
-            results.error(scenario, db, f"fetch_batch_size={fbs}", e)
+            results.error(scenario, db, f"claims={claims}", e)
             continue
-        if runs[fbs]["problem"]:
-            results.error(scenario, db, f"fetch_batch_size={fbs}", runs[fbs]["problem"])
+        if runs[claims]["problem"]:
+            results.error(scenario, db, f"claims={claims}", runs[claims]["problem"])
     if not runs:
         results.add(SYSTEM, scenario, "msg_per_s", db, None, "msg/s", status="failed")
         return
@@ -179,7 +183,7 @@ async def run_drain(
     try:
         repeated = await _median_drain(target.url, n, best, batch, repeats, access_log=False)
     except Exception as e:  # noqa: BLE001 - report and keep going
-        results.error(scenario, db, f"repeats at fetch_batch_size={best}", e)
+        results.error(scenario, db, f"repeats at claims={best}", e)
         return
     results.add(
         SYSTEM,
@@ -189,9 +193,9 @@ async def run_drain(
         repeated["median"] if repeats > 1 else runs[best]["msg_per_s"],
         "msg/s",
         n=n,
-        best_fetch_batch_size=best,
+        best_claims=best,
         options=runs[best]["options"],
-        by_fetch_batch_size={str(k): v["msg_per_s"] for k, v in runs.items()},
+        by_claims={k: v["msg_per_s"] for k, v in runs.items()},
         repeat_runs=repeated["runs"],
         logger=None,
     )
@@ -199,7 +203,7 @@ async def run_drain(
         return
     results.add(
         SYSTEM, scenario, "over_paired_pipeline", db, repeated["paired_median"], "x",
-        n=n, fetch_batch_size=best, pairs=repeated["paired_ratios"], logger=None,
+        n=n, claims=best, pairs=repeated["paired_ratios"], logger=None,
     )
     # The same drain as an application started without options runs it: FastStream's
     # access log on, compared with FastStream's own pipeline with its access log on.
@@ -210,16 +214,16 @@ async def run_drain(
         return
     results.add(
         SYSTEM, scenario, "access_log_msg_per_s", db, logged["median"], "msg/s",
-        n=n, fetch_batch_size=best, repeat_runs=logged["runs"], log_stream=os.devnull,
+        n=n, claims=best, repeat_runs=logged["runs"], log_stream=os.devnull,
     )
     results.add(
         SYSTEM, scenario, "access_log_over_paired_pipeline", db, logged["paired_median"], "x",
-        n=n, fetch_batch_size=best, pairs=logged["paired_ratios"], log_stream=os.devnull,
+        n=n, claims=best, pairs=logged["paired_ratios"], log_stream=os.devnull,
     )
 
 
 async def _median_drain(
-    url: str, n: int, fbs: int, batch: bool, repeats: int, *, access_log: bool
+    url: str, n: int, claims: str, batch: bool, repeats: int, *, access_log: bool
 ) -> dict[str, Any]:
     """Median of `repeats` drains. Single-message drains are each bracketed by
     measurements of FastStream's pipeline (same logging), one just before and one just
@@ -236,7 +240,7 @@ async def _median_drain(
 
         before = None if batch else await baseline()
         for _ in range(repeats):
-            run = await drain_once(url, n, fbs=fbs, batch=batch, access_log=access_log)
+            run = await drain_once(url, n, claims=claims, batch=batch, access_log=access_log)
             if run["problem"]:
                 raise RuntimeError(run["problem"])
             rates.append(run["msg_per_s"])
@@ -268,7 +272,7 @@ async def run_sustained(target: Target, n: int, results: Results) -> None:
     ratios = []
     order = [False, True, False, True, False]
     for i, vacuum in enumerate(order):
-        done = await drain_once(target.url, n, fbs=100, vacuum=vacuum)
+        done = await drain_once(target.url, n, claims=DEFAULT_CLAIMS, vacuum=vacuum)
         if done["problem"]:
             results.error("sustained", db, f"vacuum={vacuum}", done["problem"])
             return
@@ -279,7 +283,7 @@ async def run_sustained(target: Target, n: int, results: Results) -> None:
             vacuums.append(done["vacuums"])
         if i >= 2 and not vacuum:
             ratios.append(over_neighbours(runs[True][-1], runs[False][-2], runs[False][-1]))
-    common = {"n": n, "fetch_batch_size": 100, "max_workers": MAX_WORKERS}
+    common = {"n": n, "claims": DEFAULT_CLAIMS, "max_workers": MAX_WORKERS}
     results.add(SYSTEM, "sustained", "vacuum_off_msg_per_s", db,
                 statistics.median(runs[False]), "msg/s", runs=runs[False], **common)
     results.add(SYSTEM, "sustained", "vacuum_on_msg_per_s", db,
@@ -617,11 +621,11 @@ async def claim_archive_loop(
         return rate(n, time.perf_counter() - t0)
 
 
-async def rss_drain(url: str, n: int, fbs: int, tables: TableNames) -> dict[str, Any]:
+async def rss_drain(url: str, n: int, claims: str, tables: TableNames) -> dict[str, Any]:
     """Drain n messages of a standing backlog in a fresh process; report its peak RSS."""
     return await run_json_subprocess(
         "benchmarks.worker",
-        {"task": "rss-drain", "url": url, "n": n, "fetch_batch_size": fbs,
+        {"task": "rss-drain", "url": url, "n": n, "claims": claims,
          "max_workers": MAX_WORKERS, "message_table": tables.message,
          "archive_table": tables.archive},
         timeout=drain_timeout(n) + 60,
@@ -645,7 +649,8 @@ async def run_scale(
     warm = min(10 * limit, claim_n // 2)
     # the small backlog must hold the RSS drain, the warm-up and the timed claims; a
     # drain stops gracefully, handling what its prefetch buffer (two claims) still holds
-    rss_n = max(1, min(rss_n, small - claim_n - warm - 2 * RSS_FETCH_BATCH - 50))
+    largest_claim = claim_options(RSS_CLAIMS)["max_fetch_batch_size"]
+    rss_n = max(1, min(rss_n, small - claim_n - warm - 2 * largest_claim - 50))
     claim_rates: dict[str, float] = {}
     repeats: dict[str, list[float]] = {}
     rss: dict[str, dict[str, Any]] = {}
@@ -689,7 +694,7 @@ async def run_scale(
                 analyze=(tables.message,), tables=tables,
             )
             try:  # first, while the backlog is whole
-                rss[label] = await rss_drain(url, rss_n, RSS_FETCH_BATCH, tables)
+                rss[label] = await rss_drain(url, rss_n, RSS_CLAIMS, tables)
             except Exception as e:  # noqa: BLE001
                 results.error("scale", db, f"rss drain ({label} backlog)", e)
         small_runs = [await timed(default_tables)]
@@ -752,5 +757,5 @@ async def run_scale(
                         rss_max_during_drain_mib=r["rss_max_during_drain_kib"] / 1024,
                         getrusage_ru_maxrss_mib=r["ru_maxrss_kib"] / 1024,
                         peak_source="VmHWM (/proc/self/status)",
-                        drain_msg_per_s=r["msg_per_s"], fetch_batch_size=r["fetch_batch_size"],
+                        drain_msg_per_s=r["msg_per_s"], claims=r["claims"],
                         buffer_capacity=r["buffer_capacity"])

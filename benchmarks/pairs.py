@@ -3,7 +3,7 @@
 A peer's best drain and ours are otherwise minutes apart, and this VM's speed drifts by a
 quarter or more in that time. Here each peer drain (in its own process, at the
 configuration its own scenario picked) sits between two of ours at our picked
-`fetch_batch_size`, and the reported ratio is the median over peer drains of the
+claim sizes, and the reported ratio is the median over peer drains of the
 geometric mean of its two neighbours / the peer's rate, as the drains are paired with
 the pipeline.
 """
@@ -47,11 +47,13 @@ async def run_pairs(
     if not mine or not theirs or not mine.get("value") or not theirs.get("value"):
         results.error(scenario, db, f"paired with {peer}", "needs both drains in this run")
         return
-    fbs = int(mine["details"]["best_fetch_batch_size"])
+    claims = str(mine["details"]["best_claims"])
     config = theirs["details"].get("best_config")
 
     async def our_drain() -> float:
-        run = await ours.drain_once(target.url, int(peer_args["drain_n"]), fbs=fbs, batch=batch)
+        run = await ours.drain_once(
+            target.url, int(peer_args["drain_n"]), claims=claims, batch=batch
+        )
         if run["problem"]:
             raise RuntimeError(run["problem"])
         return float(run["msg_per_s"])
@@ -75,6 +77,6 @@ async def run_pairs(
     ]
     results.add(
         ours.SYSTEM, scenario, f"over_paired_{COLUMN[peer]}", db, statistics.median(ratios),
-        "x", pairs=ratios, ours=mine_runs, peer=their_runs, fetch_batch_size=fbs,
+        "x", pairs=ratios, ours=mine_runs, peer=their_runs, claims=claims,
         peer_config=config,
     )

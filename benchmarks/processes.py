@@ -105,7 +105,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 
 
 async def drain_with_workers(
-    target: Target, n: int, workers: int, fetch_batch_size: int, log: Path
+    target: Target, n: int, workers: int, claims: str, log: Path
 ) -> dict[str, Any]:
     await clear_ours(target.url)
     ready_dir = Path(tempfile.mkdtemp(prefix="fsqla-bench-ready-"))
@@ -113,7 +113,7 @@ async def drain_with_workers(
         **os.environ,
         "DATABASE_URL": target.url,
         "FSQLA_BENCH_QUEUE": QUEUE,
-        "FSQLA_BENCH_FETCH_BATCH_SIZE": str(fetch_batch_size),
+        "FSQLA_BENCH_CLAIMS": claims,
         "FSQLA_BENCH_READY_DIR": str(ready_dir),
     }
     faststream = Path(sys.executable).with_name("faststream")
@@ -173,7 +173,7 @@ async def drain_with_workers(
 
 
 async def run_processes(
-    target: Target, n: int, fetch_batch_size: int, results: Results, log: Path
+    target: Target, n: int, claims: str, results: Results, log: Path
 ) -> None:
     db = target.database
     runs: dict[int, list[float]] = {1: [], 2: []}
@@ -182,7 +182,7 @@ async def run_processes(
 
     async def drain(workers: int) -> float | None:
         try:
-            run = await drain_with_workers(target, n, workers, fetch_batch_size, log)
+            run = await drain_with_workers(target, n, workers, claims, log)
         except Exception as e:  # noqa: BLE001
             results.error("processes", db, f"--workers {workers}", e)
             return None
@@ -203,15 +203,15 @@ async def run_processes(
             pair_ratios.append(over_neighbours(two, before, after))
         before = after
     await clear_ours(target.url)
-    common = {"n": n, "fetch_batch_size": fetch_batch_size, "max_workers": 8,
+    common = {"n": n, "claims": claims, "max_workers": 8,
               "event_loop": event_loop_used()}
     for workers, rates in runs.items():
         if rates:
             results.add(SYSTEM, "processes",
-                        processes_metric(f"workers_{workers}_msg_per_s", fetch_batch_size), db,
+                        processes_metric(f"workers_{workers}_msg_per_s", claims), db,
                         statistics.median(rates), "msg/s", runs=rates, **common)
     if pair_ratios:
-        results.add(SYSTEM, "processes", processes_metric("workers_2_over_1", fetch_batch_size), db,
+        results.add(SYSTEM, "processes", processes_metric("workers_2_over_1", claims), db,
                     statistics.median(pair_ratios), "x", pair_ratios=pair_ratios,
                     ratio_of="median over two-process runs of the rate / geometric mean of "
                     "the one-process runs just before and after", **common)
@@ -219,10 +219,10 @@ async def run_processes(
         # What bounds the ratio on this machine: CPU a message in the one-process runs.
         for part, samples in cpu.items():
             results.add(SYSTEM, "processes",
-                        processes_metric(f"{part}_cpu_us_per_msg", fetch_batch_size), db,
+                        processes_metric(f"{part}_cpu_us_per_msg", claims), db,
                         statistics.median(samples), "µs/msg", runs=samples, **common)
         cap = cpu_cap(statistics.median(cpu["worker"]), statistics.median(cpu["server"]))
-        results.add(SYSTEM, "processes", processes_metric("cpu_cap_2_over_1", fetch_batch_size),
+        results.add(SYSTEM, "processes", processes_metric("cpu_cap_2_over_1", claims),
                     db, cap, "x",
                     ratio_of="2W / (W + S), W and S the worker's and the server's CPU a "
                     "message in the one-process runs", **common)

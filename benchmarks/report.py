@@ -7,7 +7,7 @@ from typing import Any
 
 from .common import (
     LABELS,
-    PROCESSES_BATCH_SIZES,
+    PROCESSES_CLAIMS,
     SERVER_COST_BATCH_SIZES,
     Results,
     processes_metric,
@@ -147,15 +147,15 @@ for _size in SERVER_COST_BATCH_SIZES:
     METRIC_LABELS[server_cost_metric("ours_over_raw", _size)] = (
         f"ours / raw, server CPU per message, batches of {_size} (median of rounds)"
     )
-# processes at its other batch sizes: the same baselines, the label says the size
-for _size in PROCESSES_BATCH_SIZES[1:]:
+# processes at its other claim sizes: the same baselines, the label says the size
+for _size in PROCESSES_CLAIMS[1:]:
     for _name in ("workers_1_msg_per_s", "workers_2_msg_per_s", "workers_2_over_1",
                   "worker_cpu_us_per_msg", "server_cpu_us_per_msg", "cpu_cap_2_over_1"):
         _rule = RULES.get(("processes", _name))
         if _rule is not None:
             RULES[("processes", processes_metric(_name, _size))] = _rule
         METRIC_LABELS[processes_metric(_name, _size)] = (
-            f"{METRIC_LABELS[_name]}, fetch_batch_size={_size}"
+            f"{METRIC_LABELS[_name]}, claims of {_size}"
         )
 
 
@@ -184,9 +184,8 @@ def _count(n: Any) -> str:
 def notes(fig: dict[str, Any]) -> str:
     d = fig.get("details", {})
     out = []
-    if "by_fetch_batch_size" in d:
-        out.append("fetch_batch_size " + ", ".join(
-            f"{k}: {v:,.0f}" for k, v in d["by_fetch_batch_size"].items()))
+    if "by_claims" in d:
+        out.append("claims " + ", ".join(f"{k}: {v:,.0f}" for k, v in d["by_claims"].items()))
     if "all_configs" in d:
         out.append("configs (fetch_batch_size): " + ", ".join(
             f"{c['config']['fetch_batch_size']}: {c['msg_per_s']:,.0f}" for c in d["all_configs"]))
@@ -210,7 +209,7 @@ def notes(fig: dict[str, Any]) -> str:
                    f"{d['rss_max_during_drain_mib']:.1f} max during drain; "
                    f"buffer {d['buffer_capacity']}")
     if "event_loop" in d and fig["metric"].endswith("msg_per_s"):
-        out.append(f"{d['event_loop']}, fetch_batch_size {d['fetch_batch_size']}")
+        out.append(f"{d['event_loop']}, claims {d['claims']}")
     if fig["system"] == "raw" and "insert_form" in d:
         out.append(f"{d['insert_form']}; VALUES form {d['values_form_msg_per_s']:,.0f}")
     return "; ".join(out)

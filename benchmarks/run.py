@@ -31,7 +31,7 @@ from . import report
 from .common import (
     DATABASES,
     LABELS,
-    PROCESSES_BATCH_SIZES,
+    PROCESSES_CLAIMS,
     Results,
     Target,
     durability_settings,
@@ -53,7 +53,7 @@ FULL: dict[str, Any] = {
     "pipeline_n": 50_000,           # process_message calls, per logging setting
     "repeats": 3,                   # pipeline and drains at the chosen batch size: median
     "drain_n": 20_000,              # pre-inserted messages per drain (ours and peers)
-    "drain_batch_sizes": "100,500,1000",
+    "drain_claims": "100-1000,100,500,1000",  # claim sizes tried: the default, then fixed
     "publish_single": 2_000,        # sequential publish() calls
     "publish_batch": 50_000,        # messages sent by publish_batch(1000)
     "latency_rate": 200,            # offered msg/s
@@ -207,7 +207,7 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
 
     timings: dict[str, float] = {}
     scen = set(args.scenarios)
-    batch_sizes = [int(x) for x in str(sz["drain_batch_sizes"]).split(",")]
+    claim_specs = str(sz["drain_claims"]).split(",")
 
     def each(name: str, fn: Callable[[Target], Awaitable[Any]]) -> list[Awaitable[Any]]:
         return [
@@ -223,12 +223,12 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
                     lambda: pipeline.run_pipeline(sz["pipeline_n"], results, tmpdir,
                                                   int(sz["repeats"])))
     if "drain" in scen:
-        for job in each("drain", lambda t: ours.run_drain(t, sz["drain_n"], batch_sizes,
+        for job in each("drain", lambda t: ours.run_drain(t, sz["drain_n"], claim_specs,
                                                           results, batch=False,
                                                           repeats=int(sz["repeats"]))):
             await job
     if "drain-batch" in scen:
-        for job in each("drain-batch", lambda t: ours.run_drain(t, sz["drain_n"], batch_sizes,
+        for job in each("drain-batch", lambda t: ours.run_drain(t, sz["drain_n"], claim_specs,
                                                                 results, batch=True,
                                                                 repeats=int(sz["repeats"]))):
             await job
@@ -261,13 +261,15 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
             results.error("sustained", "-", "skipped", "needs postgresql in --databases")
     if "processes" in scen:
         if "postgresql" in targets:
-            # The default batch size and the largest the drains try: per-statement server
-            # work per message differs between them, and two processes share the server.
-            for fbs in PROCESSES_BATCH_SIZES:
+            # The default claims and the largest fixed size the drains try: per-statement
+            # server work per message differs between them, and two processes share the
+            # server.
+            for claims in PROCESSES_CLAIMS:
                 await timed(
-                    timings, f"processes/postgresql/{fbs}", results, "processes", "postgresql",
-                    lambda fbs=fbs: processes.run_processes(
-                        targets["postgresql"], sz["processes_n"], fbs, results,
+                    timings, f"processes/postgresql/{claims}", results, "processes",
+                    "postgresql",
+                    lambda claims=claims: processes.run_processes(
+                        targets["postgresql"], sz["processes_n"], claims, results,
                         tmpdir / "processes.log",
                     ),
                 )

@@ -19,7 +19,7 @@ from typing import Any
 
 from faststream_sqla import SqlaBroker
 
-from .common import QUEUE, CountDown, rate, timed_drain
+from .common import QUEUE, CountDown, claim_options, rate, timed_drain
 
 
 def ru_maxrss_kib() -> int:
@@ -56,13 +56,15 @@ async def sample_rss(into: list[int]) -> None:
 
 
 async def rss_drain(args: dict[str, Any]) -> dict[str, Any]:
-    n, fbs = int(args["n"]), int(args["fetch_batch_size"])
+    n, claims = int(args["n"]), str(args["claims"])
     broker = SqlaBroker(
         args["url"], logger=None, message_table=args["message_table"],
         archive_table=args["archive_table"],
     )
     countdown = CountDown(n)
-    sub = broker.subscriber(QUEUE, max_workers=int(args["max_workers"]), fetch_batch_size=fbs)
+    sub = broker.subscriber(
+        QUEUE, max_workers=int(args["max_workers"]), **claim_options(claims)
+    )
 
     @sub
     async def handle(body: int) -> None:
@@ -82,8 +84,9 @@ async def rss_drain(args: dict[str, Any]) -> dict[str, Any]:
         "rss_max_during_drain_kib": max(samples, default=connected),
         "rss_peak_kib": peak_rss_kib(),
         "ru_maxrss_kib": ru_maxrss_kib(),
-        "fetch_batch_size": fbs,
-        "buffer_capacity": sub.options.buffer_capacity,
+        "claims": claims,
+        # the buffer's bound: a claim of the largest size, times the overfetch factor
+        "buffer_capacity": int(sub.options.largest_claim * sub.options.overfetch_factor),
     }
 
 

@@ -54,7 +54,7 @@ def test_quick_benchmark_reports_positive_figures(tmp_path: Path) -> None:
         assert isinstance(value, (int, float)) and value > 0, (key, value)
 
     drain = figures[("faststream-sqla", "drain", "msg_per_s", "sqlite")]
-    assert set(drain["details"]["by_fetch_batch_size"]) == {"100", "500", "1000"}
+    assert set(drain["details"]["by_claims"]) == {"100-1000", "100", "500", "1000"}
     assert drain["ratios"]["pipeline"] > 0
     assert drain["ratios"]["raw"] > 0
     paired = figures[("faststream-sqla", "drain", "over_paired_pipeline", "sqlite")]
