@@ -43,7 +43,8 @@ class WakeupHub:
         transaction to end, and is dropped if the commit failed.
         """
         transaction = connection.get_transaction()
-        if transaction is None:
+        if transaction is None:  # not expected from the event; waking early beats never
+            self.wake(queues)
             return
         task = asyncio.get_running_loop().create_task(
             self._wake_when_committed(connection, transaction, set(queues))
