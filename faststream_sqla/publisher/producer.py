@@ -14,7 +14,7 @@ from faststream._internal.endpoint.utils import ParserComposition
 from faststream._internal.parser import DefaultCodec
 from faststream._internal.producer import ProducerProto
 from faststream.exceptions import FeatureNotSupportedException, IncorrectState
-from faststream.message import gen_cor_id
+from faststream.message import encode_message, gen_cor_id
 
 from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import NewMessage, with_retries
@@ -136,9 +136,16 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         # Rows of one content type share one headers dict and its JSON text.
         by_content_type: dict[str | None, tuple[dict[str, Any], str]] = {}
         rows = []
+        codec, serializer = self.codec, self.serializer
+        # FastStream's default codec only wraps encode_message in a coroutine: calling it
+        # directly saves a coroutine per body (a tenth of publish_batch's own time).
+        plain = type(codec) is DefaultCodec
         for index, body in enumerate(bodies):
             try:
-                payload, content_type = await self.codec.encode(body, self.serializer)
+                payload, content_type = (
+                    encode_message(body, serializer) if plain
+                    else await codec.encode(body, serializer)
+                )
             except Exception as e:
                 msg = f"cannot serialise a message body of type {type(body).__name__}: {e}"
                 raise MessageSerializationError(msg) from e
