@@ -52,7 +52,7 @@ def claim_options(claims: str) -> dict[str, int]:
     return {"fetch_batch_size": int(low), "max_fetch_batch_size": int(high or low)}
 
 
-#: claim sizes of the server-cost scenario: the default, and the largest drains try
+#: claim sizes of the server-cost scenario: the smallest and largest default claims
 SERVER_COST_BATCH_SIZES = (100, 1000)
 
 

@@ -1,5 +1,6 @@
 """The database server's CPU a message: the broker's claim and outcome statements
-against the raw loop's, at the default `fetch_batch_size` (100) and at 1000.
+against the raw loop's, at claims of 100 and 1000 (the default claims' smallest and
+largest).
 
 PostgreSQL and MariaDB only: SQLite's work runs in the consumer's own process. Each
 drain empties the same kind of backlog (generated in the database, then left to settle)
