@@ -27,26 +27,32 @@ def claim_limits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return limits
 
 
-async def drain(broker: SqlaBroker, got: Recorder, n: int) -> None:
+async def drain(url: str, n: int, *, work_seconds: float = 0.0, **options: int) -> list:
+    """Publish bodies 0..n-1, consume them all with `options`; the bodies handled."""
+    broker = SqlaBroker(url)
+    got = Recorder()
+
+    @broker.subscriber("q", **options, **FAST)
+    async def handle(body: int) -> None:
+        if work_seconds:
+            await asyncio.sleep(work_seconds)  # the handler's work, not a wait for state
+        got.record(body)
+
     async with broker:
         await broker.publish_batch(*range(n), queue="q")
         await broker.start()
         await got.wait_for(n)
+    return got.calls
 
 
 async def test_fast_handlers_grow_the_claim_to_its_limit(
     database_url, engine, tables, claim_limits
 ) -> None:
-    broker = SqlaBroker(database_url)
-    got = Recorder()
+    calls = await drain(
+        database_url, 600, fetch_batch_size=2, max_fetch_batch_size=32, max_workers=4
+    )
 
-    @broker.subscriber("q", fetch_batch_size=2, max_fetch_batch_size=32, max_workers=4, **FAST)
-    async def handle(body: int) -> None:
-        got.record(body)
-
-    await drain(broker, got, 600)
-
-    assert sorted(got.calls) == list(range(600))
+    assert sorted(calls) == list(range(600))
     assert claim_limits[0] == 2
     assert max(claim_limits) == 32  # doubled on the way: 2, 4, 8, 16, 32
     assert set(claim_limits) <= {2, 4, 8, 16, 32}
@@ -54,31 +60,20 @@ async def test_fast_handlers_grow_the_claim_to_its_limit(
 
 
 async def test_a_fixed_claim_size_never_moves(database_url, claim_limits) -> None:
-    broker = SqlaBroker(database_url)
-    got = Recorder()
+    calls = await drain(
+        database_url, 300, fetch_batch_size=5, max_fetch_batch_size=5, max_workers=4
+    )
 
-    @broker.subscriber("q", fetch_batch_size=5, max_fetch_batch_size=5, max_workers=4, **FAST)
-    async def handle(body: int) -> None:
-        got.record(body)
-
-    await drain(broker, got, 300)
-
-    assert sorted(got.calls) == list(range(300))
+    assert sorted(calls) == list(range(300))
     assert set(claim_limits) == {5}
 
 
 async def test_slow_handlers_keep_the_claim_small(database_url, claim_limits) -> None:
-    broker = SqlaBroker(database_url)
-    got = Recorder()
+    # one handler at five messages a second keeps a buffer of four (0.8 s of work)
+    # inside the band, so the claim must not grow
+    calls = await drain(
+        database_url, 10, work_seconds=0.2, fetch_batch_size=2, max_fetch_batch_size=32
+    )
 
-    @broker.subscriber("q", fetch_batch_size=2, max_fetch_batch_size=32, **FAST)
-    async def handle(body: int) -> None:
-        # the work itself: one handler at five messages a second keeps a buffer of
-        # four (0.8 s of work) inside the band, so the claim must not grow
-        await asyncio.sleep(0.2)
-        got.record(body)
-
-    await drain(broker, got, 10)
-
-    assert sorted(got.calls) == list(range(10))
+    assert sorted(calls) == list(range(10))
     assert set(claim_limits) == {2}
