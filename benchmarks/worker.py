@@ -85,8 +85,7 @@ async def rss_drain(args: dict[str, Any]) -> dict[str, Any]:
         "rss_peak_kib": peak_rss_kib(),
         "ru_maxrss_kib": ru_maxrss_kib(),
         "claims": claims,
-        # the buffer's bound: a claim of the largest size, times the overfetch factor
-        "buffer_capacity": int(sub.options.largest_claim * sub.options.overfetch_factor),
+        "buffer_capacity": sub.options.largest_buffer_capacity,
     }
 
 

@@ -24,6 +24,11 @@ GROW_BELOW_SECONDS = 0.25
 SHRINK_ABOVE_SECONDS = 1.0
 
 
+def buffer_capacity(claim_size: int, overfetch_factor: float) -> int:
+    """Messages the prefetch buffer may hold for claims of `claim_size`: at least one."""
+    return max(claim_size, int(claim_size * overfetch_factor))
+
+
 class ClaimSizer:
     """The current claim size, and the prefetch buffer's capacity that follows it."""
 
@@ -40,7 +45,7 @@ class ClaimSizer:
     @property
     def capacity(self) -> int:
         """Messages the prefetch buffer may hold at the current claim size."""
-        return max(self.size, int(self.size * self.overfetch_factor))
+        return buffer_capacity(self.size, self.overfetch_factor)
 
     def observe(self, taken: int, seconds: float) -> bool:
         """Workers took `taken` more messages from the buffer in `seconds` more; once

@@ -17,6 +17,7 @@ from faststream.middlewares import AckPolicy
 from faststream_sqla.broker.config import SqlaBrokerConfig
 from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.retry import ExponentialBackoffWithJitterRetryStrategy, RetryStrategy
+from faststream_sqla.subscriber.claim_size import buffer_capacity
 
 if TYPE_CHECKING:
     from faststream._internal.types import BrokerMiddleware
@@ -105,7 +106,12 @@ class ConsumeOptions:
     @property
     def buffer_capacity(self) -> int:
         """The prefetch buffer's capacity at the smallest claim."""
-        return max(self.fetch_batch_size, int(self.fetch_batch_size * self.overfetch_factor))
+        return buffer_capacity(self.fetch_batch_size, self.overfetch_factor)
+
+    @property
+    def largest_buffer_capacity(self) -> int:
+        """The prefetch buffer's capacity at the largest claim: its bound."""
+        return buffer_capacity(self.largest_claim, self.overfetch_factor)
 
 
 @dataclass(kw_only=True)
