@@ -177,7 +177,11 @@ async def run_processes(
 ) -> None:
     db = target.database
     runs: dict[int, list[float]] = {1: [], 2: []}
-    cpu: dict[str, list[float]] = {"worker": [], "server": []}  # one-process runs
+    # CPU a message per run, by process count: the one-process runs give the cap; the
+    # two-process runs show whether a message costs more when two processes share a queue
+    cpu: dict[int, dict[str, list[float]]] = {
+        w: {"worker": [], "server": []} for w in (1, 2)
+    }
     pair_ratios = []
 
     async def drain(workers: int) -> float | None:
@@ -187,10 +191,9 @@ async def run_processes(
             results.error("processes", db, f"--workers {workers}", e)
             return None
         runs[workers].append(run["msg_per_s"])
-        if workers == 1 and None not in (run["worker_cpu_us_per_msg"],
-                                         run["server_cpu_us_per_msg"]):
-            cpu["worker"].append(run["worker_cpu_us_per_msg"])
-            cpu["server"].append(run["server_cpu_us_per_msg"])
+        if None not in (run["worker_cpu_us_per_msg"], run["server_cpu_us_per_msg"]):
+            cpu[workers]["worker"].append(run["worker_cpu_us_per_msg"])
+            cpu[workers]["server"].append(run["server_cpu_us_per_msg"])
         return run["msg_per_s"]
 
     # 1, 2, 1, 2, ..., 1: each two-process run is bracketed by one-process runs, and
@@ -215,13 +218,19 @@ async def run_processes(
                     statistics.median(pair_ratios), "x", pair_ratios=pair_ratios,
                     ratio_of="median over two-process runs of the rate / geometric mean of "
                     "the one-process runs just before and after", **common)
-    if cpu["worker"]:
+    for part, samples in cpu[2].items():
+        if samples:
+            results.add(SYSTEM, "processes",
+                        processes_metric(f"workers_2_{part}_cpu_us_per_msg", claims), db,
+                        statistics.median(samples), "µs/msg", runs=samples, **common)
+    one = cpu[1]
+    if one["worker"]:
         # What bounds the ratio on this machine: CPU a message in the one-process runs.
-        for part, samples in cpu.items():
+        for part, samples in one.items():
             results.add(SYSTEM, "processes",
                         processes_metric(f"{part}_cpu_us_per_msg", claims), db,
                         statistics.median(samples), "µs/msg", runs=samples, **common)
-        cap = cpu_cap(statistics.median(cpu["worker"]), statistics.median(cpu["server"]))
+        cap = cpu_cap(statistics.median(one["worker"]), statistics.median(one["server"]))
         results.add(SYSTEM, "processes", processes_metric("cpu_cap_2_over_1", claims),
                     db, cap, "x",
                     ratio_of="2W / (W + S), W and S the worker's and the server's CPU a "

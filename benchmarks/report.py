@@ -138,6 +138,8 @@ METRIC_LABELS = {
     "worker_cpu_us_per_msg": "W: CPU of --workers 1 per message",
     "server_cpu_us_per_msg": "S: server CPU per message, --workers 1",
     "cpu_cap_2_over_1": "cap on --workers 2 / 1: 2W / (W + S)",
+    "workers_2_worker_cpu_us_per_msg": "CPU of --workers 2 per message (both processes)",
+    "workers_2_server_cpu_us_per_msg": "server CPU per message, --workers 2",
 }
 # server-cost: ours against the raw loop's figure of the same batch size
 for _size in SERVER_COST_BATCH_SIZES:
@@ -150,7 +152,8 @@ for _size in SERVER_COST_BATCH_SIZES:
 # processes at its other claim sizes: the same baselines, the label says the size
 for _size in PROCESSES_CLAIMS[1:]:
     for _name in ("workers_1_msg_per_s", "workers_2_msg_per_s", "workers_2_over_1",
-                  "worker_cpu_us_per_msg", "server_cpu_us_per_msg", "cpu_cap_2_over_1"):
+                  "worker_cpu_us_per_msg", "server_cpu_us_per_msg", "cpu_cap_2_over_1",
+                  "workers_2_worker_cpu_us_per_msg", "workers_2_server_cpu_us_per_msg"):
         _rule = RULES.get(("processes", _name))
         if _rule is not None:
             RULES[("processes", processes_metric(_name, _size))] = _rule
