@@ -8,7 +8,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +50,12 @@ from .common import (
 SYSTEM = "faststream-sqla"
 MAX_WORKERS = 8
 REPEATS = 5  # scale: median of this many timed claim runs (short, so noisy: more of them)
-# scale: the big backlog has tables of its own, so its runs can alternate with the small
-# backlog's in the default tables
+# scale: each backlog compared with the small one has tables of its own, so that all
+# stand at once and their runs can alternate with the small backlog's (default tables)
 BIG_BACKLOG_TABLES = TableNames("bench_big_message", "bench_big_message_archive")
+BIG_ARCHIVE_TABLES = TableNames("bench_arch_message", "bench_arch_message_archive")
+ONE_TIMESTAMP_TABLES = TableNames("bench_onets_message", "bench_onets_message_archive")
+SCALE_TABLES = (BIG_BACKLOG_TABLES, BIG_ARCHIVE_TABLES, ONE_TIMESTAMP_TABLES)
 RSS_CLAIMS = DEFAULT_CLAIMS  # scale: the RSS drain's claim sizes (the default)
 
 
@@ -495,8 +498,8 @@ def _backlog_sql(db: str, n: int, group: int = 1000, table: str = "message") -> 
     ]
 
 
-def _archive_sql(db: str, n: int) -> list[str]:
-    """n COMPLETED rows in the archive, ids far above the message table's."""
+def _archive_sql(db: str, n: int, table: str = "message_archive") -> list[str]:
+    """n COMPLETED rows in the archive `table`, ids far above the message table's."""
     cols = (
         "id, queue, headers, payload, state, attempts_count, deliveries_count, created_at, "
         "first_attempt_at, last_attempt_at, correlation_id, archived_at"
@@ -506,7 +509,7 @@ def _archive_sql(db: str, n: int) -> list[str]:
         ts = "(now() AT TIME ZONE 'UTC') - interval '1 hour'"
         return [
             (
-                f"INSERT INTO message_archive ({cols}) SELECT {base} + g, 'bench', "
+                f"INSERT INTO {table} ({cols}) SELECT {base} + g, 'bench', "
                 f"{HEADERS_SQL}::json, convert_to(g::text, 'UTF8'), 'COMPLETED', 1, 1, {ts}, "
                 f"{ts}, {ts}, NULL, {ts} FROM generate_series(0, {n - 1}) AS g"
             )
@@ -514,7 +517,7 @@ def _archive_sql(db: str, n: int) -> list[str]:
     if db == "mysql":
         ts = "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR"
         return [
-            f"INSERT INTO message_archive ({cols}) SELECT {base} + seq, 'bench', {HEADERS_SQL}, "
+            f"INSERT INTO {table} ({cols}) SELECT {base} + seq, 'bench', {HEADERS_SQL}, "
             f"CAST(seq AS CHAR), 'COMPLETED', 1, 1, {ts}, {ts}, {ts}, NULL, {ts} "
             f"FROM seq_{lo}_to_{min(n, lo + 200_000) - 1}"
             for lo in range(0, n, 200_000)
@@ -523,7 +526,7 @@ def _archive_sql(db: str, n: int) -> list[str]:
     return [
         (
             f"WITH RECURSIVE c(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM c WHERE g < {n - 1}) "
-            f"INSERT INTO message_archive ({cols}) SELECT {base} + g, 'bench', {HEADERS_SQL}, "
+            f"INSERT INTO {table} ({cols}) SELECT {base} + g, 'bench', {HEADERS_SQL}, "
             f"CAST(CAST(g AS TEXT) AS BLOB), 'COMPLETED', 1, 1, {ts}, {ts}, {ts}, NULL, {ts} "
             "FROM c"
         )
@@ -651,8 +654,6 @@ async def run_scale(
     # drain stops gracefully, handling what its prefetch buffer (two claims) still holds
     largest_claim = claim_options(RSS_CLAIMS)["max_fetch_batch_size"]
     rss_n = max(1, min(rss_n, small - claim_n - warm - 2 * largest_claim - 50))
-    claim_rates: dict[str, float] = {}
-    repeats: dict[str, list[float]] = {}
     rss: dict[str, dict[str, Any]] = {}
     setup: dict[str, float] = {}
     default_tables = TableNames()
@@ -661,68 +662,71 @@ async def run_scale(
         await claim_archive_loop(url, warm, limit, tables)
         return await claim_archive_loop(url, claim_n, limit, tables)
 
-    async def measure(label: str, refill: Callable[[], Awaitable[Any]] | None) -> None:
-        """Median of REPEATS timed runs, each after a warm-up; `refill` restores the
-        backlog before a run when the previous one used much of it."""
-        runs = []
-        for i in range(REPEATS):
-            if refill is not None and i > 0:
-                await refill()
-            runs.append(await timed(default_tables))
-        repeats[label] = runs
-        claim_rates[label] = statistics.median(runs)
+    async def fill(tables: TableNames, backlog: int, group: int = 1000) -> float:
+        return await _execute_all(
+            url, _backlog_sql(db, backlog, group=group, table=tables.message),
+            analyze=(tables.message,), tables=tables,
+        )
 
-    async def refill_small() -> None:
-        await clear_tables(url, "message", keep_ids=True)  # the archive keeps its rows
-        await _execute_all(url, _backlog_sql(db, small), analyze=("message",))
+    async def refill(tables: TableNames) -> None:
+        # DELETE, not TRUNCATE: ids keep counting and never collide with archived ones
+        await clear_tables(url, tables.message, keep_ids=True)  # the archive keeps its rows
+        await fill(tables, small)
 
-    # Both backlogs stand at once, the big one in tables of its own, so that their runs
-    # alternate, small, big, small, ..., small: each big run is compared with the
-    # geometric mean of the small runs on either side, and a machine whose speed drifts
-    # skews both sides of each comparison alike (as in the drain and processes pairs).
+    # Every backlog stands at once, the others in tables of their own, so their runs
+    # alternate with the small backlog's: small, big, small, big archive, small,
+    # one timestamp, small, big, ... Each run is compared with the geometric mean of the
+    # small runs on either side, so a machine whose speed drifts skews both sides of
+    # each comparison alike (as in the drain and processes pairs). The runs use a few
+    # thousand messages each: the small backlogs are refilled after each run.
     await clear_ours(url)
-    await downgrade_schema(url, message_table=BIG_BACKLOG_TABLES.message,
-                           archive_table=BIG_BACKLOG_TABLES.archive)
-    await upgrade_schema(url, message_table=BIG_BACKLOG_TABLES.message,
-                         archive_table=BIG_BACKLOG_TABLES.archive)
+    for tables in SCALE_TABLES:
+        await downgrade_schema(url, message_table=tables.message, archive_table=tables.archive)
+        await upgrade_schema(url, message_table=tables.message, archive_table=tables.archive)
     try:
         for label, backlog, tables in (
             ("small", small, default_tables), ("big", big, BIG_BACKLOG_TABLES)
         ):
-            setup[f"backlog_{label}_insert_s"] = await _execute_all(
-                url, _backlog_sql(db, backlog, table=tables.message),
-                analyze=(tables.message,), tables=tables,
-            )
+            setup[f"backlog_{label}_insert_s"] = await fill(tables, backlog)
             try:  # first, while the backlog is whole
                 rss[label] = await rss_drain(url, rss_n, RSS_CLAIMS, tables)
             except Exception as e:  # noqa: BLE001
                 results.error("scale", db, f"rss drain ({label} backlog)", e)
-        small_runs = [await timed(default_tables)]
-        big_runs, pair_ratios = [], []
+        await clear_tables(url, default_tables.message, keep_ids=True)  # the RSS drain's rest
+        await fill(default_tables, small)
+        await fill(BIG_ARCHIVE_TABLES, small)
+        setup["archive_insert_s"] = await _execute_all(
+            url, _archive_sql(db, archive_rows, table=BIG_ARCHIVE_TABLES.archive),
+            analyze=(BIG_ARCHIVE_TABLES.message, BIG_ARCHIVE_TABLES.archive),
+            tables=BIG_ARCHIVE_TABLES,
+        )
+        # a backlog stored by one publish_batch call: every row shares one next_attempt_at
+        setup["one_timestamp_insert_s"] = await fill(
+            ONE_TIMESTAMP_TABLES, one_timestamp, group=one_timestamp
+        )
+        # (label, tables, whether its backlog is refilled after each run)
+        others = (
+            ("big", BIG_BACKLOG_TABLES, False),
+            ("big_archive", BIG_ARCHIVE_TABLES, True),
+            ("one_timestamp", ONE_TIMESTAMP_TABLES, False),
+        )
+        repeats: dict[str, list[float]] = {"small": [await timed(default_tables)]}
+        pair_ratios: dict[str, list[float]] = {label: [] for label, _, _ in others}
         for _ in range(REPEATS):
-            big_runs.append(await timed(BIG_BACKLOG_TABLES))
-            await refill_small()
-            small_runs.append(await timed(default_tables))
-            pair_ratios.append(over_neighbours(big_runs[-1], small_runs[-2], small_runs[-1]))
+            for label, tables, refilled in others:
+                repeats.setdefault(label, []).append(await timed(tables))
+                if refilled:
+                    await refill(tables)
+                await refill(default_tables)
+                repeats["small"].append(await timed(default_tables))
+                pair_ratios[label].append(over_neighbours(
+                    repeats[label][-1], repeats["small"][-2], repeats["small"][-1]
+                ))
     finally:
-        await downgrade_schema(url, message_table=BIG_BACKLOG_TABLES.message,
-                               archive_table=BIG_BACKLOG_TABLES.archive)
-    repeats["small"], repeats["big"] = small_runs, big_runs
-    claim_rates["small"] = statistics.median(small_runs)
-    claim_rates["big"] = statistics.median(big_runs)
-    # a large archive table, small backlog
-    await clear_ours(url)
-    await _execute_all(url, _backlog_sql(db, small))
-    setup["archive_insert_s"] = await _execute_all(
-        url, _archive_sql(db, archive_rows), analyze=("message", "message_archive")
-    )
-    await measure("big_archive", refill_small)
-    # a backlog stored by one publish_batch call: every row shares one next_attempt_at
-    await clear_ours(url)
-    setup["one_timestamp_insert_s"] = await _execute_all(
-        url, _backlog_sql(db, one_timestamp, group=one_timestamp), analyze=("message",)
-    )
-    await measure("one_timestamp", None)
+        for tables in SCALE_TABLES:
+            await downgrade_schema(url, message_table=tables.message,
+                                   archive_table=tables.archive)
+    claim_rates = {label: statistics.median(runs) for label, runs in repeats.items()}
     # Fresh tables for what follows: the statistics gathered here (all rows PENDING)
     # would otherwise steer later plans (TRUNCATE keeps them, ANALYZE of an empty
     # table does not replace them).
@@ -730,24 +734,27 @@ async def run_scale(
 
     common = {"claim_n": claim_n, "limit": limit, "median_of": REPEATS,
               "runs_msg_per_s": repeats, **setup}
+    ratio_of = ("median over its runs of the rate / geometric mean of the small-backlog "
+                "runs just before and after")
     results.add(SYSTEM, "scale", "claim_archive_small_msg_per_s", db, claim_rates["small"],
                 "msg/s", backlog=small, **common)
     results.add(SYSTEM, "scale", "claim_archive_big_msg_per_s", db, claim_rates["big"],
                 "msg/s", backlog=big, **common)
-    results.add(SYSTEM, "scale", "big_over_small", db, statistics.median(pair_ratios), "x",
-                backlog_small=small, backlog_big=big, pair_ratios=pair_ratios,
-                ratio_of="median over big-backlog runs of the rate / geometric mean of the "
-                "small-backlog runs just before and after")
+    results.add(SYSTEM, "scale", "big_over_small", db, statistics.median(pair_ratios["big"]),
+                "x", backlog_small=small, backlog_big=big, pair_ratios=pair_ratios["big"],
+                ratio_of=ratio_of)
     results.add(SYSTEM, "scale", "claim_archive_big_archive_msg_per_s", db,
                 claim_rates["big_archive"], "msg/s", backlog=small, archive_rows=archive_rows,
                 **common)
     results.add(SYSTEM, "scale", "big_archive_over_small", db,
-                claim_rates["big_archive"] / claim_rates["small"], "x", archive_rows=archive_rows)
+                statistics.median(pair_ratios["big_archive"]), "x", archive_rows=archive_rows,
+                pair_ratios=pair_ratios["big_archive"], ratio_of=ratio_of)
     results.add(SYSTEM, "scale", "claim_archive_one_timestamp_msg_per_s", db,
                 claim_rates["one_timestamp"], "msg/s", backlog=one_timestamp,
                 one_timestamp=True, **common)
     results.add(SYSTEM, "scale", "one_timestamp_over_small", db,
-                claim_rates["one_timestamp"] / claim_rates["small"], "x", backlog=one_timestamp)
+                statistics.median(pair_ratios["one_timestamp"]), "x", backlog=one_timestamp,
+                pair_ratios=pair_ratios["one_timestamp"], ratio_of=ratio_of)
     for label, backlog in (("small", small), ("big", big)):
         if label in rss:
             r = rss[label]

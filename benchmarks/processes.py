@@ -182,6 +182,12 @@ async def run_processes(
     cpu: dict[int, dict[str, list[float]]] = {
         w: {"worker": [], "server": []} for w in (1, 2)
     }
+    # the share of the machine's cores the workers and the server used in the
+    # two-process runs: the rest went to other processes (the kernel's writeback of
+    # the server's writes, this script) or stood idle, and the ratio reaches its cap
+    # only at a share of 1
+    shares: list[float] = []
+    cores = os.cpu_count() or 1
     pair_ratios = []
 
     async def drain(workers: int) -> float | None:
@@ -191,9 +197,13 @@ async def run_processes(
             results.error("processes", db, f"--workers {workers}", e)
             return None
         runs[workers].append(run["msg_per_s"])
-        if None not in (run["worker_cpu_us_per_msg"], run["server_cpu_us_per_msg"]):
-            cpu[workers]["worker"].append(run["worker_cpu_us_per_msg"])
-            cpu[workers]["server"].append(run["server_cpu_us_per_msg"])
+        worker_us, server_us = run["worker_cpu_us_per_msg"], run["server_cpu_us_per_msg"]
+        if worker_us is not None and server_us is not None:
+            cpu[workers]["worker"].append(worker_us)
+            cpu[workers]["server"].append(server_us)
+            if workers == 2:
+                used = (worker_us + server_us) * n / 1e6
+                shares.append(100 * used / (run["seconds"] * cores))
         return run["msg_per_s"]
 
     # 1, 2, 1, 2, ..., 1: each two-process run is bracketed by one-process runs, and
@@ -223,6 +233,11 @@ async def run_processes(
             results.add(SYSTEM, "processes",
                         processes_metric(f"workers_2_{part}_cpu_us_per_msg", claims), db,
                         statistics.median(samples), "µs/msg", runs=samples, **common)
+    if shares:
+        results.add(SYSTEM, "processes", processes_metric("workers_2_cpu_share", claims), db,
+                    statistics.median(shares), "%", runs=shares, cores=cores,
+                    share_of="(worker + server CPU) / (elapsed x cores), two-process runs",
+                    **common)
     one = cpu[1]
     if one["worker"]:
         # What bounds the ratio on this machine: CPU a message in the one-process runs.

@@ -140,6 +140,7 @@ METRIC_LABELS = {
     "cpu_cap_2_over_1": "cap on --workers 2 / 1: 2W / (W + S)",
     "workers_2_worker_cpu_us_per_msg": "CPU of --workers 2 per message (both processes)",
     "workers_2_server_cpu_us_per_msg": "server CPU per message, --workers 2",
+    "workers_2_cpu_share": "share of all cores used by --workers 2 and the server",
 }
 # server-cost: ours against the raw loop's figure of the same batch size
 for _size in SERVER_COST_BATCH_SIZES:
@@ -153,7 +154,8 @@ for _size in SERVER_COST_BATCH_SIZES:
 for _size in PROCESSES_CLAIMS[1:]:
     for _name in ("workers_1_msg_per_s", "workers_2_msg_per_s", "workers_2_over_1",
                   "worker_cpu_us_per_msg", "server_cpu_us_per_msg", "cpu_cap_2_over_1",
-                  "workers_2_worker_cpu_us_per_msg", "workers_2_server_cpu_us_per_msg"):
+                  "workers_2_worker_cpu_us_per_msg", "workers_2_server_cpu_us_per_msg",
+                  "workers_2_cpu_share"):
         _rule = RULES.get(("processes", _name))
         if _rule is not None:
             RULES[("processes", processes_metric(_name, _size))] = _rule
@@ -175,6 +177,8 @@ def fmt_value(value: float | None, unit: str) -> str:
         return f"{value:,.1f} MiB"
     if unit == "µs/msg":
         return f"{value:,.1f} µs/msg"
+    if unit == "%":
+        return f"{value:.1f}%"
     return f"{value:g} {unit}"
 
 
