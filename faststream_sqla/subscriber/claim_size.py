@@ -7,9 +7,11 @@ every claimed message is leased to this process until it is handled: with slow
 handlers, a large claim holds messages that another process could be running, and
 keeps them waiting in the buffer. So the claim is sized from the rate the workers
 actually take messages: the prefetch buffer should hold between GROW_BELOW_SECONDS
-and SHRINK_ABOVE_SECONDS of work, and the claim doubles or halves, within
-[fetch_batch_size, max_fetch_batch_size], to keep it there. The band is wider than
-one doubling, so a steady rate settles on one size instead of flapping.
+and SHRINK_ABOVE_SECONDS of work. When it falls outside that band, the claim moves in
+one step, within [fetch_batch_size, max_fetch_batch_size], to the size whose buffer
+holds TARGET_SECONDS at the rate just seen: a burst reaches large claims after one
+buffer's worth of messages instead of a doubling per buffer. The band is four times
+wide around the target, so a steady rate settles on one size instead of flapping.
 
 Takes come in bursts (a worker takes a message at once, then runs it), so the rate is
 judged over a window of at least a buffer's worth of takes, or a second, never over
@@ -22,6 +24,8 @@ from __future__ import annotations
 GROW_BELOW_SECONDS = 0.25
 #: shrink it while the full buffer holds more work than this
 SHRINK_ABOVE_SECONDS = 1.0
+#: a resize aims for a full buffer holding this much work: the band's geometric middle
+TARGET_SECONDS = 0.5
 
 
 def buffer_capacity(claim_size: int, overfetch_factor: float) -> int:
@@ -60,10 +64,18 @@ class ClaimSizer:
         if taken <= 0 or seconds <= 0:
             return False  # nothing taken: no rate to judge by (idle, or just woken)
         buffered_seconds = self.capacity * seconds / taken
-        if buffered_seconds < GROW_BELOW_SECONDS and self.size < self.largest:
-            self.size = min(self.largest, self.size * 2)
-            return True
-        if buffered_seconds > SHRINK_ABOVE_SECONDS and self.size > self.smallest:
-            self.size = max(self.smallest, self.size // 2)
-            return True
-        return False
+        if GROW_BELOW_SECONDS <= buffered_seconds <= SHRINK_ABOVE_SECONDS:
+            return False
+        # Out of the band: the size whose buffer holds TARGET_SECONDS at this rate
+        # (about double the size or more when growing, half or less when shrinking),
+        # and at least one message in that direction, which rounding could swallow.
+        wanted = int(taken / seconds * TARGET_SECONDS / self.overfetch_factor)
+        if buffered_seconds < GROW_BELOW_SECONDS:
+            wanted = max(wanted, self.size + 1)
+        else:
+            wanted = min(wanted, self.size - 1)
+        size = min(self.largest, max(self.smallest, wanted))
+        if size == self.size:
+            return False  # already at the bound the rate pushes toward
+        self.size = size
+        return True

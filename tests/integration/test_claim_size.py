@@ -54,8 +54,12 @@ async def test_fast_handlers_grow_the_claim_to_its_limit(
 
     assert sorted(calls) == list(range(600))
     assert claim_limits[0] == 2
-    assert max(claim_limits) == 32  # doubled on the way: 2, 4, 8, 16, 32
-    assert set(claim_limits) <= {2, 4, 8, 16, 32}
+    assert max(claim_limits) == 32
+    # a buffer's worth of takes at the smallest size is enough to judge the rate by:
+    # the claim goes to the size the rate asks for, not through every doubling
+    # (2, 4, 8, 16, 32); a slow machine may need one step in between
+    before_largest = claim_limits[: claim_limits.index(32)]
+    assert len(set(before_largest)) <= 2
     assert len(await archived(engine, tables)) == 600  # every outcome written
 
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from faststream_sqla.subscriber.claim_size import (
     GROW_BELOW_SECONDS,
     SHRINK_ABOVE_SECONDS,
+    TARGET_SECONDS,
     ClaimSizer,
 )
 
@@ -22,23 +23,39 @@ def test_starts_at_the_smallest_claim() -> None:
     assert (s.size, s.capacity) == (10, 20)
 
 
-def test_fast_workers_double_the_claim_up_to_the_largest() -> None:
+def test_fast_workers_take_the_claim_to_the_largest_in_one_step() -> None:
     s = sizer(smallest=100, largest=1000)
-    sizes = []
-    for _ in range(6):
-        s.observe(taken=s.capacity, seconds=0.001)  # the buffer's worth in a millisecond
-        sizes.append(s.size)
-    assert sizes == [200, 400, 800, 1000, 1000, 1000]
+    assert s.observe(taken=s.capacity, seconds=0.001)  # the buffer's worth in a millisecond
+    assert s.size == 1000
+    assert not s.observe(taken=s.capacity, seconds=0.001)  # already as large as allowed
+    assert s.size == 1000
 
 
-def test_slow_workers_halve_it_down_to_the_smallest() -> None:
+def test_a_fast_rate_below_the_limit_sizes_the_buffer_to_the_target() -> None:
+    s = sizer(smallest=100, largest=10_000)  # capacity 200
+    assert s.observe(taken=200, seconds=0.05)  # 4,000 msg/s: the buffer lasts 0.05 s
+    # at 4,000 msg/s, TARGET_SECONDS of work is 2,000 messages: a claim of 1,000
+    assert s.size == int(4000 * TARGET_SECONDS / 2) == 1000
+    assert not s.observe(taken=2000, seconds=0.5)  # the same rate: inside the band
+
+
+def test_slow_workers_shrink_it_to_what_their_rate_needs() -> None:
     s = sizer(smallest=100, largest=1000)
     s.size = 1000
-    sizes = []
-    for _ in range(5):
-        s.observe(taken=1, seconds=1.0)  # one message a second
-        sizes.append(s.size)
-    assert sizes == [500, 250, 125, 100, 100]
+    assert s.observe(taken=1, seconds=1.0)  # one message a second
+    assert s.size == 100
+    s = sizer(smallest=10, largest=1000)
+    s.size = 1000
+    assert s.observe(taken=100, seconds=1.0)  # 100 msg/s: 2,000 buffered is 20 s
+    assert s.size == int(100 * TARGET_SECONDS / 2) == 25
+
+
+def test_rounding_never_stalls_a_resize() -> None:
+    s = sizer(smallest=1, largest=10, overfetch=1.5)  # capacity 1
+    # 4.5 msg/s: the buffer of one lasts 0.22 s, too little; the rate's own size,
+    # 4.5 * 0.5 / 1.5 = 1.5, rounds down to the current size
+    assert s.observe(taken=9, seconds=2.0)
+    assert s.size == 2
 
 
 def test_nothing_taken_tells_nothing() -> None:
@@ -57,9 +74,9 @@ def test_a_burst_of_takes_is_judged_over_a_longer_window() -> None:
     assert not s.observe(taken=1, seconds=0.2)
     assert not s.observe(taken=1, seconds=0.2)  # 4 in 0.6 s: 0.6 s of work buffered
     assert s.size == 2
-    for _ in range(4):  # then four at once, four times
+    for _ in range(4):  # then four in 4 ms, 1,000 msg/s: straight to the largest
         s.observe(taken=1, seconds=0.001)
-    assert s.size == 4
+    assert s.size == 64
 
 
 def test_a_rate_inside_the_band_keeps_the_size() -> None:
@@ -83,10 +100,16 @@ def test_sizes_stay_in_bounds_and_settle_under_a_steady_rate(smallest, extra, ra
     s = sizer(smallest=smallest, largest=smallest + extra)
     for rate in rates:
         # between two claims the workers took a buffer's worth at `rate` messages a second
-        before = s.size
+        before, held = s.size, s.capacity / rate
         s.observe(s.capacity, s.capacity / rate)
         assert smallest <= s.size <= smallest + extra
-        assert s.size in (before, min(before * 2, s.largest), max(before // 2, s.smallest))
+        # a resize only ever moves toward the band
+        if held < GROW_BELOW_SECONDS:
+            assert s.size >= before
+        elif held > SHRINK_ABOVE_SECONDS:
+            assert s.size <= before
+        else:
+            assert s.size == before
     # under one steady rate, the size stops moving within a few steps and then stays
     rate = rates[-1]
     seen = []
