@@ -218,11 +218,14 @@ async def run_processes(
     await clear_ours(target.url)
     common = {"n": n, "claims": claims, "max_workers": 8,
               "event_loop": event_loop_used()}
+
+    def add_median(name: str, samples: list[float], unit: str, **details: Any) -> None:
+        results.add(SYSTEM, "processes", processes_metric(name, claims), db,
+                    statistics.median(samples), unit, runs=samples, **details, **common)
+
     for workers, rates in runs.items():
         if rates:
-            results.add(SYSTEM, "processes",
-                        processes_metric(f"workers_{workers}_msg_per_s", claims), db,
-                        statistics.median(rates), "msg/s", runs=rates, **common)
+            add_median(f"workers_{workers}_msg_per_s", rates, "msg/s")
     if pair_ratios:
         results.add(SYSTEM, "processes", processes_metric("workers_2_over_1", claims), db,
                     statistics.median(pair_ratios), "x", pair_ratios=pair_ratios,
@@ -230,21 +233,15 @@ async def run_processes(
                     "the one-process runs just before and after", **common)
     for part, samples in cpu[2].items():
         if samples:
-            results.add(SYSTEM, "processes",
-                        processes_metric(f"workers_2_{part}_cpu_us_per_msg", claims), db,
-                        statistics.median(samples), "µs/msg", runs=samples, **common)
+            add_median(f"workers_2_{part}_cpu_us_per_msg", samples, "µs/msg")
     if shares:
-        results.add(SYSTEM, "processes", processes_metric("workers_2_cpu_share", claims), db,
-                    statistics.median(shares), "%", runs=shares, cores=cores,
-                    share_of="(worker + server CPU) / (elapsed x cores), two-process runs",
-                    **common)
+        add_median("workers_2_cpu_share", shares, "%", cores=cores,
+                   share_of="(worker + server CPU) / (elapsed x cores), two-process runs")
     one = cpu[1]
     if one["worker"]:
         # What bounds the ratio on this machine: CPU a message in the one-process runs.
         for part, samples in one.items():
-            results.add(SYSTEM, "processes",
-                        processes_metric(f"{part}_cpu_us_per_msg", claims), db,
-                        statistics.median(samples), "µs/msg", runs=samples, **common)
+            add_median(f"{part}_cpu_us_per_msg", samples, "µs/msg")
         cap = cpu_cap(statistics.median(one["worker"]), statistics.median(one["server"]))
         results.add(SYSTEM, "processes", processes_metric("cpu_cap_2_over_1", claims),
                     db, cap, "x",
