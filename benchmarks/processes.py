@@ -74,10 +74,12 @@ def group_cpu_seconds(pgid: int) -> float | None:
     ))
 
 
-def cpu_cap(worker_us: float, server_us: float) -> float:
+def cpu_cap(worker_us: float, server_us: float) -> float | None:
     """The most two processes can give over one when one process is bound by its own
     CPU (`worker_us` a message) and the two processes and the server share two cores:
     one process runs at 1/W, two at most at 2/(W + S)."""
+    if worker_us + server_us <= 0:  # /proc's 10 ms ticks read nothing (a tiny --quick run)
+        return None
     return 2 * worker_us / (worker_us + server_us)
 
 

@@ -88,14 +88,14 @@ QUICK: dict[str, Any] = {
     "scale_rss": 300,
     "sustained_n": 2_000,
     "processes_n": 2_000,
-    "server_cost_n": 1_000,
+    "server_cost_n": 5_000,       # /proc counts 10 ms ticks: 1,000 could read none
 }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="tiny sizes, for CI (< 60 s)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, for CI (1-2 min)")
     p.add_argument("--databases", default=",".join(DATABASES),
                    help="comma-separated: sqlite,postgresql,mysql (default: all)")
     p.add_argument("--scenarios", default="all",
