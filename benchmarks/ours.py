@@ -22,7 +22,7 @@ from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.migrations import downgrade_schema, upgrade_schema
 from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import QueueTables, TableNames
-from faststream_sqla.subscriber.config import default_retry_strategy
+from faststream_sqla.subscriber.config import ConsumeOptions, default_retry_strategy
 
 from . import pipeline, raw
 from .common import (
@@ -84,25 +84,26 @@ async def verify_drained(url: str, n: int) -> str | None:
 
 def _subscribe(broker: SqlaBroker, countdown: CountDown, *, batch: bool, claims: str) -> dict:
     """Register the no-op handler; returns the options used."""
+    sizes = claim_options(claims)
+    options: dict[str, Any] = {"max_workers": MAX_WORKERS, **sizes}
     if not batch:
 
-        @broker.subscriber(QUEUE, max_workers=MAX_WORKERS, **claim_options(claims))
+        @broker.subscriber(QUEUE, **options)
         async def handle(body: int) -> None:
             countdown.hit()
 
-        return {"max_workers": MAX_WORKERS, **claim_options(claims)}
+        return options
 
     async def handle_batch(bodies: list[int]) -> None:
         countdown.hit(len(bodies))
 
-    options: dict[str, Any] = {"max_workers": MAX_WORKERS, **claim_options(claims)}
     try:
         sub = broker.subscriber(QUEUE, batch=True, **options)  # type: ignore[call-arg]
     except TypeError as e:
         raise NotAvailable(f"subscriber(batch=True) is not supported yet ({e})") from e
     except InvalidOptionError:
         # a batch subscriber may refuse several workers: fall back to its defaults
-        options = claim_options(claims)
+        options = sizes
         sub = broker.subscriber(QUEUE, batch=True, **options)  # type: ignore[call-arg]
     sub(handle_batch)
     return options
@@ -159,10 +160,9 @@ async def run_drain(
     batch: bool,
     repeats: int = 1,
 ) -> None:
-    """Pick the best claim sizes (common.claim_options) with one drain each, then
-    report the median of
-    `repeats` fresh drains at that size (with repeats > 1, the pick's own luck does not
-    count). The default-logging figure is a median of `repeats` too."""
+    """Pick the best claim sizes (common.claim_options) with one drain each, then report
+    the median of `repeats` fresh drains at those sizes (with repeats > 1, the pick's own
+    luck does not count). The default-logging figure is a median of `repeats` too."""
     db = target.database
     scenario = "drain-batch" if batch else "drain"
     try:
@@ -650,10 +650,12 @@ async def run_scale(
     db = target.database
     url = target.url
     warm = min(10 * limit, claim_n // 2)
-    # the small backlog must hold the RSS drain, the warm-up and the timed claims; a
-    # drain stops gracefully, handling what its prefetch buffer (two claims) still holds
-    largest_claim = claim_options(RSS_CLAIMS)["max_fetch_batch_size"]
-    rss_n = max(1, min(rss_n, small - claim_n - warm - 2 * largest_claim - 50))
+    # A drain stops gracefully, handling what its prefetch buffer still holds. The small
+    # backlog is refilled before the timed claims now, but the RSS drain keeps the size
+    # it had when it shared the backlog with them (the warm-up and timed claims left
+    # over), so its figure compares with earlier runs.
+    largest_buffer = ConsumeOptions(**claim_options(RSS_CLAIMS)).largest_buffer_capacity
+    rss_n = max(1, min(rss_n, small - claim_n - warm - largest_buffer - 50))
     rss: dict[str, dict[str, Any]] = {}
     setup: dict[str, float] = {}
     default_tables = TableNames()
