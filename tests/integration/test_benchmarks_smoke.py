@@ -105,5 +105,11 @@ def test_quick_benchmark_reports_positive_figures(tmp_path: Path) -> None:
             details = figures[("faststream-sqla", "scale", metric, db)]["details"]
             assert len(details["pair_ratios"]) == 5
 
+    # each two-process run sits between one-process runs: 1, 2, 1, ..., 2, 1
+    two_over_one = figures[("faststream-sqla", "processes", "workers_2_over_1", "postgresql")]
+    assert len(two_over_one["details"]["pair_ratios"]) == 5
+    runs = figures[("faststream-sqla", "processes", "workers_1_msg_per_s", "postgresql")]
+    assert len(runs["details"]["runs"]) == 6
+
     assert doc["settings"]["sqlite"]["journal_mode"] == "wal"
     assert doc["machine"]["cpu_model"]  # ratios move with the host: the run names it
