@@ -13,7 +13,7 @@ with call graphs while the dialect claims ``--limit`` at a time and acknowledges
   changes above them);
 - the functions the samples were in (self time).
 
-The fifth and twelfth rounds of ``docs/benchmarks.md`` read this output.
+The twelfth round of ``docs/benchmarks.md`` reads this output.
 """
 
 from __future__ import annotations
@@ -102,15 +102,19 @@ async def profile(n: int, limit: int, perf_data: Path) -> tuple[float, list[list
             ["perf", "record", "-F", "1999", "-a", "-g", "-o", str(perf_data)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
-        await asyncio.sleep(1)  # perf has opened its buffers before the clock starts
-        if perf.poll() is not None:
-            msg = f"perf record failed: {perf.stderr.read().decode() if perf.stderr else ''}"
-            raise RuntimeError(msg)
-        before = server_cpu_seconds("postgresql")
-        await claim_and_ack(engine, dialect, n, limit)
-        after = server_cpu_seconds("postgresql")
-        perf.send_signal(signal.SIGINT)
-        perf.wait()
+        try:
+            await asyncio.sleep(1)  # perf has opened its buffers before the clock starts
+            if perf.poll() is not None:
+                error = perf.stderr.read().decode() if perf.stderr else ""
+                msg = f"perf record failed: {error}"
+                raise RuntimeError(msg)
+            before = server_cpu_seconds("postgresql")
+            await claim_and_ack(engine, dialect, n, limit)
+            after = server_cpu_seconds("postgresql")
+        finally:
+            if perf.poll() is None:
+                perf.send_signal(signal.SIGINT)  # perf writes its file and exits
+            perf.wait()
     await clear_ours(url)
     if before is None or after is None:
         msg = "the server's CPU cannot be read from /proc: is PostgreSQL on this machine?"
