@@ -95,7 +95,7 @@ QUICK: dict[str, Any] = {
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="tiny sizes, for CI (1-2 min)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, for CI (1-3 min)")
     p.add_argument("--databases", default=",".join(DATABASES),
                    help="comma-separated: sqlite,postgresql,mysql (default: all)")
     p.add_argument("--scenarios", default="all",
