@@ -52,6 +52,7 @@ FULL: dict[str, Any] = {
     "raw_single": 2_000,            # single-row inserts for the raw single-publish ceiling
     "pipeline_n": 50_000,           # process_message calls, per logging setting
     "repeats": 3,                   # pipeline and drains at the chosen batch size: median
+    "drain_pairs": 5,               # single-message drains, each between pipeline runs
     "drain_n": 20_000,              # pre-inserted messages per drain (ours and peers)
     "drain_claims": "100-1000,100,500,1000",  # claim sizes tried: the default, then fixed
     "publish_single": 2_000,        # sequential publish() calls
@@ -76,6 +77,7 @@ QUICK: dict[str, Any] = {
     "raw_single": 100,
     "pipeline_n": 2_000,
     "repeats": 1,
+    "drain_pairs": 1,
     "drain_n": 1_000,
     "publish_single": 100,
     "publish_batch": 2_000,
@@ -225,7 +227,7 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
     if "drain" in scen:
         for job in each("drain", lambda t: ours.run_drain(t, sz["drain_n"], claim_specs,
                                                           results, batch=False,
-                                                          repeats=int(sz["repeats"]))):
+                                                          repeats=int(sz["drain_pairs"]))):
             await job
     if "drain-batch" in scen:
         for job in each("drain-batch", lambda t: ours.run_drain(t, sz["drain_n"], claim_specs,

@@ -87,7 +87,7 @@ def test_quick_benchmark_reports_positive_figures(tmp_path: Path) -> None:
     assert drain["ratios"]["pipeline"] > 0
     assert drain["ratios"]["raw"] > 0
     paired = figures[("faststream-sqla", "drain", "over_paired_pipeline", "sqlite")]
-    assert len(paired["details"]["pairs"]) == 1  # --quick: one repeat
+    assert len(paired["details"]["pairs"]) == 1  # --quick: drain_pairs=1
     assert figures[("faststream-sqla", "publish", "batch_msg_per_s", "sqlite")]["ratios"]["raw"] > 0
     paired_publish = figures[("faststream-sqla", "publish", "batch_over_paired_raw", "sqlite")]
     assert len(paired_publish["details"]["pairs"]) == 3  # R B R B R B R
