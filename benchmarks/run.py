@@ -51,7 +51,7 @@ FULL: dict[str, Any] = {
     "raw_n": 100_000,               # messages per raw ceiling
     "raw_single": 2_000,            # single-row inserts for the raw single-publish ceiling
     "pipeline_n": 50_000,           # process_message calls, per logging setting
-    "repeats": 3,                   # pipeline and drains at the chosen batch size: median
+    "repeats": 3,                   # pipeline, batch drains, peers: median of this many
     "drain_pairs": 5,               # single-message drains, each between pipeline runs
     "drain_n": 20_000,              # pre-inserted messages per drain (ours and peers)
     "drain_claims": "100-1000,100,500,1000",  # claim sizes tried: the default, then fixed
