@@ -17,8 +17,11 @@ broker cannot do less row work per message than the raw loop does.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from collections.abc import Awaitable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 from faststream_sqla.schema import TableNames
 
@@ -68,12 +71,22 @@ async def raw_drain(target: Target, n: int, limit: int) -> float:
         await loop.close()
 
 
-async def ours_drain(target: Target, n: int, limit: int) -> float:
+async def ours_drain(
+    target: Target,
+    n: int,
+    limit: int,
+    during: AbstractAsyncContextManager[Any] | None = None,
+) -> float:
+    """`during` is entered once the backlog is settled and the dialect prepared, and
+    left when the drain ends (benchmarks.server_profile samples the server there)."""
     await clear_ours(target.url)
     await _execute_all(target.url, _backlog_sql(target.database, n), analyze=("message",))
     # connected and prepared before the clock, as the raw loop's connection is
     async with our_dialect(target.url) as (engine, dialect):
-        return await _server_us_per_msg(target, n, claim_and_ack(engine, dialect, n, limit))
+        async with during or contextlib.nullcontext():
+            return await _server_us_per_msg(
+                target, n, claim_and_ack(engine, dialect, n, limit)
+            )
 
 
 async def run_server_cost(target: Target, n: int, results: Results) -> None:

@@ -20,23 +20,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import signal
 import subprocess
 import tempfile
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
-from .common import (
-    BENCH_DB,
-    PG_SERVER,
-    clear_ours,
-    ensure_server_databases,
-    reset_our_schema,
-    server_cpu_seconds,
-)
-from .ours import _backlog_sql, _execute_all, claim_and_ack, our_dialect
+from .common import clear_ours, ensure_server_databases, make_targets, reset_our_schema
+from .server_cost import ours_drain
 
 #: what a server function does for the broker, by the function whose stack it is under
 PARTS = (
@@ -90,40 +84,39 @@ def self_shares(stacks: list[list[str]], top: int = 15) -> list[tuple[str, float
     return [(name, n / total) for name, n in leaves.most_common(top)]
 
 
+@contextlib.asynccontextmanager
+async def perf_recording(perf_data: Path) -> AsyncIterator[None]:
+    """`perf record` of the whole machine, with call graphs, while the block runs."""
+    perf = subprocess.Popen(
+        ["perf", "record", "-F", "1999", "-a", "-g", "-o", str(perf_data)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        await asyncio.sleep(1)  # perf has opened its buffers before the clock starts
+        if perf.poll() is not None:
+            error = perf.stderr.read().decode() if perf.stderr else ""
+            msg = f"perf record failed: {error}"
+            raise RuntimeError(msg)
+        yield
+    finally:
+        if perf.poll() is None:
+            perf.send_signal(signal.SIGINT)  # perf writes its file and exits
+        perf.wait()
+
+
 async def profile(n: int, limit: int, perf_data: Path) -> tuple[float, list[list[str]]]:
-    """Drain n settled messages with perf sampling the machine; the server's CPU a
-    message and the server's folded samples."""
-    url = f"{PG_SERVER}/{BENCH_DB}"
+    """Drain n settled messages (server-cost's drain of ours) with perf sampling the
+    machine; the server's CPU a message and the server's folded samples."""
+    target = make_targets(["postgresql"], perf_data.parent)["postgresql"]
     await ensure_server_databases("postgresql")
-    await reset_our_schema(url)
-    await _execute_all(url, _backlog_sql("postgresql", n), analyze=("message",))
-    async with our_dialect(url) as (engine, dialect):
-        perf = subprocess.Popen(
-            ["perf", "record", "-F", "1999", "-a", "-g", "-o", str(perf_data)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )
-        try:
-            await asyncio.sleep(1)  # perf has opened its buffers before the clock starts
-            if perf.poll() is not None:
-                error = perf.stderr.read().decode() if perf.stderr else ""
-                msg = f"perf record failed: {error}"
-                raise RuntimeError(msg)
-            before = server_cpu_seconds("postgresql")
-            await claim_and_ack(engine, dialect, n, limit)
-            after = server_cpu_seconds("postgresql")
-        finally:
-            if perf.poll() is None:
-                perf.send_signal(signal.SIGINT)  # perf writes its file and exits
-            perf.wait()
-    await clear_ours(url)
-    if before is None or after is None:
-        msg = "the server's CPU cannot be read from /proc: is PostgreSQL on this machine?"
-        raise RuntimeError(msg)
+    await reset_our_schema(target.url)
+    server_us = await ours_drain(target, n, limit, during=perf_recording(perf_data))
+    await clear_ours(target.url)
     script = subprocess.run(
         ["perf", "script", "-i", str(perf_data), "-F", "comm,ip,sym"],
         capture_output=True, text=True, check=True,
     ).stdout
-    return 1e6 * (after - before) / n, fold_perf_script(script)
+    return server_us, fold_perf_script(script)
 
 
 def main() -> None:
