@@ -712,11 +712,12 @@ async def run_scale(
             ("big_archive", BIG_ARCHIVE_TABLES, True),
             ("one_timestamp", ONE_TIMESTAMP_TABLES, False),
         )
-        repeats: dict[str, list[float]] = {"small": [await timed(default_tables)]}
+        repeats: dict[str, list[float]] = {label: [] for label, _, _ in others}
+        repeats["small"] = [await timed(default_tables)]
         pair_ratios: dict[str, list[float]] = {label: [] for label, _, _ in others}
         for _ in range(REPEATS):
             for label, tables, refilled in others:
-                repeats.setdefault(label, []).append(await timed(tables))
+                repeats[label].append(await timed(tables))
                 if refilled:
                     await refill(tables)
                 await refill(default_tables)
