@@ -1,0 +1,165 @@
+"""The consumer's CPU instructions a message, counted rather than timed:
+``python -m benchmarks.instructions [--databases ...] [--small 2000] [--large 6000]``.
+
+Not a scenario of the suite: it needs valgrind, and it takes minutes (Python runs some
+40 times slower under callgrind). It exists because some hosts' speed drifts by up to
+1.8x between one tenth of a second and the next, which no pairing of timed runs can fully
+cancel. An instruction count does not drift: the same program on the same input
+executes the same instructions whatever else the machine is doing.
+
+Each measured step runs in a child process under ``valgrind --tool=callgrind``:
+
+- ``pipeline``: FastStream's consume path with no database, as the pipeline scenario runs
+  it (``benchmarks.pipeline.measure``);
+- ``drain``: our broker draining a backlog with the no-op handler, as the drain scenario
+  does, except that the backlog is stored by this process before the child starts and
+  claims are fixed at 1000 (the adaptive claim reads the handlers' rate, and under
+  valgrind that rate is forty times lower than it really is).
+
+Each runs twice, at ``--small`` and at ``--large`` messages. Imports, start and stop cost
+the same in both, so the difference over the difference in messages is the instructions
+a message. Only the consumer is counted; the database server runs outside valgrind.
+
+The ratio printed is the pipeline's instructions a message over the drain's: the drain's
+rate as a share of the pipeline's on a machine that executes instructions at one steady
+speed, with the consumer never waiting for the database. On PostgreSQL and MariaDB the
+timed ratio stays under it: a drain also waits, and runs fewer instructions a second (a
+busier process misses its caches more, and the server works on the other core). On
+SQLite the database engine runs inside the consumer's process, in aiosqlite's thread:
+its instructions count here, although they partly run beside the event loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .common import REPO, make_targets
+
+COLLECTED = re.compile(r"^==\d+== Collected : (\d+)$", re.MULTILINE)
+DRAIN_CLAIMS = "1000"
+
+
+def collected_instructions(valgrind_stderr: str) -> int:
+    """The instruction count callgrind reports when its program exits."""
+    found = COLLECTED.findall(valgrind_stderr)
+    if not found:
+        msg = f"no instruction count in valgrind's output:\n{valgrind_stderr[-2000:]}"
+        raise RuntimeError(msg)
+    return int(found[-1])
+
+
+def per_message(small: tuple[int, int], large: tuple[int, int]) -> float:
+    """Instructions a message from two (messages, instructions) runs."""
+    (n_small, i_small), (n_large, i_large) = small, large
+    if n_large <= n_small:
+        msg = f"the large run ({n_large}) must handle more messages than the small ({n_small})"
+        raise ValueError(msg)
+    return (i_large - i_small) / (n_large - n_small)
+
+
+def count(step: list[str]) -> int:
+    """Run `python -m benchmarks.instructions <step>` under callgrind; its instructions."""
+    command = [
+        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+        sys.executable, "-m", "benchmarks.instructions", *step,
+    ]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        msg = f"{' '.join(step)} failed under valgrind:\n{done.stderr[-3000:]}"
+        raise RuntimeError(msg)
+    return collected_instructions(done.stderr)
+
+
+async def _pipeline_child(n: int) -> None:
+    from .pipeline import measure
+
+    with tempfile.TemporaryDirectory() as tmp:
+        await measure(n, access_log=False, tmpdir=Path(tmp))
+
+
+async def _drain_child(url: str, n: int) -> None:
+    from faststream_sqla import SqlaBroker
+
+    from .common import CountDown, timed_drain
+    from .ours import _subscribe
+
+    broker = SqlaBroker(url, logger=None)
+    countdown = CountDown(n)
+    _subscribe(broker, countdown, batch=False, claims=DRAIN_CLAIMS)
+    await broker.connect()
+    # fails if the drain falls under timed_drain's floor rate, which a drain under
+    # callgrind stays well above
+    await timed_drain(broker, countdown, n)
+
+
+def _child(argv: list[str]) -> None:
+    if argv[0] == "pipeline":
+        asyncio.run(_pipeline_child(int(argv[1])))
+    else:
+        asyncio.run(_drain_child(argv[1], int(argv[2])))
+
+
+async def _fresh_schema(database: str, url: str) -> None:
+    from .common import ensure_server_databases, reset_our_schema
+
+    await ensure_server_databases(database)
+    await reset_our_schema(url)
+
+
+async def _stored_backlog(url: str, n: int) -> None:
+    from .common import clear_ours
+    from .ours import preinsert
+
+    await clear_ours(url)
+    await preinsert(url, n)
+
+
+async def _check_drained(url: str, n: int) -> None:
+    from .ours import verify_drained
+
+    if problem := await verify_drained(url, n):
+        raise RuntimeError(problem)
+
+
+def drain_instructions(url: str, n: int) -> int:
+    asyncio.run(_stored_backlog(url, n))
+    instructions = count(["drain", url, str(n)])
+    asyncio.run(_check_drained(url, n))
+    return instructions
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in ("pipeline", "drain"):
+        _child(sys.argv[1:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--databases", default="sqlite,postgresql,mysql")
+    parser.add_argument("--small", type=int, default=2000, help="messages in the small run")
+    parser.add_argument("--large", type=int, default=6000, help="messages in the large run")
+    args = parser.parse_args()
+    # asyncmy logs the benchmark databases' "already exists" notes as warnings
+    logging.getLogger("asyncmy").setLevel(logging.ERROR)
+    if shutil.which("valgrind") is None:
+        raise SystemExit("needs valgrind (Debian: apt install valgrind)")
+    sizes = (args.small, args.large)
+    pipeline = per_message(*((n, count(["pipeline", str(n)])) for n in sizes))
+    print(f"pipeline: {pipeline:,.0f} instructions a message", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        targets = make_targets(args.databases.split(","), Path(tmp))
+        for name, target in targets.items():
+            asyncio.run(_fresh_schema(name, target.url))
+            drain = per_message(*((n, drain_instructions(target.url, n)) for n in sizes))
+            print(f"drain on {name}: {drain:,.0f} instructions a message; "
+                  f"pipeline / drain {pipeline / drain:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
