@@ -1,5 +1,5 @@
 """The consumer's CPU instructions a message, counted rather than timed:
-``python -m benchmarks.instructions [--databases ...] [--small 2000] [--large 6000]``.
+``python -m benchmarks.instructions [--databases ...] [--small 1000] [--large 3000]``.
 
 Not a scenario of the suite: it needs valgrind, and it takes minutes (Python runs some
 40 times slower under callgrind). It exists because some hosts' speed drifts by up to
@@ -142,8 +142,8 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--databases", default="sqlite,postgresql,mysql")
-    parser.add_argument("--small", type=int, default=2000, help="messages in the small run")
-    parser.add_argument("--large", type=int, default=6000, help="messages in the large run")
+    parser.add_argument("--small", type=int, default=1000, help="messages in the small run")
+    parser.add_argument("--large", type=int, default=3000, help="messages in the large run")
     args = parser.parse_args()
     # asyncmy logs the benchmark databases' "already exists" notes as warnings
     logging.getLogger("asyncmy").setLevel(logging.ERROR)
