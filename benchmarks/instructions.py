@@ -4,10 +4,11 @@
 Not a scenario of the suite: it needs valgrind, and it takes minutes (Python runs some
 40 times slower under callgrind). It exists because some hosts' speed drifts by up to
 1.7x between one tenth of a second and the next, which no pairing of timed runs can fully
-cancel. An instruction count does not follow the machine's speed. It moves a little
-between runs all the same: hash seeds differ, and a drain's timed work (outcome flushes
-gathered for ``flush_interval``) serves a number of messages that depends on how fast
-the consumer runs under valgrind; two PostgreSQL drains read 406,610 and 421,587.
+cancel. An instruction count does not follow the machine's speed. Every run gets the
+same hash seed; a drain's count still moves a little between runs, because its timed
+work (outcome flushes gathered for ``flush_interval``) serves a number of messages that
+depends on how fast the consumer runs under valgrind: two PostgreSQL drains read 406,610
+and 421,587.
 
 Each measured step runs in a child process under ``valgrind --tool=callgrind``:
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -73,7 +75,11 @@ def count(step: list[str]) -> int:
         "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
         sys.executable, "-m", "benchmarks.instructions", *step,
     ]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    # one hash seed for every run: dict and set layouts, and so the work, repeat
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         msg = f"{' '.join(step)} failed under valgrind:\n{done.stderr[-3000:]}"
         raise RuntimeError(msg)
