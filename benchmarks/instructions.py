@@ -4,20 +4,19 @@
 Not a scenario of the suite: it needs valgrind, and it takes minutes (Python runs some
 40 times slower under callgrind). It exists because some hosts' speed drifts by up to
 1.7x between one tenth of a second and the next, which no pairing of timed runs can fully
-cancel. An instruction count does not follow the machine's speed. Every run gets the
-same hash seed; a drain's count still moves a little between runs, because its timed
-work (outcome flushes gathered for ``flush_interval``) serves a number of messages that
-depends on how fast the consumer runs under valgrind: two PostgreSQL drains read 406,610
-and 421,587.
+cancel. An instruction count does not follow the machine's speed, and every run gets
+the same hash seed: two PostgreSQL drains read 427,106 and 429,294 instructions a
+message, two pipeline runs 3.2 billion instructions in all, 6,334 apart.
 
 Each measured step runs in a child process under ``valgrind --tool=callgrind``:
 
 - ``pipeline``: FastStream's consume path with no database, as the pipeline scenario runs
   it (``benchmarks.pipeline.measure``);
 - ``drain``: our broker draining a backlog with the no-op handler, as the drain scenario
-  does, except that the backlog is stored by this process before the child starts and
-  claims are fixed at 1000 (the adaptive claim reads the handlers' rate, and under
-  valgrind that rate is forty times lower than it really is).
+  does, except that the backlog is stored by this process before the child starts, and
+  that claims are fixed at 1000 and outcomes written 1000 at a time: the adaptive claim
+  and the 50 ms outcome flush follow the consumer's speed, and under valgrind that
+  speed is forty times lower than it really is.
 
 Each runs twice, at ``--small`` and at ``--large`` messages. Imports, start and stop cost
 the same in both, so the difference over the difference in messages is the instructions
@@ -49,6 +48,8 @@ from .common import REPO, make_targets
 
 COLLECTED = re.compile(r"^==\d+== Collected : (\d+)$", re.MULTILINE)
 DRAIN_CLAIMS = "1000"
+#: seconds an outcome waits for its batch to fill: longer than any drain here
+FLUSH_INTERVAL = 3600.0
 
 
 def collected_instructions(valgrind_stderr: str) -> int:
@@ -96,12 +97,23 @@ async def _pipeline_child(n: int) -> None:
 async def _drain_child(url: str, n: int) -> None:
     from faststream_sqla import SqlaBroker
 
-    from .common import CountDown, timed_drain
-    from .ours import _subscribe
+    from .common import QUEUE, CountDown, claim_options, timed_drain
+    from .ours import MAX_WORKERS
 
     broker = SqlaBroker(url, logger=None)
     countdown = CountDown(n)
-    _subscribe(broker, countdown, batch=False, claims=DRAIN_CLAIMS)
+
+    # The drain scenario's subscriber, except for flush_interval: outcomes are written
+    # a claim's worth at a time (the flush batch), not every 50 ms. At full speed a
+    # 50 ms flush gathers 600-800 outcomes; under valgrind it gathered a few dozen, and
+    # how many depended on the run's speed.
+    @broker.subscriber(
+        QUEUE, max_workers=MAX_WORKERS, flush_interval=FLUSH_INTERVAL,
+        **claim_options(DRAIN_CLAIMS),
+    )
+    async def handle(body: int) -> None:
+        countdown.hit()
+
     await broker.connect()
     # fails if the drain falls under timed_drain's floor rate, which a drain under
     # callgrind stays well above
