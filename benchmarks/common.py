@@ -154,6 +154,12 @@ async def reset_our_schema(url: str) -> None:
         await engine.dispose()
 
 
+async def fresh_target(database: str, url: str) -> None:
+    """The benchmark databases exist (servers) and `url` holds our current schema, empty."""
+    await ensure_server_databases(database)
+    await reset_our_schema(url)
+
+
 async def clear_tables(url: str, *tables: str, keep_ids: bool = False) -> None:
     """Empty tables between scenarios (TRUNCATE where the database has it).
 

@@ -44,7 +44,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .common import REPO, make_targets
+from faststream_sqla import SqlaBroker
+
+from .common import REPO, CountDown, clear_ours, fresh_target, make_targets, timed_drain
+from .ours import preinsert, subscribe_no_op_handler, verify_drained
+from .pipeline import measure
 
 COLLECTED = re.compile(r"^==\d+== Collected : (\d+)$", re.MULTILINE)
 DRAIN_CLAIMS = "1000"
@@ -88,32 +92,20 @@ def count(step: list[str]) -> int:
 
 
 async def _pipeline_child(n: int) -> None:
-    from .pipeline import measure
-
     with tempfile.TemporaryDirectory() as tmp:
         await measure(n, access_log=False, tmpdir=Path(tmp))
 
 
 async def _drain_child(url: str, n: int) -> None:
-    from faststream_sqla import SqlaBroker
-
-    from .common import QUEUE, CountDown, claim_options, timed_drain
-    from .ours import MAX_WORKERS
-
     broker = SqlaBroker(url, logger=None)
     countdown = CountDown(n)
-
     # The drain scenario's subscriber, except for flush_interval: outcomes are written
     # a claim's worth at a time (the flush batch), not every 50 ms. At full speed a
     # 50 ms flush gathers 600-800 outcomes; under valgrind it gathered a few dozen, and
     # how many depended on the run's speed.
-    @broker.subscriber(
-        QUEUE, max_workers=MAX_WORKERS, flush_interval=FLUSH_INTERVAL,
-        **claim_options(DRAIN_CLAIMS),
+    subscribe_no_op_handler(
+        broker, countdown, batch=False, claims=DRAIN_CLAIMS, flush_interval=FLUSH_INTERVAL
     )
-    async def handle(body: int) -> None:
-        countdown.hit()
-
     await broker.connect()
     # fails if the drain falls under timed_drain's floor rate, which a drain under
     # callgrind stays well above
@@ -127,24 +119,12 @@ def _child(argv: list[str]) -> None:
         asyncio.run(_drain_child(argv[1], int(argv[2])))
 
 
-async def _fresh_schema(database: str, url: str) -> None:
-    from .common import ensure_server_databases, reset_our_schema
-
-    await ensure_server_databases(database)
-    await reset_our_schema(url)
-
-
 async def _stored_backlog(url: str, n: int) -> None:
-    from .common import clear_ours
-    from .ours import preinsert
-
     await clear_ours(url)
     await preinsert(url, n)
 
 
 async def _check_drained(url: str, n: int) -> None:
-    from .ours import verify_drained
-
     if problem := await verify_drained(url, n):
         raise RuntimeError(problem)
 
@@ -175,7 +155,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         targets = make_targets(args.databases.split(","), Path(tmp))
         for name, target in targets.items():
-            asyncio.run(_fresh_schema(name, target.url))
+            asyncio.run(fresh_target(name, target.url))
             drain = per_message(*((n, drain_instructions(target.url, n)) for n in sizes))
             print(f"drain on {name}: {drain:,.0f} instructions a message; "
                   f"pipeline / drain {pipeline / drain:.3f}", flush=True)

@@ -82,9 +82,12 @@ async def verify_drained(url: str, n: int) -> str | None:
     return None
 
 
-def _subscribe(broker: SqlaBroker, countdown: CountDown, *, batch: bool, claims: str) -> dict:
-    """Register the no-op handler; returns the options used."""
-    sizes = claim_options(claims)
+def subscribe_no_op_handler(
+    broker: SqlaBroker, countdown: CountDown, *, batch: bool, claims: str, **extra: Any
+) -> dict:
+    """Register the no-op handler, with `extra` subscriber options; returns the options
+    used."""
+    sizes = {**claim_options(claims), **extra}
     options: dict[str, Any] = {"max_workers": MAX_WORKERS, **sizes}
     if not batch:
 
@@ -129,7 +132,7 @@ async def drain_once(
     broker = SqlaBroker(url, vacuum_message_table=vacuum, **logging_options)
     countdown = CountDown(n)
     # subscribe before inserting: a missing feature (n/a) shows up at once
-    options = _subscribe(broker, countdown, batch=batch, claims=claims)
+    options = subscribe_no_op_handler(broker, countdown, batch=batch, claims=claims)
     await preinsert(url, n)
     await broker.connect()  # engine and schema check: not part of the drain
     database = broker.engine.dialect.name

@@ -35,9 +35,8 @@ from .common import (
     Results,
     Target,
     durability_settings,
-    ensure_server_databases,
+    fresh_target,
     make_targets,
-    reset_our_schema,
     run_json_subprocess,
 )
 
@@ -202,8 +201,7 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
     targets = make_targets(args.databases, tmpdir)
     settings: dict[str, Any] = {}
     for db, target in targets.items():
-        await ensure_server_databases(db)
-        await reset_our_schema(target.url)
+        await fresh_target(db, target.url)
         settings[db] = await durability_settings(target)
     print_settings(settings, sz, args)
 

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
-from .common import clear_ours, ensure_server_databases, make_targets, reset_our_schema
+from .common import clear_ours, fresh_target, make_targets
 from .server_cost import ours_drain
 
 #: what a server function does for the broker, by the function whose stack it is under
@@ -108,8 +108,7 @@ async def profile(n: int, limit: int, perf_data: Path) -> tuple[float, list[list
     """Drain n settled messages (server-cost's drain of ours) with perf sampling the
     machine; the server's CPU a message and the server's folded samples."""
     target = make_targets(["postgresql"], perf_data.parent)["postgresql"]
-    await ensure_server_databases("postgresql")
-    await reset_our_schema(target.url)
+    await fresh_target("postgresql", target.url)
     server_us = await ours_drain(target, n, limit, during=perf_recording(perf_data))
     await clear_ours(target.url)
     script = subprocess.run(
