@@ -5,8 +5,8 @@ Not a scenario of the suite: it needs valgrind, and it takes minutes (Python run
 40 times slower under callgrind). It exists because some hosts' speed drifts by up to
 1.7x between one tenth of a second and the next, which no pairing of timed runs can fully
 cancel. An instruction count does not follow the machine's speed, and every run gets
-the same hash seed: two PostgreSQL drains read 427,106 and 429,294 instructions a
-message, two pipeline runs 3.2 billion instructions in all, 6,334 apart.
+the same hash seed, so repeated counts agree within about 0.5% (the figures are in
+docs/benchmarks.md, thirteenth round).
 
 Each measured step runs in a child process under ``valgrind --tool=callgrind``:
 
