@@ -143,3 +143,59 @@ async def test_listener_comes_back_after_its_connection_is_killed(server_databas
         await consumer.stop()
         await engine.dispose()
     assert got.calls == ["after reconnect"]
+
+
+async def test_one_transaction_notifies_each_queue_once(server_databases):
+    url = server_databases["postgresql"]
+    got = Recorder()
+    consumer = await _listening_subscriber(url, got)
+    heard = Recorder()
+    passed_on = consumer.notifications.on_queue
+
+    def spy(queue: str) -> None:  # records what the listener passes on
+        heard.record(queue)
+        passed_on(queue)
+
+    consumer.notifications.on_queue = spy
+    engine = create_async_engine(url)
+    try:
+        async with SqlaBroker(url) as producer:
+            async with engine.connect() as conn:
+                # three statements for "a" (other headers make a statement of their
+                # own), a hundred rows among them, and one for "b"
+                await producer.publish("one", queue="a", connection=conn)
+                await producer.publish_batch(*map(str, range(99)), queue="a", connection=conn)
+                await producer.publish("tagged", queue="a", headers={"k": "v"}, connection=conn)
+                await producer.publish("two", queue="b", connection=conn)
+                await conn.commit()
+            # notifications arrive in commit order: once this one is heard, every
+            # notification of the transaction above has been heard too
+            await producer.publish("marker", queue="b")
+            await heard.wait_for(3, timeout=10)
+            await got.wait_for(103, timeout=30)  # nothing left behind for other tests
+    finally:
+        await consumer.stop()
+        await engine.dispose()
+    assert heard.calls == ["a", "b", "b"]
+
+
+async def test_a_subscriber_polls_while_its_listener_is_down(server_databases):
+    url = server_databases["postgresql"]
+    broker = SqlaBroker(url)
+    got = Recorder()
+
+    @broker.subscriber("a", min_fetch_interval=0.0, max_fetch_interval=0.2)
+    async def handle(body: str) -> None:
+        got.record(body)
+
+    await broker.start()
+    try:
+        assert broker.notifications is not None
+        await broker.notifications.wait_connects(1)
+        await broker.notifications.stop()  # no notification reaches this broker now
+        async with SqlaBroker(url) as producer:  # another broker: no local wake-up
+            await producer.publish("polled", queue="a")
+            await got.wait_for(1, timeout=10)
+    finally:
+        await broker.stop()
+    assert got.calls == ["polled"]
