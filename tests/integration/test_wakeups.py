@@ -70,10 +70,12 @@ async def test_outbox_wake_up_waits_for_the_commit_to_land(database_url, engine)
         assert count == 1
 
 
-async def _listening_subscriber(url: str, got: Recorder) -> SqlaBroker:
+async def _listening_subscriber(
+    url: str, got: Recorder, fetch_intervals: dict[str, float] = NO_POLLING
+) -> SqlaBroker:
     broker = SqlaBroker(url)
 
-    @broker.subscriber(["a", "b"], **NO_POLLING)
+    @broker.subscriber(["a", "b"], **fetch_intervals)
     async def handle(body: str) -> None:
         got.record(body)
 
@@ -83,14 +85,18 @@ async def _listening_subscriber(url: str, got: Recorder) -> SqlaBroker:
     return broker
 
 
+async def _publish_from_another_broker(url: str, body: str, queue: str) -> None:
+    async with SqlaBroker(url) as producer:  # another broker: no local wake-up
+        await producer.publish(body, queue=queue)
+
+
 async def test_notify_wakes_a_subscriber_in_another_broker(server_databases):
     url = server_databases["postgresql"]
     got = Recorder()
     consumer = await _listening_subscriber(url, got)
     try:
-        async with SqlaBroker(url) as producer:  # another broker: no local wake-up
-            await producer.publish("from afar", queue="a")
-            await got.wait_for(1, timeout=10)
+        await _publish_from_another_broker(url, "from afar", queue="a")
+        await got.wait_for(1, timeout=10)
     finally:
         await consumer.stop()
     assert got.calls == ["from afar"]
@@ -136,9 +142,8 @@ async def test_listener_comes_back_after_its_connection_is_killed(server_databas
                 sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": listener.backend_pid}
             )
         await listener.wait_connects(2)
-        async with SqlaBroker(url) as producer:
-            await producer.publish("after reconnect", queue="b")
-            await got.wait_for(1, timeout=10)
+        await _publish_from_another_broker(url, "after reconnect", queue="b")
+        await got.wait_for(1, timeout=10)
     finally:
         await consumer.stop()
         await engine.dispose()
@@ -181,21 +186,13 @@ async def test_one_transaction_notifies_each_queue_once(server_databases):
 
 async def test_a_subscriber_polls_while_its_listener_is_down(server_databases):
     url = server_databases["postgresql"]
-    broker = SqlaBroker(url)
     got = Recorder()
-
-    @broker.subscriber("a", min_fetch_interval=0.0, max_fetch_interval=0.2)
-    async def handle(body: str) -> None:
-        got.record(body)
-
-    await broker.start()
+    polling = {"min_fetch_interval": 0.0, "max_fetch_interval": 0.2, "flush_interval": 0.01}
+    consumer = await _listening_subscriber(url, got, polling)
     try:
-        assert broker.notifications is not None
-        await broker.notifications.wait_connects(1)
-        await broker.notifications.stop()  # no notification reaches this broker now
-        async with SqlaBroker(url) as producer:  # another broker: no local wake-up
-            await producer.publish("polled", queue="a")
-            await got.wait_for(1, timeout=10)
+        await consumer.notifications.stop()  # no notification reaches this broker now
+        await _publish_from_another_broker(url, "polled", queue="a")
+        await got.wait_for(1, timeout=10)
     finally:
-        await broker.stop()
+        await consumer.stop()
     assert got.calls == ["polled"]
