@@ -18,6 +18,7 @@ from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.schema import MessageState, QueueTables
 
 from ._asyncpg import driver_connection
+from ._pool import check_in
 from ._claim import CLAIM_PARAMETERS, claimed_columns, ready_ids
 from ._compiled import DriverStatement, DriverStatements
 from .base import (
@@ -516,7 +517,7 @@ class PostgresListener(NotificationListener):
             except asyncio.CancelledError:
                 if raw is not None and not raw.driver_connection.is_closed():
                     await raw.driver_connection.remove_listener(self.channel, self._notified)
-                    raw.close()
+                    await check_in(raw, transaction_ended=False)
                 raise
             except Exception as exc:  # noqa: BLE001 - retried; polling covers the gap
                 self.log(logging.WARNING, f"notification listener failed: {exc!r}; retrying")
