@@ -16,6 +16,7 @@ from faststream.exceptions import IncorrectState
 
 from faststream_sqla.publisher.producer import SqlaProducer
 from faststream_sqla.schema import QueueTables
+from faststream_sqla.subscriber.stall import LoopStallWatch
 from faststream_sqla.vacuum import MessageTableVacuum
 from faststream_sqla.wakeup import WakeupHub
 
@@ -49,6 +50,7 @@ class SqlaBrokerConfig(BrokerConfig):
     tables: QueueTables = field(default_factory=QueueTables)
     wakeups: WakeupHub = field(default_factory=WakeupHub)
     vacuum: MessageTableVacuum = field(default_factory=MessageTableVacuum)
+    stall_watch: LoopStallWatch = field(default_factory=LoopStallWatch)
     default_driver_annotations: UnderlyingDriverAnnotations = field(
         default_factory=_driver_annotations
     )
@@ -74,11 +76,11 @@ class SqlaBrokerConfig(BrokerConfig):
         self.producer.connect(
             engine, dialect, self.wakeups, self.fd_config._serializer, self.broker_codec
         )
-        self.vacuum.connect(
-            engine, dialect, lambda level, message: self.logger.log(
-                message, level, {"queue": "", "message_id": ""}
-            ),
-        )
+        def log(level: int, message: str) -> None:
+            self.logger.log(message, level, {"queue": "", "message_id": ""})
+
+        self.vacuum.connect(engine, dialect, log)
+        self.stall_watch.log = log
 
     def disconnect(self) -> None:
         self._engine = self._dialect = None

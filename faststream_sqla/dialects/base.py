@@ -12,7 +12,7 @@ import asyncio
 import json
 import operator
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -152,6 +152,7 @@ class Dialect(abc.ABC):
                 *in_flight,
                 m.c.state == MessageState.PROCESSING,
                 m.c.acquired_at < utc_now(-sa.bindparam("timeout", type_=sa.Float())),
+                self.not_among(m.c.id, "held"),
             )
             .values(state=MessageState.PENDING, acquired_at=None)
         )
@@ -182,13 +183,34 @@ class Dialect(abc.ABC):
         """Set acquired_at to now for held messages, given (id, token) pairs; fenced
         like outcomes. One statement for all of them."""
 
+    @abc.abstractmethod
+    def not_among(self, column: sa.ColumnElement[int], name: str) -> sa.ColumnElement[bool]:
+        """`column` is none of the ids bound as `name` (a value from `id_list`). One
+        parameter whatever the count: an IN list of thousands would meet the drivers'
+        limits on bound values."""
+
+    def id_list(self, ids: Collection[int]) -> Any:
+        """`ids` as the value of a `not_among` parameter: a JSON array by default."""
+        return json.dumps(list(ids), separators=(",", ":"))
+
+    def release_stuck_parameters(
+        self, queues: Sequence[str], timeout_seconds: float, held: Collection[int]
+    ) -> dict[str, Any]:
+        return {"queues": list(queues), "timeout": timeout_seconds, "held": self.id_list(held)}
+
     async def release_stuck(
-        self, engine: AsyncEngine, queues: Sequence[str], timeout_seconds: float
+        self,
+        engine: AsyncEngine,
+        queues: Sequence[str],
+        timeout_seconds: float,
+        held: Collection[int] = (),
     ) -> int:
-        """Put PROCESSING messages claimed longer ago than the timeout back to PENDING."""
+        """Put PROCESSING messages claimed longer ago than the timeout back to PENDING,
+        except those in `held`: the caller's process still holds them, however late its
+        lease renewal is (an event loop blocked by a handler delays it)."""
         async with self.own_transaction(engine) as conn:
             result = await conn.execute(
-                self._release_stuck, {"queues": list(queues), "timeout": timeout_seconds}
+                self._release_stuck, self.release_stuck_parameters(queues, timeout_seconds, held)
             )
             return result.rowcount or 0
 

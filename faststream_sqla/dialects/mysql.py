@@ -146,6 +146,10 @@ class MySQLDialect(Dialect):
         self.insert_returning = True
         self.consecutive_ids = True
 
+    def not_among(self, column: sa.ColumnElement[int], name: str) -> sa.ColumnElement[bool]:
+        # JSON_CONTAINS takes the candidate as JSON text: an integer's text is that
+        return sa.not_(sa.func.json_contains(sa.bindparam(name), sa.cast(column, sa.String())))
+
     async def prepare(self, engine: AsyncEngine) -> None:
         async with engine.connect() as conn:
             packet, autoinc = (

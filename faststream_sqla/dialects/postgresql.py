@@ -7,11 +7,12 @@ import contextlib
 import itertools
 import logging
 import operator
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
@@ -297,12 +298,22 @@ archived AS (
         async with driver_connection(engine) as conn:
             return int(await conn.fetchval(stmt.sql, *args))
 
+    def not_among(self, column: sa.ColumnElement[int], name: str) -> sa.ColumnElement[bool]:
+        return column != sa.all_(sa.bindparam(name, type_=ARRAY(sa.BigInteger())))
+
+    def id_list(self, ids: Collection[int]) -> Any:
+        return list(ids)
+
     async def release_stuck(
-        self, engine: AsyncEngine, queues: Sequence[str], timeout_seconds: float
+        self,
+        engine: AsyncEngine,
+        queues: Sequence[str],
+        timeout_seconds: float,
+        held: Collection[int] = (),
     ) -> int:
         async with autocommit(engine) as conn:
             result = await conn.execute(
-                self._release_stuck, {"queues": list(queues), "timeout": timeout_seconds}
+                self._release_stuck, self.release_stuck_parameters(queues, timeout_seconds, held)
             )
             return result.rowcount or 0
 

@@ -199,6 +199,10 @@ class SQLiteDialect(Dialect):
         # queue here instead, and are handed the lock the moment it is released.
         self._writer = asyncio.Lock()
 
+    def not_among(self, column: sa.ColumnElement[int], name: str) -> sa.ColumnElement[bool]:
+        ids = sa.func.json_each(sa.bindparam(name)).table_valued("value")
+        return column.not_in(sa.select(ids.c.value))
+
     @asynccontextmanager
     async def own_transaction(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         async with self._writer, engine.begin() as conn:

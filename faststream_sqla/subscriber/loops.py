@@ -416,7 +416,8 @@ class OutcomeFlusher(StoppableLoop):
 
 
 class StuckReleaser(StoppableLoop):
-    """Puts this subscriber's queues' long-PROCESSING messages back to PENDING."""
+    """Puts this subscriber's queues' long-PROCESSING messages back to PENDING: those
+    of processes that died or lost the database, never this process's own."""
 
     def __init__(
         self,
@@ -425,17 +426,21 @@ class StuckReleaser(StoppableLoop):
         dialect: Dialect,
         queues: Sequence[str],
         options: ConsumeOptions,
+        held: dict[int, ClaimedMessage],
         on_released: Callable[[], None],
         log: Log,
     ) -> None:
         super().__init__()
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
-        self.options, self.on_released, self.log = options, on_released, log
+        self.options, self.held, self.on_released, self.log = options, held, on_released, log
 
     async def release_once(self) -> int:
         async def release() -> int:
+            # What this process holds is never stuck, however late its renewal: a
+            # handler that blocks the event loop holds back the LeaseKeeper too, and
+            # without this the process took back its own running messages.
             return await self.dialect.release_stuck(
-                self.engine, self.queues, self.options.release_stuck_timeout
+                self.engine, self.queues, self.options.release_stuck_timeout, list(self.held)
             )
 
         count = await with_retries(self.dialect, release)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
@@ -34,6 +34,7 @@ from .loops import (
     flush_batch_size,
     wait_event,
 )
+from .stall import DEFAULT_THRESHOLD as DEFAULT_STALL_THRESHOLD
 
 if TYPE_CHECKING:
     from faststream._internal.endpoint.publisher import PublisherProto
@@ -84,6 +85,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._fetcher: Fetcher | None = None
         self._flusher: OutcomeFlusher | None = None
         self._loops: list[StoppableLoop] = []
+        #: the message each worker task is delivering, for the stall watch
+        self._running: dict[asyncio.Task[Any], ClaimedMessage] = {}
 
     @property
     def _broker_middlewares(self) -> Sequence[BrokerMiddleware[Any]]:
@@ -146,7 +149,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         )
         releaser = StuckReleaser(
             engine=engine, dialect=dialect, queues=self.queues, options=opts,
-            on_released=self._wake.set, log=self._log,
+            held=self._held, on_released=self._wake.set, log=self._log,
         )
         leases = LeaseKeeper(
             engine=engine, dialect=dialect, held=self._held,
@@ -161,6 +164,23 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             self._spawn(leases.run(), "leases"),
         ]
         self._workers = [self._spawn(self._work(), f"worker-{i}") for i in range(opts.max_workers)]
+        self._running = {}
+        # Report a blocked event loop well before a lease could lapse over it.
+        threshold = min(DEFAULT_STALL_THRESHOLD, opts.release_stuck_timeout / 3)
+        for task in self._workers:
+            self._outer_config.stall_watch.watch(task, self._describe_delivery(task), threshold)
+
+    def _describe_delivery(self, task: asyncio.Task[Any]) -> Callable[[], str | None]:
+        """What `task` (a worker) is delivering, for the stall watch's report."""
+        handlers = ", ".join(repr(call.name) for call in self.calls) or "none"
+
+        def describe() -> str | None:
+            raw = self._running.get(task)
+            if raw is None:
+                return None
+            return f"handler {handlers} (queue {raw.queue!r}, message {raw.id})"
+
+        return describe
 
     def _hold(self, claimed: Sequence[ClaimedMessage]) -> None:
         for raw in claimed:
@@ -196,6 +216,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             return
         self.running = False
         self._outer_config.wakeups.unregister(self.queues, self._wake)
+        for task in self._workers:
+            self._outer_config.stall_watch.unwatch(task)
         fetch_task, *others = self._tasks
         assert self._fetcher is not None and self._flusher is not None
 
@@ -270,6 +292,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     async def _work(self) -> None:
         assert self._fetcher is not None and self._flusher is not None
         buffer, fetcher, flusher = self._buffer, self._fetcher, self._flusher
+        running, me = self._running, asyncio.current_task()
         delivered = 0
         while True:
             # The common case, a buffered message, costs a popleft; only an empty
@@ -277,6 +300,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             raw = buffer.take() if buffer else await buffer.get()
             if raw is None:
                 return
+            running[me] = raw  # type: ignore[index]
             batch = self._take_batch(raw) if self.batch else None
             fetcher.notify_taken()
             if not self.running:  # stopping: messages not yet started go back

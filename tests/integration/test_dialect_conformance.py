@@ -124,6 +124,17 @@ async def test_release_stuck_only_touches_old_claims_of_given_queues(engine, tab
     assert states == {"q": MessageState.PENDING, "other": MessageState.PROCESSING}
 
 
+@pytest.mark.parametrize("held_count", [1, 5000])
+async def test_release_stuck_leaves_what_the_caller_holds(engine, tables, dialect, held_count):
+    mine, theirs = await insert(engine, dialect, new(), new())
+    await dialect.claim(engine, "q", 2)
+    # thousands of held ids still travel as one parameter
+    held = [mine, *range(10**9, 10**9 + held_count - 1)]
+    assert await dialect.release_stuck(engine, ["q"], 0, held) == 1
+    states = {r["id"]: r["state"] for r in await rows(engine, tables.message)}
+    assert states == {mine: MessageState.PROCESSING, theirs: MessageState.PENDING}
+
+
 async def test_explicit_publish_time_is_stored_exactly(engine, tables, dialect):
     at = datetime(2031, 5, 6, 7, 8, 9, 123456)
     (i,) = await insert(engine, dialect, new(at=at))
