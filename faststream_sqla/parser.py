@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +12,7 @@ from faststream.message import decode_message
 from faststream._internal.constants import ContentTypes
 
 from .message import ClaimedMessage, SqlaBatchMessage, SqlaMessage
+from .schema import CLAIMED_COLUMNS, MESSAGE_COLUMN, Headers, Payload, Timestamp
 
 if TYPE_CHECKING:
     from faststream._internal.basic_types import DecodedMessage
@@ -134,25 +135,37 @@ def _stored_time(value: Any) -> Any:
     return value
 
 
+def _stored_time_or_none(value: Any) -> Any:
+    return None if value is None else _stored_time(value)
+
+
+def _payload(value: Any) -> bytes:
+    return value if value.__class__ is bytes else bytes(value)
+
+
+def _converters() -> tuple[tuple[int, Callable[[Any], Any]], ...]:
+    """(position, conversion) for each claimed column whose stored value is not yet
+    what `ClaimedMessage` holds, found from the column's type."""
+    by_type: dict[int, Callable[[Any], Any]] = {
+        id(Headers): _headers.load, id(Payload): _payload, id(Timestamp): _stored_time_or_none,
+    }
+    return tuple(
+        (i, by_type[id(MESSAGE_COLUMN[name].type)])
+        for i, name in enumerate(CLAIMED_COLUMNS)
+        if id(MESSAGE_COLUMN[name].type) in by_type
+    )
+
+
+_CONVERSIONS = _converters()
+
+
 def claimed_from_row(row: Sequence[Any], claimed_at_monotonic: float) -> ClaimedMessage:
-    """One claimed row, its values in `dialects.base.CLAIMED_COLUMNS` order.
+    """One claimed row, its values in `schema.CLAIMED_COLUMNS` order (the order of
+    `ClaimedMessage`'s first fields).
 
     Hot path: one call per claimed message, so plain positional work only.
     """
-    (id_, queue, headers, payload, attempts, deliveries, created_at, first_attempt_at,
-     next_attempt_at, last_attempt_at, acquired_at, correlation_id) = row
-    return ClaimedMessage(
-        id_,
-        queue,
-        _headers.load(headers),
-        payload if payload.__class__ is bytes else bytes(payload),
-        attempts,
-        deliveries,
-        _stored_time(created_at),
-        _stored_time(next_attempt_at),
-        _stored_time(acquired_at),
-        None if first_attempt_at is None else _stored_time(first_attempt_at),
-        None if last_attempt_at is None else _stored_time(last_attempt_at),
-        correlation_id,
-        claimed_at_monotonic,
-    )
+    values = list(row)
+    for position, convert in _CONVERSIONS:
+        values[position] = convert(values[position])
+    return ClaimedMessage(*values, claimed_at_monotonic=claimed_at_monotonic)

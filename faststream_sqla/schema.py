@@ -108,20 +108,96 @@ class QueueTables:
         return QueueTables(self.names, dialect)
 
 
-def _common_columns() -> list[sa.Column]:
-    return [
-        sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
-        sa.Column("headers", Headers, nullable=True),
-        sa.Column("payload", Payload, nullable=False),
-        sa.Column("state", State, nullable=False),
-        sa.Column("attempts_count", sa.Integer(), nullable=False, default=0),
-        sa.Column("deliveries_count", sa.Integer(), nullable=False, default=0),
-        sa.Column("created_at", Timestamp, nullable=False),
-        sa.Column("first_attempt_at", Timestamp, nullable=True),
-        sa.Column("last_attempt_at", Timestamp, nullable=True),
-        sa.Column("last_error", ErrorText, nullable=True),
-        sa.Column("correlation_id", sa.String(MAX_CORRELATION_ID_LENGTH), nullable=True),
-    ]
+class Initial(str, enum.Enum):
+    """A column's value in a new row when the publisher does not give it, per database."""
+
+    NOW = "now"  # the database clock at insert
+    DUE = "due"  # the publisher's time, or now plus its delay
+
+
+@dataclass(frozen=True)
+class MessageColumn:
+    """One column of the message table, declared once.
+
+    The tables are built from these, and so are the statements that insert, claim and
+    archive messages: a new message option is one entry here (plus its migration), a
+    field of the same name on `NewMessage` when publishers set it, and on
+    `ClaimedMessage` when handlers read it.
+    """
+
+    name: str
+    type: sa.types.TypeEngine
+    nullable: bool = True
+    #: the `NewMessage` attribute a publish fills it from; None: `initial` fills it
+    published_as: str | None = None
+    #: SQL every database reads (a literal), an `Initial`, or None for NULL
+    initial: str | Initial | None = None
+    #: the same for most messages of one publish call: inserts may send it once per run
+    #: of equal values instead of once per message
+    shared: bool = False
+    #: returned by a claim: a field of the same name on `ClaimedMessage`, in this order
+    claimed: bool = True
+    #: kept in the archive when the message settles
+    archived: bool = True
+    #: in the archive, the outcome's value (each dialect says where it reads that)
+    settled: bool = False
+
+
+#: every column of the message table. Claimed columns come first, in the order of
+#: `ClaimedMessage`'s fields (`parser.claimed_from_row` builds one positionally).
+MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
+    MessageColumn("id", Id, nullable=False),
+    MessageColumn("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False,
+                  published_as="queue", shared=True),
+    MessageColumn("headers", Headers, published_as="headers_json", shared=True),
+    MessageColumn("payload", Payload, nullable=False, published_as="payload"),
+    MessageColumn("attempts_count", sa.Integer(), nullable=False, initial="0", settled=True),
+    MessageColumn("deliveries_count", sa.Integer(), nullable=False, initial="0"),
+    MessageColumn("created_at", Timestamp, nullable=False, initial=Initial.NOW),
+    MessageColumn("next_attempt_at", Timestamp, nullable=False, initial=Initial.DUE,
+                  archived=False),
+    MessageColumn("acquired_at", Timestamp, archived=False),
+    MessageColumn("first_attempt_at", Timestamp, settled=True),
+    MessageColumn("last_attempt_at", Timestamp, settled=True),
+    MessageColumn("correlation_id", sa.String(MAX_CORRELATION_ID_LENGTH),
+                  published_as="correlation_id"),
+    MessageColumn("state", State, nullable=False, initial="'PENDING'", claimed=False,
+                  settled=True),
+    MessageColumn("last_error", ErrorText, claimed=False, settled=True),
+)
+MESSAGE_COLUMN = {c.name: c for c in MESSAGE_COLUMNS}
+#: the columns a claim returns, in `ClaimedMessage` order
+CLAIMED_COLUMNS = tuple(c.name for c in MESSAGE_COLUMNS if c.claimed)
+#: the columns a publish fills from `NewMessage`, then those filled with their initial
+#: value: an insert lists them in this order, so a row's parameters are one attrgetter
+#: call and the initials the client computes (`CLIENT_INITIALS`)
+PUBLISHED_COLUMNS = tuple(c for c in MESSAGE_COLUMNS if c.published_as)
+INITIAL_COLUMNS = tuple(c for c in MESSAGE_COLUMNS if c.initial is not None and not c.published_as)
+INSERTED_COLUMNS = PUBLISHED_COLUMNS + INITIAL_COLUMNS
+#: the initials that depend on the time, in INITIAL_COLUMNS order
+CLIENT_INITIALS = tuple(c.initial for c in INITIAL_COLUMNS if isinstance(c.initial, Initial))
+assert CLIENT_INITIALS == (Initial.NOW, Initial.DUE), "inserts compute these two, in order"
+#: the archive's columns, without archived_at
+ARCHIVED_COLUMNS = tuple(c.name for c in MESSAGE_COLUMNS if c.archived)
+
+
+def archive_copy(settled: dict[str, str], row: str = "m") -> tuple[list[str], list[str]]:
+    """The archive's columns and, for each, the SQL that fills it when a message
+    settles: `settled[name]` for the outcome's columns, else the message `row`'s own.
+    archived_at is the caller's to add."""
+    values = [settled[n] if MESSAGE_COLUMN[n].settled else f"{row}.{n}" for n in ARCHIVED_COLUMNS]
+    return list(ARCHIVED_COLUMNS), values
+
+
+def _columns(names: tuple[str, ...]) -> list[sa.Column]:
+    columns = []
+    for column in (MESSAGE_COLUMN[n] for n in names if n != "id"):
+        # counters start at 0 for rows inserted by hand too (tests, tools)
+        default = 0 if column.initial == "0" else None
+        columns.append(
+            sa.Column(column.name, column.type, nullable=column.nullable, default=default)
+        )
+    return columns
 
 
 def build_message_table(
@@ -140,9 +216,7 @@ def build_message_table(
         name,
         metadata,
         sa.Column("id", Id, primary_key=True, autoincrement=True),
-        *_common_columns(),
-        sa.Column("next_attempt_at", Timestamp, nullable=False),
-        sa.Column("acquired_at", Timestamp, nullable=True),
+        *_columns(tuple(c.name for c in MESSAGE_COLUMNS)),
         *extra,
         # Ids must never be reused: an archived id would collide in the archive.
         sqlite_autoincrement=True,
@@ -184,7 +258,7 @@ def build_archive_table(metadata: sa.MetaData, name: str) -> sa.Table:
         name,
         metadata,
         sa.Column("id", Id, primary_key=True, autoincrement=False),
-        *_common_columns(),
+        *_columns(ARCHIVED_COLUMNS),
         sa.Column("archived_at", Timestamp, nullable=False),
     )
     sa.Index(f"ix_{name}_queue_archived", table.c.queue, table.c.archived_at)

@@ -22,26 +22,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
-from faststream_sqla.schema import NOT_READY, MessageState, QueueTables
+from faststream_sqla.schema import CLAIMED_COLUMNS, NOT_READY, MessageState, QueueTables
 
 T = TypeVar("T")
 READY = (MessageState.PENDING, MessageState.RETRYABLE)
 TERMINAL = (MessageState.COMPLETED, MessageState.FAILED)
 
-CLAIMED_COLUMNS = (
-    "id",
-    "queue",
-    "headers",
-    "payload",
-    "attempts_count",
-    "deliveries_count",
-    "created_at",
-    "first_attempt_at",
-    "next_attempt_at",
-    "last_attempt_at",
-    "acquired_at",
-    "correlation_id",
-)
 #: claimed columns that every row of one claim shares (the queue asked for, the claim's
 #: time): dialects that can send them once do, and fill them in on the client
 SHARED_CLAIM_COLUMNS = ("queue", "acquired_at")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -12,7 +13,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.exceptions import MessageTooLargeError
-from faststream_sqla.schema import MessageState, QueueTables
+from faststream_sqla.schema import (
+    INSERTED_COLUMNS,
+    PUBLISHED_COLUMNS,
+    Initial,
+    MessageState,
+    QueueTables,
+    archive_copy,
+)
 
 from ._asyncmy import driver_transaction, error_code
 from ._claim import CLAIM_PARAMETERS, claimed_columns, ready_ids
@@ -37,14 +45,18 @@ DISCONNECT_CODES = {2002, 2003, 2006, 2013, 2055, 1927, 4031}
 PACKET_HEADROOM = 64 * 1024
 DEFAULT_MAX_PACKET = 16 * 1024 * 1024
 
-_INSERT = (
-    "INSERT INTO {m} (queue, headers, payload, state, attempts_count, deliveries_count, "
-    "created_at, next_attempt_at, correlation_id) VALUES"
-)
-_ROW = (
-    "(%s, %s, %s, 'PENDING', 0, 0, UTC_TIMESTAMP(6), "
-    "COALESCE(%s, UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND), %s)"
-)
+_INITIAL_SQL = {
+    Initial.NOW: "UTC_TIMESTAMP(6)",
+    # the due time's parameters: the publisher's time, else its delay in microseconds
+    Initial.DUE: "COALESCE(%s, UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND)",
+}
+_INSERT = f"INSERT INTO {{m}} ({', '.join(c.name for c in INSERTED_COLUMNS)}) VALUES"
+_ROW = "({})".format(", ".join(
+    "%s" if c.published_as else _INITIAL_SQL.get(c.initial, str(c.initial))  # type: ignore[arg-type]
+    for c in INSERTED_COLUMNS
+))
+#: a row's published values, in PUBLISHED_COLUMNS order
+_published_values = operator.attrgetter(*(c.published_as for c in PUBLISHED_COLUMNS))
 
 # The outcome batch as one JSON document of numbers only: an array per outcome of
 # [id, token, state code, attempts, deliveries, first_us, last_us, next_us, error], times
@@ -224,10 +236,7 @@ class MySQLDialect(Dialect):
     async def _insert_rows(self, m: str, run: RunStatement, rows: Sequence[NewMessage]) -> list[int]:
         params: list[Any] = []
         for r in rows:
-            params += (
-                r.queue, r.headers_json, r.payload, r.publish_at,
-                round(r.publish_delay * 1_000_000), r.correlation_id,
-            )
+            params += (*_published_values(r), r.publish_at, round(r.publish_delay * 1_000_000))
         sql = f"{_INSERT.format(m=m)} {', '.join([_ROW] * len(rows))}"
         if self.insert_returning:
             return sorted(row[0] for row in await run(f"{sql} RETURNING id", tuple(params)))
@@ -283,13 +292,14 @@ class MySQLDialect(Dialect):
         m = self._q(engine, self.tables.message)
         a = self._q(engine, self.tables.archive)
         match = "m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING'"
+        columns, values = archive_copy({
+            "state": _STATE, "attempts_count": "o.attempts",
+            "first_attempt_at": _time("first_us"), "last_attempt_at": _time("last_us"),
+            "last_error": "COALESCE(o.error, m.last_error)",
+        })
         archive = f"""
-INSERT INTO {a} (id, queue, headers, payload, state, attempts_count, deliveries_count,
-                 created_at, first_attempt_at, last_attempt_at, last_error, correlation_id,
-                 archived_at)
-SELECT m.id, m.queue, m.headers, m.payload, {_STATE}, o.attempts, m.deliveries_count,
-       m.created_at, {_time("first_us")}, {_time("last_us")}, COALESCE(o.error, m.last_error),
-       m.correlation_id, UTC_TIMESTAMP(6)
+INSERT INTO {a} ({", ".join(columns)}, archived_at)
+SELECT {", ".join(values)}, UTC_TIMESTAMP(6)
 FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
 WHERE {_ARCHIVED}"""
         delete = f"""

@@ -16,7 +16,15 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
-from faststream_sqla.schema import MessageState, QueueTables
+from faststream_sqla.schema import (
+    PUBLISHED_COLUMNS,
+    INSERTED_COLUMNS,
+    Initial,
+    MessageColumn,
+    MessageState,
+    QueueTables,
+    archive_copy,
+)
 
 from ._asyncpg import driver_connection
 from ._pool import check_in
@@ -74,9 +82,14 @@ def outcome_parameters(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     }
 
 
+#: published columns sent once per run of rows sharing them, and those sent as an array
+#: with a value per row
+_SHARED = tuple(c for c in PUBLISHED_COLUMNS if c.shared)
+_PER_ROW = tuple(c for c in PUBLISHED_COLUMNS if not c.shared)
+_shared_values = operator.attrgetter(*(c.published_as for c in _SHARED))
 INSERT_PARAMETERS = (
-    "queue", "headers", "publish_at", "delay", "payloads", "correlation_ids", "channel",
-    "notify_queue",
+    *(c.name for c in _SHARED), "publish_at", "delay", *(f"{c.name}_values" for c in _PER_ROW),
+    "channel", "notify_queue",
 )
 OUTCOME_PARAMETERS = (
     "ids", "tokens", "states", "attempts", "deliveries", "first_us", "last_us", "next_us", "errors"
@@ -124,8 +137,7 @@ def _runs_sharing_options(rows: Sequence[NewMessage]) -> list[Sequence[NewMessag
 
 def _same_options(a: NewMessage, b: NewMessage) -> bool:
     return (
-        a.queue == b.queue
-        and a.headers_json == b.headers_json
+        _shared_values(a) == _shared_values(b)
         and a.publish_at == b.publish_at
         and a.publish_delay == b.publish_delay
     )
@@ -254,18 +266,18 @@ class PostgresDialect(Dialect):
         )
         parts, counts = [], []
         if archives:
+            columns, values = archive_copy({
+                "state": "o.state", "attempts_count": "o.attempts", "first_attempt_at": "o.first_at",
+                "last_attempt_at": "o.last_at", "last_error": "COALESCE(o.error, m.last_error)",
+            })
             parts.append(f"""moved AS (
     DELETE FROM {m} AS m USING {rows}
     WHERE m.id = o.id AND m.deliveries_count = o.token AND {STILL_CLAIMED}
       AND o.state IN ('COMPLETED', 'FAILED')
-    RETURNING m.id, m.queue, m.headers, m.payload, o.state, o.attempts, m.deliveries_count,
-              m.created_at, o.first_at, o.last_at, COALESCE(o.error, m.last_error),
-              m.correlation_id
+    RETURNING {", ".join(values)}
 ),
 archived AS (
-    INSERT INTO {a} (id, queue, headers, payload, state, attempts_count, deliveries_count,
-                     created_at, first_attempt_at, last_attempt_at, last_error,
-                     correlation_id, archived_at)
+    INSERT INTO {a} ({", ".join(columns)}, archived_at)
     SELECT moved.*, (now() AT TIME ZONE 'UTC') FROM moved
     RETURNING 1
 )""")
@@ -388,16 +400,32 @@ archived AS (
         if self._insert_sql is None:
             m = self._q(conn, self.tables.message)
             now = "(now() AT TIME ZONE 'UTC')"
+            initial = {
+                Initial.NOW: now,
+                Initial.DUE: "COALESCE(CAST(:publish_at AS timestamp), "
+                f"{now} + make_interval(secs => CAST(:delay AS float8)))",
+            }
+            pg = conn.dialect
+
+            def sql_type(c: MessageColumn) -> str:
+                # text, not VARCHAR(n): a cast to VARCHAR(n) cuts a longer value short
+                # in silence, where the column itself refuses it
+                return "text" if isinstance(c.type, sa.String) else c.type.compile(dialect=pg)
+
+            values = [
+                f"CAST(:{c.name} AS {sql_type(c)})" if c.shared
+                else f"t.{c.name}" if c.published_as
+                else initial.get(c.initial, str(c.initial))  # type: ignore[arg-type]
+                for c in INSERTED_COLUMNS
+            ]
+            arrays = ", ".join(f"CAST(:{c.name}_values AS {sql_type(c)}[])" for c in _PER_ROW)
             # The notification rides in the same statement: heard at commit, never for a
             # rollback, and PostgreSQL folds repeats within one transaction.
             self._insert_sql = sa.text(
-                f"WITH inserted AS (INSERT INTO {m} (queue, headers, payload, state, "
-                "attempts_count, deliveries_count, created_at, next_attempt_at, correlation_id) "
-                f"SELECT CAST(:queue AS text), CAST(:headers AS json), t.payload, 'PENDING', "
-                f"0, 0, {now}, COALESCE(CAST(:publish_at AS timestamp), "
-                f"{now} + make_interval(secs => CAST(:delay AS float8))), t.correlation_id "
-                "FROM unnest(CAST(:payloads AS bytea[]), CAST(:correlation_ids AS text[])) "
-                "AS t(payload, correlation_id) RETURNING id) "
+                f"WITH inserted AS (INSERT INTO {m} "
+                f"({', '.join(c.name for c in INSERTED_COLUMNS)}) "
+                f"SELECT {', '.join(values)} FROM unnest({arrays}) "
+                f"AS t({', '.join(c.name for c in _PER_ROW)}) RETURNING id) "
                 # one array, not a row per id: ids come from one sequence in insertion
                 # order, so sorted they are in row order
                 "SELECT (SELECT array_agg(id ORDER BY id) FROM inserted) AS ids "
@@ -437,16 +465,14 @@ archived AS (
 
     def _insert_parameters(self, run: Sequence[NewMessage]) -> dict[str, Any]:
         first = run[0]
-        return {
-            "queue": first.queue,
-            "headers": first.headers_json,
-            "publish_at": first.publish_at,
-            "delay": first.publish_delay,
-            "payloads": [r.payload for r in run],
-            "correlation_ids": [r.correlation_id for r in run],
-            "channel": self.channel,
-            "notify_queue": first.queue,
-        }
+        parameters = {c.name: getattr(first, c.published_as) for c in _SHARED}  # type: ignore[arg-type]
+        for c in _PER_ROW:
+            parameters[f"{c.name}_values"] = [getattr(r, c.published_as) for r in run]  # type: ignore[arg-type]
+        parameters.update(
+            publish_at=first.publish_at, delay=first.publish_delay, channel=self.channel,
+            notify_queue=first.queue,
+        )
+        return parameters
 
     def listener(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import operator
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -17,14 +18,20 @@ from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import utc_now
-from faststream_sqla.schema import QueueTables
+from faststream_sqla.schema import (
+    CLAIMED_COLUMNS,
+    INSERTED_COLUMNS,
+    PUBLISHED_COLUMNS,
+    Initial,
+    QueueTables,
+    archive_copy,
+)
 
 from ._claim import ready_ids
 from ._gil import short_switch_interval
 from ._pool import check_in
 from .base import (
     CLAIM_ORDER,
-    CLAIMED_COLUMNS,
     SHARED_CLAIM_COLUMNS,
     Dialect,
     NewMessage,
@@ -37,7 +44,14 @@ T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 30_000
 
-_INSERT_PARAMS = 6  # bound values per inserted row
+#: a row's published values, in PUBLISHED_COLUMNS order
+_published_values = operator.attrgetter(*(c.published_as for c in PUBLISHED_COLUMNS))
+# created_at and the due time are computed here (see _insert_work), the rest is literal
+_INSERT_VALUES = [
+    "?" if c.published_as or isinstance(c.initial, Initial) else str(c.initial)
+    for c in INSERTED_COLUMNS
+]
+_INSERT_PARAMS = _INSERT_VALUES.count("?")  # bound values per inserted row
 # SQLite's limit on bound variables per statement: 999 before 3.32, 32766 since.
 _MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32) else 999
 _MAX_INSERT_ROWS = min(5000, _MAX_VARIABLES // _INSERT_PARAMS)  # rows per INSERT
@@ -47,29 +61,28 @@ _MAX_ARCHIVE_ROWS = min(4000, _MAX_VARIABLES // _ARCHIVE_PARAMS)
 
 @functools.lru_cache(maxsize=256)
 def _insert_sql(table: str, rows: int) -> str:
-    row = "(?, ?, ?, 'PENDING', 0, 0, ?, ?, ?)"
-    return (
-        f"INSERT INTO {table} (queue, headers, payload, state, attempts_count, "
-        f"deliveries_count, created_at, next_attempt_at, correlation_id) VALUES "
-        + ", ".join([row] * rows)
-    )
+    row = f"({', '.join(_INSERT_VALUES)})"
+    columns = ", ".join(c.name for c in INSERTED_COLUMNS)
+    return f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([row] * rows)
 
 
 #: the database clock as SQL text: `clock.utc_now` as SQLite renders it
 _NOW = str(utc_now().compile(dialect=sqlite_dialect()))
 
 
+# VALUES columns are column1..column7: id, token, state, attempts, first_at, last_at, error
+_ARCHIVE_COLUMNS, _ARCHIVE_VALUES = archive_copy({
+    "state": "o.column3", "attempts_count": "o.column4", "first_attempt_at": "o.column5",
+    "last_attempt_at": "o.column6", "last_error": "COALESCE(o.column7, m.last_error)",
+})
+
+
 @functools.lru_cache(maxsize=256)
 def _archive_sql(message: str, archive: str, rows: int) -> str:
-    # VALUES columns are column1..column7: id, token, state, attempts, first_at, last_at, error
     values = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * rows)
     return (
-        f"INSERT INTO {archive} (id, queue, headers, payload, state, attempts_count, "
-        "deliveries_count, created_at, first_attempt_at, last_attempt_at, last_error, "
-        "correlation_id, archived_at) "
-        "SELECT m.id, m.queue, m.headers, m.payload, o.column3, o.column4, m.deliveries_count, "
-        "m.created_at, o.column5, o.column6, COALESCE(o.column7, m.last_error), "
-        f"m.correlation_id, {_NOW} "
+        f"INSERT INTO {archive} ({', '.join(_ARCHIVE_COLUMNS)}, archived_at) "
+        f"SELECT {', '.join(_ARCHIVE_VALUES)}, {_NOW} "
         f"FROM (VALUES {values}) AS o JOIN {message} AS m "
         "ON m.id = o.column1 AND m.deliveries_count = o.column2 AND m.state = 'PROCESSING'"
     )
@@ -98,9 +111,10 @@ def _field(position: int) -> str:
 
 
 # A claim sends every column but those all its rows share, and claim() puts them back
-# in CLAIMED_COLUMNS order (the unpacking there spells that order out; the conformance
-# tests check every claimed field).
+# in CLAIMED_COLUMNS order (the conformance tests check every claimed field).
 _SENT_CLAIM_COLUMNS = tuple(c for c in CLAIMED_COLUMNS if c not in SHARED_CLAIM_COLUMNS)
+_SENT_PAYLOAD = _SENT_CLAIM_COLUMNS.index("payload")  # sent as hex: JSON has no bytes
+_SHARED_POSITIONS = sorted((CLAIMED_COLUMNS.index(n), n) for n in SHARED_CLAIM_COLUMNS)
 
 
 async def in_driver_thread(conn: AsyncConnection, work: Callable[[Any], T]) -> T:
@@ -306,13 +320,12 @@ class SQLiteDialect(Dialect):
             return document, now
 
         document, now = await self._write(engine, work)
-        acquired_at = datetime.fromisoformat(now)  # once, not once per row
-        rows = [
-            (id_, queue, headers, bytes.fromhex(payload), attempts, deliveries, created_at,
-             first_at, next_at, last_at, acquired_at, correlation_id)
-            for (id_, headers, payload, attempts, deliveries, created_at, first_at, next_at,
-                 last_at, correlation_id) in json.loads(document)
-        ]
+        shared = {"queue": queue, "acquired_at": datetime.fromisoformat(now)}  # once
+        rows = json.loads(document)
+        for row in rows:
+            row[_SENT_PAYLOAD] = bytes.fromhex(row[_SENT_PAYLOAD])
+            for position, name in _SHARED_POSITIONS:  # ascending: each lands in place
+                row.insert(position, shared[name])
         # Aggregate order is unspecified in SQLite; stored times are text that sorts.
         rows.sort(key=CLAIM_ORDER)
         return rows
@@ -408,7 +421,7 @@ class SQLiteDialect(Dialect):
                 due = due_after[r.publish_delay] = stored_text(
                     now + timedelta(seconds=r.publish_delay)
                 )
-            params += (r.queue, r.headers_json, r.payload, created, due, r.correlation_id)
+            params += (*_published_values(r), created, due)  # CLIENT_INITIALS order
         statements = []
         for start in range(0, len(rows), _MAX_INSERT_ROWS):
             size = min(_MAX_INSERT_ROWS, len(rows) - start)
