@@ -4,12 +4,14 @@ from faststream_sqla.broker.broker import SqlaBroker
 from faststream_sqla.broker.router import SqlaPublisherArgs, SqlaRoute, SqlaRouter
 from faststream_sqla.annotations import SqlaMessage
 from faststream_sqla.migrations import upgrade_schema
+from faststream_sqla.options import Envelope
 from faststream_sqla.publisher.usecase import SqlaPublisher
 from faststream_sqla.response import SqlaResponse
 from faststream_sqla.schema import MessageState
 from faststream_sqla.testing import TestSqlaBroker
 
 __all__ = (
+    "Envelope",
     "MessageState",
     "SqlaBroker",
     "SqlaMessage",

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Union
+
+from typing_extensions import Unpack
 
 from faststream.response.publish_type import PublishType
 from faststream.response.response import PublishCommand, Response
+
+from faststream_sqla.options import NO_OPTIONS, DeliveryOptionArgs, DeliveryOptions
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -25,25 +29,25 @@ class SqlaResponse(Response):
         *,
         headers: dict[str, Any] | None = None,
         correlation_id: str | None = None,
-        next_attempt_at: datetime | None = None,
-        delay: float | timedelta | None = None,
+        **options: Unpack[DeliveryOptionArgs],
     ) -> None:
         super().__init__(body=body, headers=headers, correlation_id=correlation_id)
-        self.next_attempt_at = next_attempt_at
-        self.delay = delay
+        self.options = DeliveryOptions(**options)
 
     def as_publish_command(self) -> SqlaPublishCommand:
         return SqlaPublishCommand(
             self.body,
             headers=self.headers,
             correlation_id=self.correlation_id,
-            next_attempt_at=self.next_attempt_at,
-            delay=self.delay,
+            options=self.options,
             _publish_type=PublishType.PUBLISH,
         )
 
 
 class SqlaPublishCommand(PublishCommand):
+    """A publish on its way through middlewares to the producer. `body` and
+    `extra_bodies` (a batch) may be `Envelope`s carrying options of their own."""
+
     def __init__(
         self,
         message: SendableMessage,
@@ -53,8 +57,7 @@ class SqlaPublishCommand(PublishCommand):
         headers: dict[str, Any] | None = None,
         correlation_id: str | None = None,
         reply_to: str = "",
-        next_attempt_at: datetime | None = None,
-        delay: float | timedelta | None = None,
+        options: DeliveryOptions = NO_OPTIONS,
         connection: Connection | None = None,
         _publish_type: PublishType,
     ) -> None:
@@ -67,13 +70,18 @@ class SqlaPublishCommand(PublishCommand):
             _publish_type=_publish_type,
         )
         self.extra_bodies = messages
-        self.next_attempt_at = next_attempt_at
-        self.delay = delay
+        self.options = options
         self.connection = connection
 
     @property
     def batch_bodies(self) -> tuple[Any, ...]:
         return (self.body, *self.extra_bodies)
+
+    @batch_bodies.setter
+    def batch_bodies(self, bodies: Sequence[Any]) -> None:
+        # FastStream's batch middlewares replace the bodies this way
+        self.body, *rest = bodies if bodies else (None,)
+        self.extra_bodies = tuple(rest)
 
     @classmethod
     def from_cmd(

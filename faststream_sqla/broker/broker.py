@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from fast_depends import Provider, dependency_provider
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from typing_extensions import override
+from typing_extensions import Unpack, override
 
 from faststream._internal.broker import BrokerUsecase
 from faststream._internal.constants import EMPTY
@@ -29,6 +28,7 @@ from faststream_sqla.dialects.base import NotificationListener
 from faststream_sqla.exceptions import DatabaseUnreachableError, InvalidOptionError
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.migrations import check_schema
+from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelope
 from faststream_sqla.publisher.producer import SqlaProducer
 from faststream_sqla.response import Connection, SqlaPublishCommand
 from faststream_sqla.schema import QueueTables, TableNames
@@ -279,19 +279,18 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         headers: dict[str, Any] | None = None,
         correlation_id: str | None = None,
         reply_to: str = "",
-        next_attempt_at: datetime | None = None,
-        delay: float | timedelta | None = None,
         connection: Connection | None = None,
+        **options: Unpack[DeliveryOptionArgs],
     ) -> int:
         """Store one message in `queue`; returns its id.
 
         Args:
             message: str, bytes, a dict/list (JSON) or a pydantic model.
-            next_attempt_at: aware datetime before which it is not delivered.
-            delay: seconds (or timedelta) from now on the database clock; instead of
-                next_attempt_at.
             connection: an `AsyncConnection` or `AsyncSession` whose transaction the
                 insert joins (transactional outbox); without it the publish commits alone.
+            **options: delivery options (`faststream_sqla.options.DeliveryOptionArgs`):
+                `next_attempt_at` (aware datetime before which it is not delivered) or
+                `delay` (seconds or timedelta from now on the database clock).
         """
         cmd = SqlaPublishCommand(
             message,
@@ -299,8 +298,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             headers=headers,
             correlation_id=correlation_id or self.config.id_generator(),
             reply_to=reply_to,
-            next_attempt_at=next_attempt_at,
-            delay=delay,
+            options=DeliveryOptions(**options),
             connection=connection,
             _publish_type=PublishType.PUBLISH,
         )
@@ -310,15 +308,18 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
     @override
     async def publish_batch(  # type: ignore[override]
         self,
-        *messages: SendableMessage,
+        *messages: SendableMessage | Envelope,
         queue: str,
         headers: dict[str, Any] | None = None,
         correlation_id: str | None = None,
-        next_attempt_at: datetime | None = None,
-        delay: float | timedelta | None = None,
         connection: Connection | None = None,
+        **options: Unpack[DeliveryOptionArgs],
     ) -> list[int]:
-        """Store many messages in one statement; returns their ids in order."""
+        """Store many messages in one statement, all or none; returns their ids in order.
+
+        The call's headers and options apply to every message; an `Envelope` item adds
+        headers and options of its own.
+        """
         if not messages:
             return []
         cmd = SqlaPublishCommand(
@@ -326,8 +327,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             queue=queue,
             headers=headers,
             correlation_id=correlation_id,
-            next_attempt_at=next_attempt_at,
-            delay=delay,
+            options=DeliveryOptions(**options),
             connection=connection,
             _publish_type=PublishType.PUBLISH,
         )

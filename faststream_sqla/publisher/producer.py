@@ -20,6 +20,7 @@ from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import NewMessage, with_retries
 from faststream_sqla.exceptions import InvalidOptionError, MessageSerializationError
 from faststream_sqla.message import validate_delay
+from faststream_sqla.options import NO_OPTIONS, DeliveryOptions, Envelope
 from faststream_sqla.parser import CONTENT_TYPE_HEADER, REPLY_TO_HEADER, SqlaParser
 from faststream_sqla.schema import MAX_CORRELATION_ID_LENGTH, validate_queue_name
 from faststream_sqla.response import SqlaPublishCommand
@@ -52,6 +53,33 @@ def storable_time(value: datetime | None) -> datetime | None:
         )
         raise InvalidOptionError(msg)
     return to_naive_utc(value)
+
+
+def due_time(options: DeliveryOptions) -> tuple[datetime | None, float]:
+    """When a message may first be delivered: a time (naive UTC), else a delay."""
+    publish_at = storable_time(options.next_attempt_at)
+    if publish_at is not None and options.delay is not None:
+        msg = "pass either next_attempt_at or delay, not both"
+        raise InvalidOptionError(msg)
+    return publish_at, delay_seconds(options.delay)
+
+
+def checked_correlation_id(value: Any) -> str | None:
+    if value is not None and len(str(value)) > MAX_CORRELATION_ID_LENGTH:
+        msg = f"correlation_id is longer than {MAX_CORRELATION_ID_LENGTH} characters"
+        raise InvalidOptionError(msg)
+    return None if value is None else str(value)
+
+
+def checked_headers(headers: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of `headers`, once they are known to be storable as JSON."""
+    headers = dict(headers or {})
+    try:
+        json.dumps(headers)
+    except (TypeError, ValueError) as e:
+        msg = f"headers must be JSON-serialisable: {e}"
+        raise MessageSerializationError(msg) from e
+    return headers
 
 
 class SqlaProducer(ProducerProto[SqlaPublishCommand]):
@@ -112,21 +140,9 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
     ) -> list[NewMessage]:
         """Validate everything before anything is written."""
         queue = validate_queue_name(cmd.destination)
-        publish_at = storable_time(cmd.next_attempt_at)
-        delay = delay_seconds(cmd.delay)
-        if publish_at is not None and cmd.delay is not None:
-            msg = "pass either next_attempt_at or delay, not both"
-            raise InvalidOptionError(msg)
-        correlation_id = cmd.correlation_id
-        if correlation_id is not None and len(str(correlation_id)) > MAX_CORRELATION_ID_LENGTH:
-            msg = f"correlation_id is longer than {MAX_CORRELATION_ID_LENGTH} characters"
-            raise InvalidOptionError(msg)
-        headers = dict(cmd.headers or {})
-        try:
-            json.dumps(headers)
-        except (TypeError, ValueError) as e:
-            msg = f"headers must be JSON-serialisable: {e}"
-            raise MessageSerializationError(msg) from e
+        publish_at, delay = due_time(cmd.options)
+        correlation_id = checked_correlation_id(cmd.correlation_id)
+        headers = checked_headers(cmd.headers)
         if cmd.reply_to:
             headers[REPLY_TO_HEADER] = validate_queue_name(cmd.reply_to)
 
@@ -141,6 +157,17 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         # directly saves a coroutine per body (a tenth of publish_batch's own time).
         plain = type(codec) is DefaultCodec
         for index, body in enumerate(bodies):
+            item_headers: dict[str, Any] | None = None
+            item_id = correlation_id
+            item_at, item_delay = publish_at, delay
+            if body.__class__ is Envelope:  # options of its own
+                if body.headers is not None:
+                    item_headers = {**headers, **checked_headers(body.headers)}
+                if body.correlation_id is not None:
+                    item_id = checked_correlation_id(body.correlation_id)
+                if body.options is not NO_OPTIONS:
+                    item_at, item_delay = due_time(body.options.over(cmd.options))
+                body = body.body
             try:
                 payload, content_type = (
                     encode_message(body, serializer) if plain
@@ -149,7 +176,11 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             except Exception as e:
                 msg = f"cannot serialise a message body of type {type(body).__name__}: {e}"
                 raise MessageSerializationError(msg) from e
-            if (shared := by_content_type.get(content_type)) is None:
+            if item_headers is not None:
+                if content_type:
+                    item_headers[CONTENT_TYPE_HEADER] = content_type
+                shared = (item_headers, json.dumps(item_headers))
+            elif (shared := by_content_type.get(content_type)) is None:
                 row_headers = {**headers, CONTENT_TYPE_HEADER: content_type} if content_type else headers
                 shared = by_content_type[content_type] = (row_headers, json.dumps(row_headers))
             rows.append(
@@ -159,11 +190,11 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                     headers_json=shared[1],
                     payload=payload,
                     correlation_id=(
-                        str(correlation_id) if base_id is None
+                        item_id if item_id is not None
                         else base_id if len(bodies) == 1 else f"{base_id}-{index}"
                     ),
-                    publish_at=publish_at,
-                    publish_delay=delay,
+                    publish_at=item_at,
+                    publish_delay=item_delay,
                 )
             )
         return rows

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from typing_extensions import override
+from typing_extensions import Unpack, override
 
 from faststream._internal.endpoint.publisher import PublisherUsecase
 from faststream.response.publish_type import PublishType
 
+from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelope
 from faststream_sqla.response import Connection, SqlaPublishCommand
 
 if TYPE_CHECKING:
@@ -47,9 +47,8 @@ class SqlaPublisher(PublisherUsecase):
         headers: dict[str, Any] | None = None,
         correlation_id: str | None = None,
         reply_to: str = "",
-        next_attempt_at: datetime | None = None,
-        delay: float | timedelta | None = None,
         connection: Connection | None = None,
+        **options: Unpack[DeliveryOptionArgs],
     ) -> int:
         """Insert one message; returns its id. See `SqlaBroker.publish`."""
         cmd = SqlaPublishCommand(
@@ -58,8 +57,7 @@ class SqlaPublisher(PublisherUsecase):
             headers=self.headers | (headers or {}),
             correlation_id=correlation_id or self._outer_config.id_generator(),
             reply_to=reply_to,
-            next_attempt_at=next_attempt_at,
-            delay=delay,
+            options=DeliveryOptions(**options),
             connection=connection,
             _publish_type=PublishType.PUBLISH,
         )
@@ -70,15 +68,15 @@ class SqlaPublisher(PublisherUsecase):
 
     async def publish_batch(
         self,
-        *messages: SendableMessage,
+        *messages: SendableMessage | Envelope,
         queue: str = "",
         headers: dict[str, Any] | None = None,
         correlation_id: str | None = None,
-        next_attempt_at: datetime | None = None,
-        delay: float | timedelta | None = None,
         connection: Connection | None = None,
+        **options: Unpack[DeliveryOptionArgs],
     ) -> list[int]:
-        """Insert many messages in one statement; returns their ids in order."""
+        """Insert many messages in one statement; returns their ids in order. See
+        `SqlaBroker.publish_batch`."""
         if not messages:
             return []
         cmd = SqlaPublishCommand(
@@ -86,8 +84,7 @@ class SqlaPublisher(PublisherUsecase):
             queue=queue or self.queue,
             headers=self.headers | (headers or {}),
             correlation_id=correlation_id,
-            next_attempt_at=next_attempt_at,
-            delay=delay,
+            options=DeliveryOptions(**options),
             connection=connection,
             _publish_type=PublishType.PUBLISH,
         )

@@ -57,3 +57,12 @@ def test_every_column_type_compiles_on_every_database():
         for column in MESSAGE_COLUMNS:
             assert column.type.compile(dialect=dialect)
 
+
+def test_the_option_keywords_and_the_options_record_declare_the_same_options():
+    from typing import get_type_hints
+
+    from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions
+
+    assert set(get_type_hints(DeliveryOptionArgs)) == {
+        f.name for f in dataclasses.fields(DeliveryOptions)
+    }

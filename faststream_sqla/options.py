@@ -1,0 +1,81 @@
+"""Delivery options of a published message, declared once for every way to publish.
+
+`broker.publish`, `broker.publish_batch`, a publisher's `publish` and `publish_batch`,
+`SqlaResponse` and each `Envelope` of a batch take the same keyword arguments,
+`**options: Unpack[DeliveryOptionArgs]`, and carry them as one `DeliveryOptions`. A new
+option is a field here (and in the TypedDict, which a test keeps equal), validated in
+`publisher.producer.build_rows`, and a column in `schema.MESSAGE_COLUMNS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from typing_extensions import TypedDict, Unpack
+
+
+class DeliveryOptionArgs(TypedDict, total=False):
+    """The delivery options, as keyword arguments of every publish call."""
+
+    #: aware datetime before which the message is not delivered
+    next_attempt_at: datetime | None
+    #: seconds (or a timedelta) from now on the database clock; instead of next_attempt_at
+    delay: float | timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryOptions:
+    """The delivery options of one publish call or one batch item, as given (validated
+    when the rows are built, before anything is written)."""
+
+    next_attempt_at: datetime | None = None
+    delay: float | timedelta | None = None
+
+    def over(self, defaults: DeliveryOptions) -> DeliveryOptions:
+        """These options, with `defaults`' values where these are unset (None). Options
+        that are alternatives to each other (a time or a delay) are taken as a group."""
+        given = {
+            f.name: value
+            for f in dataclasses.fields(self)
+            if (value := getattr(self, f.name)) is not None
+        }
+        for group in ALTERNATIVES:
+            if not given.keys().isdisjoint(group):
+                given = {name: None for name in group} | given
+        return dataclasses.replace(defaults, **given) if given else defaults
+
+
+#: options of which a message takes at most one
+ALTERNATIVES: tuple[frozenset[str], ...] = (frozenset({"next_attempt_at", "delay"}),)
+
+
+NO_OPTIONS = DeliveryOptions()
+
+
+class Envelope:
+    """One message of a `publish_batch` with options of its own.
+
+    `publish_batch(Envelope(a, delay=5), b, queue="q")`: an envelope's headers are
+    added to the call's, and its options replace the call's where given.
+    """
+
+    __slots__ = ("body", "correlation_id", "headers", "options")
+
+    def __init__(
+        self,
+        body: Any,
+        *,
+        headers: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        **options: Unpack[DeliveryOptionArgs],
+    ) -> None:
+        self.body = body
+        self.headers = headers
+        self.correlation_id = correlation_id
+        self.options = DeliveryOptions(**options)
+
+    def __repr__(self) -> str:
+        return f"Envelope({self.body!r}, headers={self.headers!r}, options={self.options!r})"
