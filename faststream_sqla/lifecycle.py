@@ -104,7 +104,7 @@ def completed(message: ClaimedMessage, started_at: datetime) -> Outcome:
     message as claimed (its times naive UTC, as `started_at` must be too): the common
     case, kept short because it runs once per message."""
     return Outcome(
-        message.id, message.deliveries_count, MessageState.COMPLETED,
+        message.id, message.token, MessageState.COMPLETED,
         message.attempts_count + 1, message.deliveries_count,
         message.first_attempt_at or started_at, started_at, None, None,
     )

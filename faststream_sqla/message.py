@@ -52,6 +52,7 @@ class ClaimedMessage:
     first_attempt_at: datetime | None = None
     last_attempt_at: datetime | None = None
     correlation_id: str | None = None
+    claims_count: int = 0
     claimed_at_monotonic: float = 0.0
     # the handler's decision, filled while it runs
     decision: AckStatus | None = None
@@ -61,8 +62,8 @@ class ClaimedMessage:
 
     @property
     def token(self) -> int:
-        """Fencing token: the delivery this claim is (see dialects.base.Outcome)."""
-        return self.deliveries_count
+        """Fencing token: which claim of the message this is (see dialects.base.Outcome)."""
+        return self.claims_count
 
 
 class SqlaMessage(StreamMessage[ClaimedMessage]):

@@ -141,6 +141,8 @@ class MessageColumn:
     archived: bool = True
     #: in the archive, the outcome's value (each dialect says where it reads that)
     settled: bool = False
+    #: counted up by every claim (the claimed row carries the new value)
+    counts_claims: bool = False
 
 
 #: every column of the message table. Claimed columns come first, in the order of
@@ -152,7 +154,8 @@ MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
     MessageColumn("headers", Headers, published_as="headers_json", shared=True),
     MessageColumn("payload", Payload, nullable=False, published_as="payload"),
     MessageColumn("attempts_count", sa.Integer(), nullable=False, initial="0", settled=True),
-    MessageColumn("deliveries_count", sa.Integer(), nullable=False, initial="0"),
+    MessageColumn("deliveries_count", sa.Integer(), nullable=False, initial="0",
+                  counts_claims=True),
     MessageColumn("created_at", Timestamp, nullable=False, initial=Initial.NOW),
     MessageColumn("next_attempt_at", Timestamp, nullable=False, initial=Initial.DUE,
                   archived=False),
@@ -161,6 +164,10 @@ MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
     MessageColumn("last_attempt_at", Timestamp, settled=True),
     MessageColumn("correlation_id", sa.String(MAX_CORRELATION_ID_LENGTH),
                   published_as="correlation_id"),
+    # The claim token: unlike deliveries_count it never goes down (a message given back
+    # unstarted keeps it), so no two claims of a message ever share one.
+    MessageColumn("claims_count", sa.Integer(), nullable=False, initial="0",
+                  counts_claims=True),
     MessageColumn("state", State, nullable=False, initial="'PENDING'", claimed=False,
                   settled=True),
     MessageColumn("last_error", ErrorText, claimed=False, settled=True),
@@ -177,6 +184,9 @@ INSERTED_COLUMNS = PUBLISHED_COLUMNS + INITIAL_COLUMNS
 #: the initials that depend on the time, in INITIAL_COLUMNS order
 CLIENT_INITIALS = tuple(c.initial for c in INITIAL_COLUMNS if isinstance(c.initial, Initial))
 assert CLIENT_INITIALS == (Initial.NOW, Initial.DUE), "inserts compute these two, in order"
+#: the columns every claim counts up, and the one that fences outcomes and renewals
+CLAIM_COUNTERS = tuple(c.name for c in MESSAGE_COLUMNS if c.counts_claims)
+TOKEN_COLUMN = "claims_count"
 #: the archive's columns, without archived_at
 ARCHIVED_COLUMNS = tuple(c.name for c in MESSAGE_COLUMNS if c.archived)
 
@@ -192,10 +202,14 @@ def archive_copy(settled: dict[str, str], row: str = "m") -> tuple[list[str], li
 def _columns(names: tuple[str, ...]) -> list[sa.Column]:
     columns = []
     for column in (MESSAGE_COLUMN[n] for n in names if n != "id"):
-        # counters start at 0 for rows inserted by hand too (tests, tools)
-        default = 0 if column.initial == "0" else None
+        # counters start at 0 for rows inserted by hand too (tests, tools), as the
+        # migrations that add them declare
+        zero = column.initial == "0"
         columns.append(
-            sa.Column(column.name, column.type, nullable=column.nullable, default=default)
+            sa.Column(
+                column.name, column.type, nullable=column.nullable,
+                default=0 if zero else None, server_default=sa.text("0") if zero else None,
+            )
         )
     return columns
 

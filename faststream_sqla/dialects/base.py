@@ -22,7 +22,14 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
-from faststream_sqla.schema import CLAIMED_COLUMNS, NOT_READY, MessageState, QueueTables
+from faststream_sqla.schema import (
+    CLAIM_COUNTERS,
+    CLAIMED_COLUMNS,
+    NOT_READY,
+    TOKEN_COLUMN,
+    MessageState,
+    QueueTables,
+)
 
 T = TypeVar("T")
 READY = (MessageState.PENDING, MessageState.RETRYABLE)
@@ -54,7 +61,7 @@ class NewMessage:
 class Outcome:
     """What one delivery ended with, ready to be written.
 
-    `token` is the deliveries_count the message had when it was claimed: the write
+    `token` is the claims_count the message had when it was claimed: the write
     only applies while the row is still PROCESSING under that same delivery, so a
     worker whose claim was released and re-claimed elsewhere changes nothing.
     """

@@ -26,7 +26,9 @@ from ._asyncmy import driver_transaction, error_code
 from ._claim import CLAIM_PARAMETERS, claimed_columns, ready_ids
 from ._compiled import DriverStatement, DriverStatements
 from .base import (
+    CLAIM_COUNTERS,
     CLAIMED_COLUMNS,
+    TOKEN_COLUMN,
     TERMINAL,
     Dialect,
     NewMessage,
@@ -98,10 +100,13 @@ _ARCHIVED = f"o.state_code IN ({_codes(MessageState.COMPLETED, MessageState.FAIL
 _REQUEUED = f"o.state_code IN ({_codes(MessageState.PENDING, MessageState.RETRYABLE)})"
 
 
+_COUNT_CLAIM = ", ".join(f"{name} = {name} + 1" for name in CLAIM_COUNTERS)
+
+
 @functools.lru_cache(maxsize=64)
 def _mark_processing_sql(table: str, rows: int) -> str:
     return (
-        f"UPDATE {table} SET state = 'PROCESSING', deliveries_count = deliveries_count + 1, "
+        f"UPDATE {table} SET state = 'PROCESSING', {_COUNT_CLAIM}, "
         f"acquired_at = %s WHERE id IN ({', '.join(['%s'] * rows)})"
     )
 
@@ -142,7 +147,7 @@ class MySQLDialect(Dialect):
         # counted, acquired_at the server clock read with them), then flip them: the
         # rows need no rebuilding, and both statements agree on acquired_at.
         claimed_as = {
-            "deliveries_count": m.c.deliveries_count + 1,
+            **{name: m.c[name] + 1 for name in CLAIM_COUNTERS},
             "acquired_at": utc_now(),
         }
         columns = [
@@ -291,7 +296,7 @@ class MySQLDialect(Dialect):
         # reads, waiting on every row an open outbox transaction had just inserted.
         m = self._q(engine, self.tables.message)
         a = self._q(engine, self.tables.archive)
-        match = "m.id = o.id AND m.deliveries_count = o.token AND m.state = 'PROCESSING'"
+        match = f"m.id = o.id AND m.{TOKEN_COLUMN} = o.token AND m.state = 'PROCESSING'"
         columns, values = archive_copy({
             "state": _STATE, "attempts_count": "o.attempts",
             "first_attempt_at": _time("first_us"), "last_attempt_at": _time("last_us"),
@@ -327,7 +332,7 @@ WHERE {_REQUEUED}"""
                 "UPDATE JSON_TABLE(:leases, '$[*]' COLUMNS ("
                 "id BIGINT PATH '$[0]', token INT PATH '$[1]')) AS o "
                 f"STRAIGHT_JOIN {self._q(engine, self.tables.message)} AS m "
-                "FORCE INDEX (PRIMARY) ON m.id = o.id AND m.deliveries_count = o.token "
+                f"FORCE INDEX (PRIMARY) ON m.id = o.id AND m.{TOKEN_COLUMN} = o.token "
                 "AND m.state = 'PROCESSING' SET m.acquired_at = UTC_TIMESTAMP(6)"
             ),
             ("leases",),

@@ -31,7 +31,9 @@ from ._pool import check_in
 from ._claim import CLAIM_PARAMETERS, claimed_columns, ready_ids
 from ._compiled import DriverStatement, DriverStatements
 from .base import (
+    CLAIM_COUNTERS,
     CLAIM_ORDER,
+    TOKEN_COLUMN,
     CLAIMED_COLUMNS,
     SHARED_CLAIM_COLUMNS,
     TERMINAL,
@@ -179,7 +181,7 @@ class PostgresDialect(Dialect):
             .where(m.c.id == sa.any_(ready_array), sa.exists(sa.select(relaxed)))
             .values(
                 state=sa.literal_column(f"'{MessageState.PROCESSING.value}'"),
-                deliveries_count=m.c.deliveries_count + 1,
+                **{name: m.c[name] + 1 for name in CLAIM_COUNTERS},
                 acquired_at=utc_now(),
             )
             .returning(*claimed_columns(m, headers_as_text=True))
@@ -272,7 +274,7 @@ class PostgresDialect(Dialect):
             })
             parts.append(f"""moved AS (
     DELETE FROM {m} AS m USING {rows}
-    WHERE m.id = o.id AND m.deliveries_count = o.token AND {STILL_CLAIMED}
+    WHERE m.id = o.id AND m.{TOKEN_COLUMN} = o.token AND {STILL_CLAIMED}
       AND o.state IN ('COMPLETED', 'FAILED')
     RETURNING {", ".join(values)}
 ),
@@ -290,7 +292,7 @@ archived AS (
         next_attempt_at = COALESCE(o.next_at, m.next_attempt_at),
         last_error = COALESCE(o.error, m.last_error), acquired_at = NULL
     FROM {rows}
-    WHERE m.id = o.id AND m.deliveries_count = o.token AND {STILL_CLAIMED}
+    WHERE m.id = o.id AND m.{TOKEN_COLUMN} = o.token AND {STILL_CLAIMED}
       AND o.state IN ('PENDING', 'RETRYABLE')
     RETURNING 1
 )""")
@@ -380,7 +382,7 @@ archived AS (
         return sa.text(
             f"UPDATE {m} AS m SET acquired_at = (now() AT TIME ZONE 'UTC') "
             "FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS int[])) AS o(id, token) "
-            f"WHERE m.id = o.id AND m.deliveries_count = o.token AND {STILL_CLAIMED}"
+            f"WHERE m.id = o.id AND m.{TOKEN_COLUMN} = o.token AND {STILL_CLAIMED}"
         )
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:

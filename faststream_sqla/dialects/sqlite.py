@@ -31,7 +31,9 @@ from ._claim import ready_ids
 from ._gil import short_switch_interval
 from ._pool import check_in
 from .base import (
+    CLAIM_COUNTERS,
     CLAIM_ORDER,
+    TOKEN_COLUMN,
     SHARED_CLAIM_COLUMNS,
     Dialect,
     NewMessage,
@@ -84,7 +86,7 @@ def _archive_sql(message: str, archive: str, rows: int) -> str:
         f"INSERT INTO {archive} ({', '.join(_ARCHIVE_COLUMNS)}, archived_at) "
         f"SELECT {', '.join(_ARCHIVE_VALUES)}, {_NOW} "
         f"FROM (VALUES {values}) AS o JOIN {message} AS m "
-        "ON m.id = o.column1 AND m.deliveries_count = o.column2 AND m.state = 'PROCESSING'"
+        f"ON m.id = o.column1 AND m.{TOKEN_COLUMN} = o.column2 AND m.state = 'PROCESSING'"
     )
 
 
@@ -95,7 +97,7 @@ def _delete_sql(message: str, rows: int) -> str:
     pairs = ", ".join(["(?, ?)"] * rows)
     return (
         f"DELETE FROM {message} WHERE id IN (SELECT m.id FROM (VALUES {pairs}) AS o "
-        f"JOIN {message} AS m ON m.id = o.column1 AND m.deliveries_count = o.column2 "
+        f"JOIN {message} AS m ON m.id = o.column1 AND m.{TOKEN_COLUMN} = o.column2 "
         "AND m.state = 'PROCESSING')"
     )
 
@@ -113,6 +115,7 @@ def _field(position: int) -> str:
 # A claim sends every column but those all its rows share, and claim() puts them back
 # in CLAIMED_COLUMNS order (the conformance tests check every claimed field).
 _SENT_CLAIM_COLUMNS = tuple(c for c in CLAIMED_COLUMNS if c not in SHARED_CLAIM_COLUMNS)
+_COUNT_CLAIM = ", ".join(f"{name} = {name} + 1" for name in CLAIM_COUNTERS)
 _SENT_PAYLOAD = _SENT_CLAIM_COLUMNS.index("payload")  # sent as hex: JSON has no bytes
 _SHARED_POSITIONS = sorted((CLAIMED_COLUMNS.index(n), n) for n in SHARED_CLAIM_COLUMNS)
 
@@ -289,7 +292,7 @@ class SQLiteDialect(Dialect):
             # What all rows share (the queue asked for, the claim's time) comes once.
             values = ", ".join(
                 "hex(payload)" if name == "payload"
-                else "deliveries_count + 1" if name == "deliveries_count"
+                else f"{name} + 1" if name in CLAIM_COUNTERS
                 else name
                 for name in _SENT_CLAIM_COLUMNS
             )
@@ -301,7 +304,7 @@ class SQLiteDialect(Dialect):
             # The time read above is the one stored.
             update = (
                 f"UPDATE {m} SET state = 'PROCESSING', "
-                "deliveries_count = deliveries_count + 1, acquired_at = ? "
+                f"{_COUNT_CLAIM}, acquired_at = ? "
                 f"WHERE id IN ({ready})"
             )
             self._claim_sql = (select, update, ready)
@@ -338,7 +341,7 @@ class SQLiteDialect(Dialect):
                 "first_attempt_at = ?, last_attempt_at = ?, "
                 "next_attempt_at = COALESCE(?, next_attempt_at), "
                 "last_error = COALESCE(?, last_error), acquired_at = NULL "
-                "WHERE id = ? AND deliveries_count = ? AND state = 'PROCESSING'"
+                f"WHERE id = ? AND {TOKEN_COLUMN} = ? AND state = 'PROCESSING'"
             )
         return self._requeue_sql
 
@@ -390,7 +393,7 @@ class SQLiteDialect(Dialect):
         sql = (
             f"UPDATE {m} AS m SET acquired_at = {_NOW} "
             f"FROM json_each(?) AS o WHERE m.id = {_field(0)} "
-            f"AND m.deliveries_count = {_field(1)} AND m.state = 'PROCESSING'"
+            f"AND m.{TOKEN_COLUMN} = {_field(1)} AND m.state = 'PROCESSING'"
         )
         document = leases_document(leases)
 

@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from faststream_sqla import lifecycle
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import NewMessage, Outcome
 from faststream_sqla.message import ClaimedMessage
@@ -103,6 +104,27 @@ async def test_outcomes_archive_requeue_and_are_fenced(engine, tables, dialect):
     assert by_id[b]["next_attempt_at"] == now + timedelta(hours=1)
     assert (by_id[b]["first_attempt_at"], by_id[b]["attempts_count"]) == (now, 1)
     assert by_id[c]["state"] == MessageState.PROCESSING  # the stale outcome changed nothing
+
+
+async def test_a_claim_given_back_unstarted_never_shares_a_token(engine, tables, dialect):
+    """Claim, give back unstarted (a graceful stop), claim again elsewhere: the first
+    claim's late outcome and renewal change nothing; the second claim's outcome lands."""
+    await insert(engine, dialect, new())
+    (first,) = await claim(engine, dialect, "q", 1)
+    assert await dialect.write_outcomes(engine, [lifecycle.released(first, started=False)]) == 1
+    (second,) = await claim(engine, dialect, "q", 1)
+    assert second.deliveries_count == first.deliveries_count == 1  # not counted twice
+    assert second.token > first.token
+    late = lifecycle.completed(first, first.acquired_at)
+    assert await dialect.write_outcomes(engine, [late]) == 0
+    assert await dialect.extend_leases(engine, [(first.id, first.token)]) == 0
+    (row,) = await rows(engine, tables.message)
+    assert (row["state"], row["claims_count"]) == (MessageState.PROCESSING, second.token)
+    assert await rows(engine, tables.archive) == []
+    done = lifecycle.completed(second, second.acquired_at)
+    assert await dialect.write_outcomes(engine, [done]) == 1
+    (archived,) = await rows(engine, tables.archive)
+    assert (archived["state"], archived["claims_count"]) == (MessageState.COMPLETED, 2)
 
 
 async def test_leases_extend_only_current_claims(engine, tables, dialect):

@@ -69,7 +69,7 @@ def test_script_location_holds_the_scripts() -> None:
     location = Path(script_location())
     assert (location / "env.py").is_file()
     assert (location / "versions" / "0001_initial.py").is_file()
-    assert HEAD_REVISION == "0003"
+    assert HEAD_REVISION == "0004"
 
 
 async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
@@ -318,16 +318,25 @@ def test_console_script(tmp_path: Path) -> None:
 async def test_upgrade_from_the_first_revision_keeps_messages(engine: AsyncEngine) -> None:
     """A database created by 0001 moves to head with its rows intact."""
     from faststream_sqla.dialects import dialect_for
-    from faststream_sqla.dialects.base import NewMessage
 
     await downgrade_schema(engine, revision="0001")
     try:
         dialect = dialect_for(engine, QueueTables())
-        in_flight, kept = await dialect.insert_committed(
-            engine,
-            [NewMessage(queue="m", headers={}, headers_json="{}", payload=b"x",
-                        correlation_id=None, publish_at=None)] * 2,
-        )
+        # rows as 0001 stores them: only its columns
+        async with engine.begin() as conn:
+            for _ in range(2):
+                await conn.execute(
+                    sa.text(
+                        "INSERT INTO message (queue, headers, payload, state, attempts_count, "
+                        "deliveries_count, created_at, next_attempt_at) VALUES ('m', '{}', "
+                        ":payload, 'PENDING', 0, 0, :now, :now)"
+                    ),
+                    {"payload": b"x", "now": datetime.now(timezone.utc).replace(tzinfo=None)
+                     - timedelta(seconds=1)},
+                )
+            in_flight, kept = (
+                await conn.execute(sa.text("SELECT id FROM message ORDER BY id"))
+            ).scalars().all()
         async with engine.begin() as conn:  # claimed an hour ago, by a process now dead
             await conn.execute(
                 sa.text(
@@ -339,6 +348,10 @@ async def test_upgrade_from_the_first_revision_keeps_messages(engine: AsyncEngin
             )
         await upgrade_schema(engine)
         assert await current_revision(engine) == HEAD_REVISION
+        async with engine.connect() as conn:  # the token starts from the deliveries
+            tokens = dict((await conn.execute(
+                sa.text("SELECT id, claims_count FROM message"))).all())
+        assert tokens == {in_flight: 1, kept: 0}
         claimed = await dialect.claim(engine, "m", 10)
         assert [r[0] for r in claimed] == [kept]  # id comes first in a claimed row
         # the row in flight at the upgrade is still found as stuck, then claimable

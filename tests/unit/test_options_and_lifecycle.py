@@ -127,7 +127,10 @@ def claimed(**overrides) -> ClaimedMessage:
         "acquired_at": T0,
         "claimed_at_monotonic": 100.0,
     }
-    return ClaimedMessage(**{**fields, **overrides})
+    merged = {**fields, **overrides}
+    # a message never given back unstarted: every claim was a delivery
+    merged.setdefault("claims_count", merged["deliveries_count"])
+    return ClaimedMessage(**merged)
 
 
 STRATEGY = ConstantRetryStrategy(delay_seconds=10, max_attempts=3)
