@@ -2,6 +2,18 @@
 
 from faststream_sqla.broker.broker import SqlaBroker
 from faststream_sqla.broker.router import SqlaPublisherArgs, SqlaRoute, SqlaRouter
+from faststream_sqla.exceptions import (
+    DatabaseUnreachableError,
+    InvalidOptionError,
+    InvalidQueueNameError,
+    MessageSerializationError,
+    MessageTooLargeError,
+    RetryAfter,
+    SchemaError,
+    SchemaMissingError,
+    SchemaOutdatedError,
+    SqlaBrokerError,
+)
 from faststream_sqla.annotations import SqlaMessage
 from faststream_sqla.migrations import upgrade_schema
 from faststream_sqla.options import Envelope
@@ -11,6 +23,16 @@ from faststream_sqla.schema import MessageState
 from faststream_sqla.testing import TestSqlaBroker
 
 __all__ = (
+    "DatabaseUnreachableError",
+    "InvalidOptionError",
+    "InvalidQueueNameError",
+    "MessageSerializationError",
+    "MessageTooLargeError",
+    "RetryAfter",
+    "SchemaError",
+    "SchemaMissingError",
+    "SchemaOutdatedError",
+    "SqlaBrokerError",
     "Envelope",
     "MessageState",
     "SqlaBroker",

@@ -1,4 +1,15 @@
-"""Typed errors. Each names the problem and, where there is one, the fix."""
+"""Typed errors. Each names the problem and, where there is one, the fix.
+
+Every one derives from `SqlaBrokerError`, so a caller can catch them all, or by kind.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+#: the longest a handler may ask a message to wait before its retry (RetryAfter, nack)
+MAX_RETRY_DELAY_SECONDS = 24 * 3600
 
 
 class SqlaBrokerError(Exception):
@@ -35,3 +46,23 @@ class SchemaOutdatedError(SchemaError):
 
 class DatabaseUnreachableError(SqlaBrokerError, ConnectionError):
     """The database could not be reached when the broker started."""
+
+
+class RetryAfter(SqlaBrokerError):
+    """Raise from a handler to retry the message after exactly `seconds` (at most 24
+    hours; longer is cut to that) instead of the retry strategy's backoff. The strategy's
+    `max_attempts` still applies, so a message that keeps asking still ends FAILED."""
+
+    def __init__(self, seconds: float | timedelta, reason: str = "") -> None:
+        value = seconds.total_seconds() if isinstance(seconds, timedelta) else seconds
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            msg = f"RetryAfter needs a finite number of seconds >= 0, got {seconds!r}"
+            raise InvalidOptionError(msg)
+        self.seconds = min(float(value), MAX_RETRY_DELAY_SECONDS)
+        self.reason = reason
+        super().__init__(f"retry after {self.seconds:g}s" + (f": {reason}" if reason else ""))

@@ -13,6 +13,7 @@ from faststream.message import AckStatus
 
 from .clock import MICROSECOND, to_aware, to_naive_utc
 from .dialects.base import Outcome
+from .exceptions import MAX_RETRY_DELAY_SECONDS
 from .message import ClaimedMessage
 from .retry import RetryStrategy
 from .schema import MessageState
@@ -21,17 +22,20 @@ MAX_ERROR_LENGTH = 8_000
 
 
 def describe_error(error: BaseException) -> str:
-    """The traceback (causes included), at most MAX_ERROR_LENGTH characters.
+    """The exception's type and message on the first line (what a summary of dead
+    letters groups by), then its traceback (causes included); at most
+    MAX_ERROR_LENGTH characters.
 
-    When too long, the type and message stay at the front and the innermost frames
-    and final line at the end; the middle is cut.
+    When too long, the first line stays and the innermost frames and final line at
+    the end; the middle is cut.
     """
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    head = f"{type(error).__qualname__}: {error}"[:1000]
+    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    text = f"{head}\n\n{trace}"
     if len(text) <= MAX_ERROR_LENGTH:
         return text
-    head = f"{type(error).__qualname__}: {error}"[:1000]
     marker = "\n ...[truncated]...\n"
-    return head + marker + text[-(MAX_ERROR_LENGTH - len(head) - len(marker)) :]
+    return head + marker + trace[-(MAX_ERROR_LENGTH - len(head) - len(marker)) :]
 
 
 def db_time(message: ClaimedMessage, monotonic_now: float) -> datetime:
@@ -84,7 +88,9 @@ def after_attempt(
         first_attempt_at=first_aware, last_attempt_at=finished, attempts_count=attempts
     )
     if next_at is not None and message.nack_delay is not None:
-        next_at = finished + timedelta(seconds=message.nack_delay)
+        next_at = finished + timedelta(
+            seconds=min(message.nack_delay, MAX_RETRY_DELAY_SECONDS)
+        )
         limit = retry_strategy.max_total_delay_seconds
         if limit is not None and next_at > first_aware + timedelta(seconds=limit):
             next_at = None

@@ -48,6 +48,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         flush_interval: float = _DEFAULTS.flush_interval,
         release_stuck_interval: float = _DEFAULTS.release_stuck_interval,
         release_stuck_timeout: float = _DEFAULTS.release_stuck_timeout,
+        permanent_exceptions: Sequence[type[BaseException]] = (),
         # FastStream arguments
         no_reply: bool = False,
         dependencies: Sequence[Dependant] = (),
@@ -84,6 +85,9 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             release_stuck_interval: how often stuck messages are looked for, seconds.
             release_stuck_timeout: a claim not renewed for this long (its process died or
                 lost the database) is released; live workers renew theirs every third of it.
+            permanent_exceptions: exception types after which a message is FAILED at
+                once, without further retries (like `RejectMessage`); a body that fails
+                the handler's pydantic model always is.
             middlewares: FastStream middlewares for this subscriber only, run inside the
                 broker's and router's.
         """
@@ -99,6 +103,10 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             flush_interval=flush_interval,
             release_stuck_interval=release_stuck_interval,
             release_stuck_timeout=release_stuck_timeout,
+            permanent_exceptions=(
+                tuple(permanent_exceptions)
+                if isinstance(permanent_exceptions, (list, tuple)) else permanent_exceptions  # type: ignore[arg-type]
+            ),
         )
         subscriber = create_subscriber(
             queues=queues,

@@ -49,6 +49,8 @@ class ConsumeOptions:
     flush_interval: float = 0.05
     release_stuck_interval: float = 10.0
     release_stuck_timeout: float = 300.0
+    #: exception types that send a message straight to FAILED, with no more retries
+    permanent_exceptions: tuple[type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:
         def positive_int(name: str, value: object) -> None:
@@ -95,6 +97,15 @@ class ConsumeOptions:
         seconds("flush_interval", self.flush_interval)
         seconds("release_stuck_interval", self.release_stuck_interval, allow_zero=False)
         seconds("release_stuck_timeout", self.release_stuck_timeout, allow_zero=False)
+        if not isinstance(self.permanent_exceptions, tuple) or not all(
+            isinstance(t, type) and issubclass(t, BaseException)
+            for t in self.permanent_exceptions
+        ):
+            msg = (
+                "permanent_exceptions must be a tuple of exception classes, "
+                f"got {self.permanent_exceptions!r}"
+            )
+            raise InvalidOptionError(msg)
 
     @property
     def largest_claim(self) -> int:

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import pydantic
 from typing_extensions import override
 
 from faststream._internal.endpoint.subscriber import SubscriberUsecase
@@ -17,7 +18,7 @@ from faststream.message import AckStatus
 
 from faststream_sqla import lifecycle
 from faststream_sqla.dialects.base import Outcome, with_retries
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, RetryAfter
 from faststream_sqla.message import ClaimedMessage, validate_delay
 from faststream_sqla.parser import SqlaBatchParser, SqlaParser, claimed_from_row
 from faststream_sqla.publisher.fake import SqlaFakePublisher
@@ -389,8 +390,23 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             if app := self._outer_config.context.get("app"):
                 app.exit()
         except Exception as exc:  # noqa: BLE001 - logged by FastStream; recorded here
+            self._classify(live, exc)
             return exc
         return None
+
+    def _classify(self, live: Sequence[ClaimedMessage], exc: Exception) -> None:
+        """Error classes: a RetryAfter retries after its own delay; a permanent error
+        (the subscriber's `permanent_exceptions`, or a body that fails the handler's
+        model) fails the message without more retries. A message the handler or the
+        ack policy already settled otherwise (acked first, rejected) keeps that."""
+        if isinstance(exc, RetryAfter):
+            for raw in live:
+                if raw.decision is None or raw.decision is AckStatus.NACKED:
+                    raw.decision, raw.nack_delay = AckStatus.NACKED, exc.seconds
+        elif isinstance(exc, (pydantic.ValidationError, *self.options.permanent_exceptions)):
+            for raw in live:
+                if raw.decision is None or raw.decision is AckStatus.NACKED:
+                    raw.decision = AckStatus.REJECTED
 
     def _outcome(
         self, raw: ClaimedMessage, started: float, error: BaseException | None
