@@ -160,10 +160,13 @@ class Fetcher:
         on_claimed: Callable[[Sequence[ClaimedMessage]], None],
         on_resized: Callable[[int], None],
         unsettled: Callable[[], int],
+        claiming: asyncio.Lock,
         log: Log,
     ) -> None:
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
         self.options, self.buffer, self.wake, self.log = options, buffer, wake, log
+        #: held while a claim is in flight (see StuckReleaser)
+        self.claiming = claiming
         self.on_claimed, self.on_resized, self.unsettled = on_claimed, on_resized, unsettled
         self.sizer = ClaimSizer(
             smallest=options.fetch_batch_size,
@@ -275,10 +278,11 @@ class Fetcher:
             async def claim(queue: str = queue, remaining: int = remaining) -> list:
                 return await self.dialect.claim(self.engine, queue, remaining)
 
-            rows = await with_retries(self.dialect, claim)
-            now = time.monotonic()
-            claimed = [claimed_from_row(row, now) for row in rows]
-            self.on_claimed(claimed)
+            async with self.claiming:
+                rows = await with_retries(self.dialect, claim)
+                now = time.monotonic()
+                claimed = [claimed_from_row(row, now) for row in rows]
+                self.on_claimed(claimed)
             self.buffer.put_all(claimed)
             got += len(rows)
         return got
@@ -427,12 +431,14 @@ class StuckReleaser(StoppableLoop):
         queues: Sequence[str],
         options: ConsumeOptions,
         held: dict[int, ClaimedMessage],
+        claiming: asyncio.Lock,
         on_released: Callable[[], None],
         log: Log,
     ) -> None:
         super().__init__()
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
         self.options, self.held, self.on_released, self.log = options, held, on_released, log
+        self.claiming = claiming
 
     async def release_once(self) -> int:
         async def release() -> int:
@@ -443,7 +449,11 @@ class StuckReleaser(StoppableLoop):
                 self.engine, self.queues, self.options.release_stuck_timeout, list(self.held)
             )
 
-        count = await with_retries(self.dialect, release)
+        # No claim of this process runs meanwhile: a message it claimed after the held
+        # ids were read, while a blocking handler delayed the statement past the
+        # timeout, would otherwise look stuck.
+        async with self.claiming:
+            count = await with_retries(self.dialect, release)
         if count:
             self.log(
                 logging.WARNING,

@@ -138,10 +138,12 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._buffer = PrefetchBuffer()
         self._wake = asyncio.Event()
         self._held = {}
+        claiming = asyncio.Lock()
         self._fetcher = Fetcher(
             engine=engine, dialect=dialect, queues=self.queues, options=opts,
             buffer=self._buffer, wake=self._wake, on_claimed=self._hold,
-            on_resized=self._claim_resized, unsettled=self._held.__len__, log=self._log,
+            on_resized=self._claim_resized, unsettled=self._held.__len__,
+            claiming=claiming, log=self._log,
         )
         self._flusher = OutcomeFlusher(
             engine=engine, dialect=dialect, interval=opts.flush_interval,
@@ -150,7 +152,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         )
         releaser = StuckReleaser(
             engine=engine, dialect=dialect, queues=self.queues, options=opts,
-            held=self._held, on_released=self._wake.set, log=self._log,
+            held=self._held, claiming=claiming, on_released=self._wake.set, log=self._log,
         )
         leases = LeaseKeeper(
             engine=engine, dialect=dialect, held=self._held,

@@ -42,10 +42,15 @@ async def test_release_stuck_never_takes_its_own_process_claims(
 
     assert sorted(handled.calls) == [(1, 1), (2, 1), (3, 1)]
     done = await rows(engine, tables.archive)
-    assert [(r["state"], r["deliveries_count"]) for r in done] == [(MessageState.COMPLETED, 1)] * 3
+    left = [dict(r) for r in await rows(engine, tables.message)]
+    logged = [r.getMessage() for r in caplog.records]
+    assert [(r["state"], r["deliveries_count"]) for r in done] == [
+        (MessageState.COMPLETED, 1)
+    ] * 3, (left, logged)
     assert not [r for r in caplog.records if "stale" in r.getMessage()]
     assert not [r for r in caplog.records if "stuck in PROCESSING" in r.getMessage()]
     stalls = [r.getMessage() for r in caplog.records if "event loop was blocked" in r.getMessage()]
-    assert stalls, "the stall was not reported"
-    assert all("blocks_the_loop" in line and "queue 'q'" in line for line in stalls)
-    assert any("test_stalled_loop.py" in line for line in stalls)  # where it blocked
+    # (a busy host can stall the loop briefly on its own too: those lines name no handler)
+    named = [line for line in stalls if "blocks_the_loop" in line]
+    assert named, f"the stall was not reported: {stalls}"
+    assert all("queue 'q'" in line and "test_stalled_loop.py" in line for line in named)
