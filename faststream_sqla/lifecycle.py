@@ -116,6 +116,24 @@ def completed(message: ClaimedMessage, started_at: datetime) -> Outcome:
     )
 
 
+def is_expired(message: ClaimedMessage, monotonic_now: float) -> bool:
+    """Whether the message's expires_at has passed, on the database clock."""
+    return message.expires_at is not None and message.expires_at <= db_time(message, monotonic_now)
+
+
+def expired(message: ClaimedMessage) -> Outcome:
+    """Past its expires_at before a handler got it: archived EXPIRED, no attempt made."""
+    return Outcome(
+        id=message.id,
+        token=message.token,
+        state=MessageState.EXPIRED,
+        attempts_count=message.attempts_count,
+        deliveries_count=message.deliveries_count,
+        first_attempt_at=_naive(message.first_attempt_at),
+        last_attempt_at=_naive(message.last_attempt_at),
+    )
+
+
 def deliveries_exceeded(message: ClaimedMessage, max_deliveries: int) -> Outcome:
     """Poison-message protection: FAILED without running the handler."""
     return Outcome(

@@ -53,6 +53,7 @@ class ClaimedMessage:
     last_attempt_at: datetime | None = None
     correlation_id: str | None = None
     claims_count: int = 0
+    expires_at: datetime | None = None
     claimed_at_monotonic: float = 0.0
     # the handler's decision, filled while it runs
     decision: AckStatus | None = None
@@ -106,6 +107,11 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
     @property
     def acquired_at(self) -> datetime | None:
         return to_aware(self.raw_message.acquired_at)
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """When the message stops being worth handling, if it has such a time."""
+        return to_aware(self.raw_message.expires_at)
 
     async def ack(self) -> None:
         if self.committed is None:

@@ -24,6 +24,12 @@ class DeliveryOptionArgs(TypedDict, total=False):
     next_attempt_at: datetime | None
     #: seconds (or a timedelta) from now on the database clock; instead of next_attempt_at
     delay: float | timedelta | None
+    #: aware datetime after which the message is never handed to a handler (archived
+    #: EXPIRED instead)
+    expires_at: datetime | None
+    #: seconds (or a timedelta) from now, on the publishing process's clock; instead of
+    #: expires_at
+    ttl: float | timedelta | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +39,8 @@ class DeliveryOptions:
 
     next_attempt_at: datetime | None = None
     delay: float | timedelta | None = None
+    expires_at: datetime | None = None
+    ttl: float | timedelta | None = None
 
     def over(self, defaults: DeliveryOptions) -> DeliveryOptions:
         """These options, with `defaults`' values where these are unset (None). Options
@@ -49,7 +57,10 @@ class DeliveryOptions:
 
 
 #: options of which a message takes at most one
-ALTERNATIVES: tuple[frozenset[str], ...] = (frozenset({"next_attempt_at", "delay"}),)
+ALTERNATIVES: tuple[frozenset[str], ...] = (
+    frozenset({"next_attempt_at", "delay"}),
+    frozenset({"expires_at", "ttl"}),
+)
 
 
 NO_OPTIONS = DeliveryOptions()

@@ -31,6 +31,7 @@ class MessageState(str, enum.Enum):
     RETRYABLE = "RETRYABLE"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+    EXPIRED = "EXPIRED"  # past its expires_at before a handler got it: never handled
 
 
 # Portable column types. BigInteger ids do not auto-increment on SQLite, so they
@@ -168,6 +169,7 @@ MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
     # unstarted keeps it), so no two claims of a message ever share one.
     MessageColumn("claims_count", sa.Integer(), nullable=False, initial="0",
                   counts_claims=True),
+    MessageColumn("expires_at", Timestamp, published_as="expires_at"),
     MessageColumn("state", State, nullable=False, initial="'PENDING'", claimed=False,
                   settled=True),
     MessageColumn("last_error", ErrorText, claimed=False, settled=True),

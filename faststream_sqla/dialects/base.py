@@ -33,7 +33,8 @@ from faststream_sqla.schema import (
 
 T = TypeVar("T")
 READY = (MessageState.PENDING, MessageState.RETRYABLE)
-TERMINAL = (MessageState.COMPLETED, MessageState.FAILED)
+#: the states that move a message to the archive
+TERMINAL = (MessageState.COMPLETED, MessageState.FAILED, MessageState.EXPIRED)
 
 #: claimed columns that every row of one claim shares (the queue asked for, the claim's
 #: time): dialects that can send them once do, and fill them in on the client
@@ -55,6 +56,7 @@ class NewMessage:
     correlation_id: str | None
     publish_at: datetime | None  # naive UTC; None means now + publish_delay
     publish_delay: float = 0.0
+    expires_at: datetime | None = None  # naive UTC
 
 
 @dataclass(slots=True)

@@ -96,7 +96,7 @@ def _codes(*states: MessageState) -> str:
     return ", ".join(str(STATE_CODES[s]) for s in states)
 
 
-_ARCHIVED = f"o.state_code IN ({_codes(MessageState.COMPLETED, MessageState.FAILED)})"
+_ARCHIVED = f"o.state_code IN ({_codes(*TERMINAL)})"
 _REQUEUED = f"o.state_code IN ({_codes(MessageState.PENDING, MessageState.RETRYABLE)})"
 
 

@@ -275,7 +275,7 @@ class PostgresDialect(Dialect):
             parts.append(f"""moved AS (
     DELETE FROM {m} AS m USING {rows}
     WHERE m.id = o.id AND m.{TOKEN_COLUMN} = o.token AND {STILL_CLAIMED}
-      AND o.state IN ('COMPLETED', 'FAILED')
+      AND o.state IN ({", ".join(f"'{s.value}'" for s in TERMINAL)})
     RETURNING {", ".join(values)}
 ),
 archived AS (

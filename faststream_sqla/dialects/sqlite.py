@@ -24,6 +24,7 @@ from faststream_sqla.schema import (
     PUBLISHED_COLUMNS,
     Initial,
     QueueTables,
+    Timestamp,
     archive_copy,
 )
 
@@ -49,6 +50,18 @@ BUSY_TIMEOUT_MS = 30_000
 #: a row's published values, in PUBLISHED_COLUMNS order
 _published_values = operator.attrgetter(*(c.published_as for c in PUBLISHED_COLUMNS))
 # created_at and the due time are computed here (see _insert_work), the rest is literal
+#: positions of the published values that are times
+_PUBLISHED_TIMES = frozenset(i for i, c in enumerate(PUBLISHED_COLUMNS) if c.type is Timestamp)
+
+
+def _any_published_time(rows: Sequence[NewMessage]) -> bool:
+    """Whether any row has a published time (one pass in C for the usual one column)."""
+    names = [c.published_as for c in PUBLISHED_COLUMNS if c.type is Timestamp]
+    if len(names) == 1:
+        return any(map(operator.attrgetter(names[0]), rows))  # type: ignore[arg-type]
+    return any(getattr(r, n) is not None for r in rows for n in names)  # type: ignore[arg-type]
+
+
 _INSERT_VALUES = [
     "?" if c.published_as or isinstance(c.initial, Initial) else str(c.initial)
     for c in INSERTED_COLUMNS
@@ -417,6 +430,7 @@ class SQLiteDialect(Dialect):
         created = stored_text(now)
         due_after: dict[float, str] = {0.0: created}
         params: list[Any] = []
+        times_given = _any_published_time(rows)
         for r in rows:
             if r.publish_at is not None:  # the caller's time, to the microsecond
                 due = r.publish_at.isoformat(" ", "microseconds")
@@ -424,7 +438,14 @@ class SQLiteDialect(Dialect):
                 due = due_after[r.publish_delay] = stored_text(
                     now + timedelta(seconds=r.publish_delay)
                 )
-            params += (*_published_values(r), created, due)  # CLIENT_INITIALS order
+            values = _published_values(r)
+            if times_given:
+                # stored in the text form SQLAlchemy uses, not the driver's default
+                values = tuple(
+                    timestamp_text(v) if i in _PUBLISHED_TIMES else v
+                    for i, v in enumerate(values)
+                )
+            params += (*values, created, due)  # CLIENT_INITIALS order
         statements = []
         for start in range(0, len(rows), _MAX_INSERT_ROWS):
             size = min(_MAX_INSERT_ROWS, len(rows) - start)

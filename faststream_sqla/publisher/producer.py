@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event
@@ -40,28 +40,49 @@ def delay_seconds(delay: float | timedelta | None) -> float:
     return validate_delay(delay.total_seconds() if isinstance(delay, timedelta) else delay)
 
 
-def storable_time(value: datetime | None) -> datetime | None:
+#: stored times end before this (MySQL keeps the last DATETIME for "not ready")
+LATEST_TIME = datetime(9999, 1, 1)
+
+
+def storable_time(value: datetime | None, what: str = "next_attempt_at") -> datetime | None:
+    """An aware datetime as stored: naive UTC."""
     if value is None:
         return None
     if not isinstance(value, datetime):
-        msg = f"next_attempt_at must be a datetime, got {type(value).__name__}"
+        msg = f"{what} must be a datetime, got {type(value).__name__}"
         raise InvalidOptionError(msg)
     if value.tzinfo is None or value.utcoffset() is None:
         msg = (
-            f"next_attempt_at {value.isoformat()} is naive; pass an aware datetime, "
+            f"{what} {value.isoformat()} is naive; pass an aware datetime, "
             "e.g. datetime.now(timezone.utc) + timedelta(minutes=5)"
         )
         raise InvalidOptionError(msg)
-    return to_naive_utc(value)
+    try:
+        stored = to_naive_utc(value)
+    except OverflowError:
+        stored = datetime.max
+    if stored >= LATEST_TIME:
+        msg = f"{what} {value.isoformat()} is too far ahead: the latest is {LATEST_TIME:%Y-%m-%d}"
+        raise InvalidOptionError(msg)
+    return stored
 
 
-def due_time(options: DeliveryOptions) -> tuple[datetime | None, float]:
-    """When a message may first be delivered: a time (naive UTC), else a delay."""
+def timing(options: DeliveryOptions) -> tuple[datetime | None, float, datetime | None]:
+    """When a message may first be delivered (a time, naive UTC, else a delay), and when
+    it expires (naive UTC, or None)."""
     publish_at = storable_time(options.next_attempt_at)
     if publish_at is not None and options.delay is not None:
         msg = "pass either next_attempt_at or delay, not both"
         raise InvalidOptionError(msg)
-    return publish_at, delay_seconds(options.delay)
+    expires_at = storable_time(options.expires_at, "expires_at")
+    if options.ttl is not None:
+        if expires_at is not None:
+            msg = "pass either expires_at or ttl, not both"
+            raise InvalidOptionError(msg)
+        ttl = options.ttl
+        seconds = validate_delay(ttl.total_seconds() if isinstance(ttl, timedelta) else ttl, "ttl")
+        expires_at = datetime.now(timezone.utc).replace(tzinfo=None) + timedelta(seconds=seconds)
+    return publish_at, delay_seconds(options.delay), expires_at
 
 
 def checked_correlation_id(value: Any) -> str | None:
@@ -140,7 +161,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
     ) -> list[NewMessage]:
         """Validate everything before anything is written."""
         queue = validate_queue_name(cmd.destination)
-        publish_at, delay = due_time(cmd.options)
+        publish_at, delay, expires_at = timing(cmd.options)
         correlation_id = checked_correlation_id(cmd.correlation_id)
         headers = checked_headers(cmd.headers)
         if cmd.reply_to:
@@ -159,14 +180,14 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         for index, body in enumerate(bodies):
             item_headers: dict[str, Any] | None = None
             item_id = correlation_id
-            item_at, item_delay = publish_at, delay
+            item_at, item_delay, item_expires = publish_at, delay, expires_at
             if body.__class__ is Envelope:  # options of its own
                 if body.headers is not None:
                     item_headers = {**headers, **checked_headers(body.headers)}
                 if body.correlation_id is not None:
                     item_id = checked_correlation_id(body.correlation_id)
                 if body.options is not NO_OPTIONS:
-                    item_at, item_delay = due_time(body.options.over(cmd.options))
+                    item_at, item_delay, item_expires = timing(body.options.over(cmd.options))
                 body = body.body
             try:
                 payload, content_type = (
@@ -195,6 +216,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                     ),
                     publish_at=item_at,
                     publish_delay=item_delay,
+                    expires_at=item_expires,
                 )
             )
         return rows

@@ -344,6 +344,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             self._flusher.add(lifecycle.deliveries_exceeded(raw, opts.max_deliveries))
             return
         started = time.monotonic()
+        if raw.expires_at is not None and lifecycle.is_expired(raw, started):
+            self._flusher.add(lifecycle.expired(raw))
+            return
         try:
             error = await self._run_handler(raw, (raw,))
         except asyncio.CancelledError:
@@ -359,12 +362,14 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         opts = self.options
         settled: list[Outcome] = []
         live = []
+        started = time.monotonic()
         for raw in batch:
             if opts.max_deliveries is not None and raw.deliveries_count > opts.max_deliveries:
                 settled.append(lifecycle.deliveries_exceeded(raw, opts.max_deliveries))
+            elif raw.expires_at is not None and lifecycle.is_expired(raw, started):
+                settled.append(lifecycle.expired(raw))
             else:
                 live.append(raw)
-        started = time.monotonic()
         error: BaseException | None = None
         if live:
             try:
@@ -473,6 +478,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 raw = claimed_from_row(rows[0], time.monotonic())
                 if opts.max_deliveries is not None and raw.deliveries_count > opts.max_deliveries:
                     await self._write_now(lifecycle.deliveries_exceeded(raw, opts.max_deliveries))
+                    continue
+                if lifecycle.is_expired(raw, time.monotonic()):
+                    await self._write_now(lifecycle.expired(raw))
                     continue
                 raw.settle = self._settle_now
                 return raw

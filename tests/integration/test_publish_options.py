@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from faststream_sqla import Envelope, SqlaBroker, SqlaResponse
+from faststream_sqla import Envelope, MessageState, SqlaBroker, SqlaMessage, SqlaResponse
 from faststream_sqla.exceptions import InvalidOptionError, MessageSerializationError
 
-from .helpers import FAST, Recorder, rows
+from .helpers import FAST, Recorder, rows, wait_until
 
 LATER = datetime(2040, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
@@ -101,8 +101,6 @@ async def test_a_response_carries_options_to_the_reply(database_url, engine, tab
     async def reply_stored() -> list:
         return await rows(engine, tables.message, tables.message.c.queue == "out")
 
-    from .helpers import wait_until
-
     await wait_until(reply_stored)
     (reply,) = await reply_stored()
     assert reply["next_attempt_at"] == LATER.replace(tzinfo=None)
@@ -112,3 +110,59 @@ async def test_a_response_carries_options_to_the_reply(database_url, engine, tab
 def test_an_unknown_option_is_a_type_error():
     with pytest.raises(TypeError, match="priorty"):
         Envelope("x", priorty=5)  # type: ignore[call-arg]
+
+
+# -- expiry ---------------------------------------------------------------------------
+
+
+async def test_an_expired_message_never_reaches_a_handler(database_url, engine, tables):
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber("q", **FAST)
+    async def handle(body: str, msg: SqlaMessage) -> None:
+        got.record((body, msg.expires_at))
+
+    past = datetime.now(timezone.utc) - timedelta(seconds=1)
+    async with broker:
+        await broker.connect()
+        stale, stale_item, _ = await broker.publish_batch(
+            "stale", Envelope("stale item", ttl=0), "fresh", queue="q", expires_at=past
+        )
+        fresh = await broker.publish("fresh one", queue="q", ttl=timedelta(hours=1))
+        await broker.start()
+        (body, expires_at), = await got.wait_for(1)
+        await wait_until(lambda: _archived(engine, tables, 4))
+
+    assert body == "fresh one" and expires_at.tzinfo is timezone.utc
+    by_id = {r["id"]: r for r in await rows(engine, tables.archive)}
+    assert by_id[fresh]["state"] == MessageState.COMPLETED
+    for message_id in (stale, stale_item):
+        assert by_id[message_id]["state"] == MessageState.EXPIRED
+        assert by_id[message_id]["attempts_count"] == 0
+    assert got.calls == [(body, expires_at)]
+
+
+async def _archived(engine, tables, n: int) -> bool:
+    return len(await rows(engine, tables.archive)) >= n
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"expires_at": datetime(2040, 1, 1)},  # naive
+        {"expires_at": LATER, "ttl": 5},
+        {"ttl": -1},
+        {"ttl": float("nan")},
+        {"next_attempt_at": datetime.max.replace(tzinfo=timezone(timedelta(hours=-5)))},
+        {"expires_at": "tomorrow"},
+    ],
+    ids=["naive", "both", "negative", "nan", "past the last date", "not a time"],
+)
+async def test_bad_expiry_is_refused_before_writing(database_url, engine, tables, options):
+    broker = SqlaBroker(database_url)
+    async with broker:
+        await broker.connect()
+        with pytest.raises(InvalidOptionError):
+            await broker.publish("x", queue="q", **options)
+    assert await rows(engine, tables.message) == []
