@@ -48,6 +48,10 @@ class DatabaseUnreachableError(SqlaBrokerError, ConnectionError):
     """The database could not be reached when the broker started."""
 
 
+class QueueFullError(SqlaBrokerError):
+    """A publish would take a queue past its `max_queue_size`; nothing was written."""
+
+
 class RetryAfter(SqlaBrokerError):
     """Raise from a handler to retry the message after exactly `seconds` (at most 24
     hours; longer is cut to that) instead of the retry strategy's backoff. The strategy's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -29,7 +29,7 @@ from faststream_sqla.exceptions import DatabaseUnreachableError, InvalidOptionEr
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.migrations import check_schema
 from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelope
-from faststream_sqla.publisher.producer import SqlaProducer
+from faststream_sqla.publisher.producer import QueueLimits, SqlaProducer
 from faststream_sqla.response import Connection, SqlaPublishCommand
 from faststream_sqla.schema import QueueTables, TableNames
 from faststream_sqla.vacuum import MessageTableVacuum
@@ -74,6 +74,8 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         archive_table: str = "message_archive",
         validate_schema: bool = True,
         vacuum_message_table: bool = True,
+        max_queue_size: int | None = None,
+        max_queue_sizes: Mapping[str, int | None] | None = None,
         engine_options: dict[str, Any] | None = None,
         graceful_timeout: float | None = 15.0,
         decoder: CustomCallable | None = None,
@@ -107,6 +109,9 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             except Exception as e:
                 msg = f"not a database URL: {url_or_engine!r} ({e})"
                 raise InvalidOptionError(msg) from e
+        producer = SqlaProducer(parser=parser, decoder=decoder)
+        # backpressure: checked now, so a bad limit fails at construction
+        producer.limits = QueueLimits(max_queue_size, max_queue_sizes)
         tables = QueueTables(
             TableNames(message=message_table, archive=archive_table),
             dialect=url.get_backend_name(),
@@ -117,7 +122,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             validate_schema=validate_schema,
             routers=routers,
             config=SqlaBrokerConfig(
-                producer=SqlaProducer(parser=parser, decoder=decoder),
+                producer=producer,
                 tables=tables,
                 vacuum=MessageTableVacuum(enabled=vacuum_message_table),
                 broker_middlewares=middlewares,

@@ -40,6 +40,26 @@ def ready_ids(m: sa.Table, *extra: sa.ColumnElement) -> sa.Select:
     )
 
 
+def active_count(m: sa.Table) -> sa.Select:
+    """How many of one queue's messages wait or are in flight, counted no further than
+    :at_most: a bounded probe of the claim and stuck indexes, whose cost does not grow
+    with the queue. MySQL's one ready index holds both kinds, so one probe does."""
+
+    def probe(*where: sa.ColumnElement[bool]) -> sa.ScalarSelect:
+        found = (
+            sa.select(sa.literal_column("1").label("one"))
+            .where(m.c.queue == sa.bindparam("probe_queue"), *where)
+            .limit(sa.bindparam("at_most", type_=sa.Integer()))
+            .subquery()
+        )
+        return sa.select(sa.func.count()).select_from(found).scalar_subquery()
+
+    if "ready_at" in m.c:
+        return sa.select(probe())
+    processing = m.c.state == sa.literal_column("'PROCESSING'")
+    return sa.select(probe(ready_predicate(m)) + probe(processing))
+
+
 def claimed_columns(m: sa.Table, *, headers_as_text: bool = False) -> list[sa.ColumnElement]:
     """The columns a claim returns, in CLAIMED_COLUMNS order, untyped on purpose: the
     drivers already return datetimes and bytes, and skipping SQLAlchemy's per-value

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
+from faststream_sqla.dialects._claim import active_count
 from faststream_sqla.schema import (
     CLAIM_COUNTERS,
     CLAIMED_COLUMNS,
@@ -140,6 +141,7 @@ class Dialect(abc.ABC):
             if "ready_at" in m.c
             else []
         )
+        self._active_count = active_count(m)
         self._release_stuck = (
             sa.update(m)
             .where(
@@ -192,6 +194,13 @@ class Dialect(abc.ABC):
         self, queues: Sequence[str], timeout_seconds: float, held: Collection[int]
     ) -> dict[str, Any]:
         return {"queues": list(queues), "timeout": timeout_seconds, "held": self.id_list(held)}
+
+    async def count_active(self, conn: AsyncConnection, queue: str, at_most: int) -> int:
+        """A queue's waiting and in-flight messages, counted up to `at_most` (each kind
+        separately on databases that index them apart, so the result may reach twice
+        that): enough to tell whether the queue is past a limit."""
+        result = await conn.execute(self._active_count, {"probe_queue": queue, "at_most": at_most})
+        return int(result.scalar_one())
 
     async def release_stuck(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,11 @@ from faststream.message import encode_message, gen_cor_id
 
 from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import NewMessage, with_retries
-from faststream_sqla.exceptions import InvalidOptionError, MessageSerializationError
+from faststream_sqla.exceptions import (
+    InvalidOptionError,
+    MessageSerializationError,
+    QueueFullError,
+)
 from faststream_sqla.message import validate_delay
 from faststream_sqla.options import NO_OPTIONS, DeliveryOptions, Envelope
 from faststream_sqla.parser import CONTENT_TYPE_HEADER, REPLY_TO_HEADER, SqlaParser
@@ -32,6 +37,38 @@ if TYPE_CHECKING:
     from faststream._internal.types import CustomCallable
     from faststream_sqla.dialects import Dialect
     from faststream_sqla.wakeup import WakeupHub
+
+
+class QueueLimits:
+    """Backpressure: the most messages a queue may hold waiting or in flight, for every
+    queue (`default`) and per queue name (`per_queue`, where None means no limit).
+
+    The check is a bounded probe, not a count of the table, and is approximate under
+    concurrent publishers: two that check at once may both insert.
+    """
+
+    def __init__(
+        self, default: int | None = None, per_queue: Mapping[str, int | None] | None = None
+    ) -> None:
+        def checked(name: str, value: object) -> int | None:
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**12:
+                msg = f"{name} must be an integer from 1 to 10**12, or None; got {value!r}"
+                raise InvalidOptionError(msg)
+            return value
+
+        self.default = checked("max_queue_size", default)
+        if per_queue is not None and not isinstance(per_queue, Mapping):
+            msg = f"max_queue_sizes must map queue names to sizes, got {per_queue!r}"
+            raise InvalidOptionError(msg)
+        self.per_queue = {
+            validate_queue_name(queue): checked(f"max_queue_sizes[{queue!r}]", size)
+            for queue, size in (per_queue or {}).items()
+        }
+
+    def of(self, queue: str) -> int | None:
+        return self.per_queue.get(queue, self.default) if self.per_queue else self.default
 
 
 def delay_seconds(delay: float | timedelta | None) -> float:
@@ -117,6 +154,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         self._decoder = ParserComposition(decoder, default.decode_message)
         self.codec: CodecProto = DefaultCodec()
         self.serializer: SerializerProto | None = None
+        self.limits = QueueLimits()
         self._engine: AsyncEngine | None = None
         self._dialect: Dialect | None = None
         self._wakeups: WakeupHub | None = None
@@ -221,6 +259,21 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             )
         return rows
 
+    async def _check_room(
+        self, conn: AsyncConnection, rows: Sequence[NewMessage], limit: int
+    ) -> None:
+        """QueueFullError unless the batch fits under the queue's limit as a whole."""
+        assert self._dialect is not None
+        queue = rows[0].queue
+        held = await self._dialect.count_active(conn, queue, at_most=limit)
+        if held + len(rows) > limit:
+            msg = (
+                f"queue {queue!r} is full: it holds {'at least ' if held >= limit else ''}"
+                f"{held} waiting or in-flight messages, its max_queue_size is {limit}, "
+                f"so {len(rows)} more do not fit; nothing was written"
+            )
+            raise QueueFullError(msg)
+
     async def _insert(self, cmd: SqlaPublishCommand, bodies: tuple[Any, ...]) -> list[int]:
         if self._engine is None or self._dialect is None or self._wakeups is None:
             msg = "the broker is not connected: call `await broker.connect()` or start the app"
@@ -229,11 +282,15 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         if not rows:
             return []
         dialect, wakeups, queues = self._dialect, self._wakeups, {rows[0].queue}
+        limit = self.limits.of(rows[0].queue)
 
         if cmd.connection is None:
 
             async def insert_and_commit() -> list[int]:
                 assert self._engine is not None
+                if limit is not None:
+                    async with self._engine.connect() as conn:
+                        await self._check_room(conn, rows, limit)
                 return await dialect.insert_committed(self._engine, rows)
 
             ids = await with_retries(dialect, insert_and_commit)
@@ -248,6 +305,8 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         if not isinstance(conn, AsyncConnection):
             msg = f"connection must be an AsyncConnection or AsyncSession, got {type(conn).__name__}"
             raise InvalidOptionError(msg)
+        if limit is not None:  # a read: refusing leaves the caller's transaction usable
+            await self._check_room(conn, rows, limit)
         ids = await dialect.insert_messages(conn, rows)
         event.listen(
             conn.sync_connection, "commit",

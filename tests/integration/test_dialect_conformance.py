@@ -157,6 +157,15 @@ async def test_release_stuck_leaves_what_the_caller_holds(engine, tables, dialec
     assert states == {mine: MessageState.PROCESSING, theirs: MessageState.PENDING}
 
 
+async def test_counting_a_queue_stops_at_the_bound(engine, tables, dialect):
+    await insert(engine, dialect, *(new() for _ in range(10)), new("other"))
+    await dialect.claim(engine, "q", 4)  # 4 in flight, 6 waiting
+    async with engine.connect() as conn:
+        assert await dialect.count_active(conn, "q", at_most=100) == 10
+        assert 3 <= await dialect.count_active(conn, "q", at_most=3) <= 6  # per index
+        assert await dialect.count_active(conn, "none", at_most=100) == 0
+
+
 async def test_explicit_publish_time_is_stored_exactly(engine, tables, dialect):
     at = datetime(2031, 5, 6, 7, 8, 9, 123456)
     (i,) = await insert(engine, dialect, new(at=at))
