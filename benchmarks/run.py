@@ -1,4 +1,5 @@
-"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--databases ...] [--scenarios ...]``.
+"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--databases ...] [--scenarios ...]``,
+or ``--baseline REF`` to compare the plain path with another revision (benchmarks/baseline.py).
 
 Every figure is also shown as a ratio to the baselines measured in the same run: the raw
 driver ceiling (``raw``), FastStream's own consume path without a database
@@ -103,6 +104,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"comma-separated from {', '.join(SCENARIOS)}, or peers, or all")
     p.add_argument("--json", type=Path, help="write every figure, ratio and setting here")
     p.add_argument("--markdown", type=Path, help="write the table as markdown here")
+    p.add_argument("--baseline", metavar="REF",
+                   help="instead of the suite: the plain drain and publish scenarios of git "
+                        "revision REF and of the working tree, in alternating runs, with "
+                        "the median ratio of --pairs pairs")
+    p.add_argument("--pairs", type=int, default=3, help="pairs of runs for --baseline")
     p.add_argument("--size", action="append", default=[], metavar="KEY=VALUE",
                    help=f"override a size, e.g. drain_n=50000 (keys: {', '.join(FULL)})")
     args = p.parse_args(argv)
@@ -334,6 +340,8 @@ def print_settings(settings: dict[str, Any], sizes: dict[str, Any], args: argpar
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.baseline:
+        return compare_with_baseline(args)
     tmpdir = Path(tempfile.mkdtemp(prefix="fsqla-bench-"))
     counter = setup_logging(tmpdir)
     started = datetime.now(timezone.utc)
@@ -375,6 +383,21 @@ def main(argv: list[str] | None = None) -> int:
         if name.startswith("bench") and not name.endswith(".log"):
             path = tmpdir / name
             shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return 0
+
+
+def compare_with_baseline(args: argparse.Namespace) -> int:
+    from . import baseline
+
+    extra = ["--databases", ",".join(args.databases)]
+    extra += ["--quick"] if args.quick else []
+    for item in args.size:
+        extra += ["--size", item]
+    rows = baseline.compare(args.baseline, pairs=max(args.pairs, 1), extra=extra)
+    baseline.print_comparison(args.baseline, rows)
+    if args.json:
+        args.json.write_text(json.dumps({"baseline": args.baseline, "figures": rows}, indent=2))
+        print(f"JSON: {args.json}")
     return 0
 
 
