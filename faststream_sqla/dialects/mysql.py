@@ -240,8 +240,9 @@ class MySQLDialect(Dialect):
 
     async def _insert_rows(self, m: str, run: RunStatement, rows: Sequence[NewMessage]) -> list[int]:
         params: list[Any] = []
-        for r in rows:
-            params += (*_published_values(r), r.publish_at, round(r.publish_delay * 1_000_000))
+        for r, values in zip(rows, map(_published_values, rows)):
+            params += values
+            params += (r.publish_at, round(r.publish_delay * 1_000_000))
         sql = f"{_INSERT.format(m=m)} {', '.join([_ROW] * len(rows))}"
         if self.insert_returning:
             return sorted(row[0] for row in await run(f"{sql} RETURNING id", tuple(params)))

@@ -89,6 +89,7 @@ def outcome_parameters(outcomes: Sequence[Outcome]) -> dict[str, Any]:
 _SHARED = tuple(c for c in PUBLISHED_COLUMNS if c.shared)
 _PER_ROW = tuple(c for c in PUBLISHED_COLUMNS if not c.shared)
 _shared_values = operator.attrgetter(*(c.published_as for c in _SHARED))
+_PER_ROW_VALUES = tuple((c, operator.attrgetter(c.published_as)) for c in _PER_ROW)  # type: ignore[arg-type]
 INSERT_PARAMETERS = (
     *(c.name for c in _SHARED), "publish_at", "delay", *(f"{c.name}_values" for c in _PER_ROW),
     "channel", "notify_queue",
@@ -468,8 +469,12 @@ archived AS (
     def _insert_parameters(self, run: Sequence[NewMessage]) -> dict[str, Any]:
         first = run[0]
         parameters = {c.name: getattr(first, c.published_as) for c in _SHARED}  # type: ignore[arg-type]
-        for c in _PER_ROW:
-            parameters[f"{c.name}_values"] = [getattr(r, c.published_as) for r in run]  # type: ignore[arg-type]
+        for c, get in _PER_ROW_VALUES:
+            values = list(map(get, run))
+            # an option no message of the run uses travels as NULL, not an array of
+            # them: unnest pads a NULL array with NULLs (a NOT NULL column always has values)
+            unused = c.nullable and all(v is None for v in values)
+            parameters[f"{c.name}_values"] = None if unused else values
         parameters.update(
             publish_at=first.publish_at, delay=first.publish_delay, channel=self.channel,
             notify_queue=first.queue,

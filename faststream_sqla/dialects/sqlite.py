@@ -431,21 +431,23 @@ class SQLiteDialect(Dialect):
         due_after: dict[float, str] = {0.0: created}
         params: list[Any] = []
         times_given = _any_published_time(rows)
-        for r in rows:
+        # `params += tuple` per row, not a tuple built by unpacking: this loop runs per
+        # published message
+        for r, values in zip(rows, map(_published_values, rows)):
             if r.publish_at is not None:  # the caller's time, to the microsecond
                 due = r.publish_at.isoformat(" ", "microseconds")
             elif (due := due_after.get(r.publish_delay)) is None:
                 due = due_after[r.publish_delay] = stored_text(
                     now + timedelta(seconds=r.publish_delay)
                 )
-            values = _published_values(r)
             if times_given:
                 # stored in the text form SQLAlchemy uses, not the driver's default
                 values = tuple(
                     timestamp_text(v) if i in _PUBLISHED_TIMES else v
                     for i, v in enumerate(values)
                 )
-            params += (*values, created, due)  # CLIENT_INITIALS order
+            params += values
+            params += (created, due)  # CLIENT_INITIALS order
         statements = []
         for start in range(0, len(rows), _MAX_INSERT_ROWS):
             size = min(_MAX_INSERT_ROWS, len(rows) - start)
