@@ -121,33 +121,34 @@ def is_expired(message: ClaimedMessage, monotonic_now: float) -> bool:
     return message.expires_at is not None and message.expires_at <= db_time(message, monotonic_now)
 
 
-def expired(message: ClaimedMessage) -> Outcome:
-    """Past its expires_at before a handler got it: archived EXPIRED, no attempt made."""
+def settled_unhandled(
+    message: ClaimedMessage, state: MessageState, last_error: str | None = None
+) -> Outcome:
+    """Settled without running the handler: no attempt is spent or recorded."""
     return Outcome(
         id=message.id,
         token=message.token,
-        state=MessageState.EXPIRED,
+        state=state,
         attempts_count=message.attempts_count,
         deliveries_count=message.deliveries_count,
         first_attempt_at=_naive(message.first_attempt_at),
         last_attempt_at=_naive(message.last_attempt_at),
+        last_error=last_error,
     )
+
+
+def expired(message: ClaimedMessage) -> Outcome:
+    """Past its expires_at before a handler got it: archived EXPIRED."""
+    return settled_unhandled(message, MessageState.EXPIRED)
 
 
 def deliveries_exceeded(message: ClaimedMessage, max_deliveries: int) -> Outcome:
     """Poison-message protection: FAILED without running the handler."""
-    return Outcome(
-        id=message.id,
-        token=message.token,
-        state=MessageState.FAILED,
-        attempts_count=message.attempts_count,
-        deliveries_count=message.deliveries_count,
-        first_attempt_at=_naive(message.first_attempt_at),
-        last_attempt_at=_naive(message.last_attempt_at),
-        last_error=(
-            f"max_deliveries exceeded: delivered {message.deliveries_count} times, "
-            f"limit {max_deliveries}"
-        ),
+    return settled_unhandled(
+        message,
+        MessageState.FAILED,
+        f"max_deliveries exceeded: delivered {message.deliveries_count} times, "
+        f"limit {max_deliveries}",
     )
 
 
