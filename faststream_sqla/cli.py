@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from .exceptions import SqlaBrokerError
+from .exceptions import InvalidOptionError, SqlaBrokerError
+from .urls import mask_passwords, masked, parse_url
 from .migrations import HEAD_REVISION, current_revision, downgrade_schema, upgrade_schema
 from .schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE, TableNames
 
@@ -49,10 +50,12 @@ def _fail(message: str) -> typer.Exit:
 def _run(url: str, action: Callable[[AsyncEngine], Awaitable[T]]) -> T:
     """Run `action` on an engine for `url`, turning every expected failure into exit 1."""
     try:
-        engine = create_async_engine(sa.make_url(url))
+        engine = create_async_engine(parse_url(url))
+    except InvalidOptionError as e:
+        raise _fail(str(e)) from None
     except (sa.exc.ArgumentError, sa.exc.InvalidRequestError, ImportError) as e:
-        # unparsable URL, unknown dialect, sync driver or driver not installed
-        raise _fail(f"invalid database URL: {e}") from None
+        # unknown dialect, sync driver or driver not installed
+        raise _fail(f"invalid database URL {masked(url)}: {mask_passwords(str(e))}") from None
     shown = engine.url.render_as_string(hide_password=True)
 
     async def go() -> T:
@@ -71,7 +74,9 @@ def _run(url: str, action: Callable[[AsyncEngine], Awaitable[T]]) -> T:
         return asyncio.run(go())
     except Exception as e:  # noqa: BLE001 - drivers raise their own types (asyncpg on connect)
         reason = e.orig if isinstance(e, sa.exc.DBAPIError) else e
-        raise _fail(f"database {shown}: {type(reason).__name__}: {reason}") from None
+        raise _fail(
+            f"database {shown}: {type(reason).__name__}: {mask_passwords(str(reason))}"
+        ) from None
 
 
 def _names(message_table: str, archive_table: str) -> TableNames:

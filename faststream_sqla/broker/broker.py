@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from fast_depends import Provider, dependency_provider
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from typing_extensions import Unpack, override
 
@@ -32,6 +31,7 @@ from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelop
 from faststream_sqla.publisher.producer import QueueLimits, SqlaProducer
 from faststream_sqla.response import Connection, SqlaPublishCommand
 from faststream_sqla.schema import QueueTables, TableNames
+from faststream_sqla.urls import masked, parse_url
 from faststream_sqla.vacuum import MessageTableVacuum
 
 from .logging import make_sqla_logger_state
@@ -50,13 +50,6 @@ if TYPE_CHECKING:
     from faststream.specification.schema.extra import Tag, TagDict
 
 DEFAULT_URL = "sqlite+aiosqlite:///faststream_sqla.db"
-
-
-def masked(url: str | sa.URL) -> str:
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparsable URL is shown as given
-        return str(url)
 
 
 class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, SqlaBrokerConfig]):
@@ -104,11 +97,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         if isinstance(url_or_engine, AsyncEngine):
             url: sa.URL = url_or_engine.url
         else:
-            try:
-                url = make_url(url_or_engine)
-            except Exception as e:
-                msg = f"not a database URL: {url_or_engine!r} ({e})"
-                raise InvalidOptionError(msg) from e
+            url = parse_url(url_or_engine)
         producer = SqlaProducer(parser=parser, decoder=decoder)
         # backpressure: checked now, so a bad limit fails at construction
         producer.limits = QueueLimits(max_queue_size, max_queue_sizes)

@@ -123,21 +123,40 @@ def timing(options: DeliveryOptions) -> tuple[datetime | None, float, datetime |
 
 
 def checked_correlation_id(value: Any) -> str | None:
-    if value is not None and len(str(value)) > MAX_CORRELATION_ID_LENGTH:
+    if value is None:
+        return None
+    text = str(value)
+    if len(text) > MAX_CORRELATION_ID_LENGTH:
         msg = f"correlation_id is longer than {MAX_CORRELATION_ID_LENGTH} characters"
         raise InvalidOptionError(msg)
-    return None if value is None else str(value)
+    if "\x00" in text:  # PostgreSQL cannot store it; the others would
+        msg = "correlation_id must not contain NUL characters"
+        raise InvalidOptionError(msg)
+    return text
 
 
-def checked_headers(headers: dict[str, Any] | None) -> dict[str, Any]:
-    """A copy of `headers`, once they are known to be storable as JSON."""
-    headers = dict(headers or {})
+def checked_headers(headers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of `headers`, once they are known to be stored and read back as given:
+    string names, JSON values (no NaN or Infinity, which no database's JSON holds), and
+    a valid queue in a reply-to header."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        msg = f"headers must be a dict of header names to values, got {type(headers).__name__}"
+        raise InvalidOptionError(msg)
+    for name in headers:
+        if not isinstance(name, str):
+            msg = f"header names must be strings (JSON keys are), got {name!r}"
+            raise InvalidOptionError(msg)
+    copy = dict(headers)
     try:
-        json.dumps(headers)
+        json.dumps(copy, allow_nan=False)
     except (TypeError, ValueError) as e:
-        msg = f"headers must be JSON-serialisable: {e}"
+        msg = f"headers must be JSON-serialisable, without NaN or Infinity: {e}"
         raise MessageSerializationError(msg) from e
-    return headers
+    if REPLY_TO_HEADER in copy:
+        validate_queue_name(copy[REPLY_TO_HEADER])
+    return copy
 
 
 class SqlaProducer(ProducerProto[SqlaPublishCommand]):
@@ -199,7 +218,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
     ) -> list[NewMessage]:
         """Validate everything before anything is written."""
         queue = validate_queue_name(cmd.destination)
-        publish_at, delay, expires_at = timing(cmd.options)
+        call_timing = timing(cmd.options)  # NewMessage's publish_at, publish_delay, expires_at
         correlation_id = checked_correlation_id(cmd.correlation_id)
         headers = checked_headers(cmd.headers)
         if cmd.reply_to:
@@ -218,14 +237,14 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         for index, body in enumerate(bodies):
             item_headers: dict[str, Any] | None = None
             item_id = correlation_id
-            item_at, item_delay, item_expires = publish_at, delay, expires_at
+            item_timing = call_timing
             if body.__class__ is Envelope:  # options of its own
                 if body.headers is not None:
                     item_headers = {**headers, **checked_headers(body.headers)}
                 if body.correlation_id is not None:
                     item_id = checked_correlation_id(body.correlation_id)
                 if body.options is not NO_OPTIONS:
-                    item_at, item_delay, item_expires = timing(body.options.over(cmd.options))
+                    item_timing = timing(body.options.over(cmd.options))
                 body = body.body
             try:
                 payload, content_type = (
@@ -236,25 +255,24 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                 msg = f"cannot serialise a message body of type {type(body).__name__}: {e}"
                 raise MessageSerializationError(msg) from e
             if item_headers is not None:
-                if content_type:
-                    item_headers[CONTENT_TYPE_HEADER] = content_type
+                if content_type:  # a content type the caller gave is kept
+                    item_headers.setdefault(CONTENT_TYPE_HEADER, content_type)
                 shared = (item_headers, json.dumps(item_headers))
             elif (shared := by_content_type.get(content_type)) is None:
-                row_headers = {**headers, CONTENT_TYPE_HEADER: content_type} if content_type else headers
+                # a content type the caller gave is kept (their decoder may rely on it)
+                row_headers = (
+                    {CONTENT_TYPE_HEADER: content_type, **headers} if content_type else headers
+                )
                 shared = by_content_type[content_type] = (row_headers, json.dumps(row_headers))
             rows.append(
-                NewMessage(
-                    queue=queue,
-                    headers=shared[0],
-                    headers_json=shared[1],
-                    payload=payload,
-                    correlation_id=(
-                        item_id if item_id is not None
-                        else base_id if len(bodies) == 1 else f"{base_id}-{index}"
-                    ),
-                    publish_at=item_at,
-                    publish_delay=item_delay,
-                    expires_at=item_expires,
+                NewMessage(  # positional: this runs per message
+                    queue,
+                    shared[0],
+                    shared[1],
+                    payload,
+                    item_id if item_id is not None
+                    else base_id if len(bodies) == 1 else f"{base_id}-{index}",
+                    *item_timing,
                 )
             )
         return rows

@@ -34,6 +34,14 @@ def default_retry_strategy() -> RetryStrategy:
 DEFAULT_LARGEST_CLAIM = 1000
 
 
+#: bounds of the options (see ConsumeOptions.__post_init__ and docs/configuration.md)
+MAX_WORKERS = 10_000
+MAX_CLAIM = 100_000
+MAX_DELIVERIES = 1_000_000
+MAX_OVERFETCH = 100
+HOUR, DAY = 3600.0, 86400.0
+
+
 @dataclass(kw_only=True)
 class ConsumeOptions:
     """How a subscriber claims, runs and settles messages. See docs/configuration.md."""
@@ -53,23 +61,26 @@ class ConsumeOptions:
     permanent_exceptions: tuple[type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:
-        def positive_int(name: str, value: object) -> None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                msg = f"{name} must be an integer >= 1, got {value!r}"
+        # Every option has bounds: a value that cannot work (a claim size past the
+        # database's integers, a busy-looping interval, a lease of centuries) fails here,
+        # when the subscriber is built, not in every claim later.
+        def whole(name: str, value: object, high: int) -> None:
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
+                msg = f"{name} must be an integer from 1 to {high:,}, got {value!r}"
                 raise InvalidOptionError(msg)
 
-        def seconds(name: str, value: object, *, allow_zero: bool = True) -> None:
+        def seconds(name: str, value: object, low: float, high: float, *, above: bool = False) -> None:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            ok = ok and math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-            if not ok:
-                bound = ">= 0" if allow_zero else "> 0"
-                msg = f"{name} must be a finite number of seconds {bound}, got {value!r}"
+            ok = ok and math.isfinite(value) and (value > low if above else value >= low)
+            if not ok or value > high:  # type: ignore[operator]
+                bound = f"more than {low:g}" if above else f"at least {low:g}"
+                msg = f"{name} must be {bound} and at most {high:g} seconds, got {value!r}"
                 raise InvalidOptionError(msg)
 
-        positive_int("max_workers", self.max_workers)
-        positive_int("fetch_batch_size", self.fetch_batch_size)
+        whole("max_workers", self.max_workers, MAX_WORKERS)
+        whole("fetch_batch_size", self.fetch_batch_size, MAX_CLAIM)
         if self.max_fetch_batch_size is not None:
-            positive_int("max_fetch_batch_size", self.max_fetch_batch_size)
+            whole("max_fetch_batch_size", self.max_fetch_batch_size, MAX_CLAIM)
             if self.max_fetch_batch_size < self.fetch_batch_size:
                 msg = (
                     f"max_fetch_batch_size ({self.max_fetch_batch_size}) must not be "
@@ -77,26 +88,27 @@ class ConsumeOptions:
                 )
                 raise InvalidOptionError(msg)
         if self.max_deliveries is not None:
-            positive_int("max_deliveries", self.max_deliveries)
+            whole("max_deliveries", self.max_deliveries, MAX_DELIVERIES)
         if not isinstance(self.retry_strategy, RetryStrategy):
             msg = f"retry_strategy must be a RetryStrategy, got {self.retry_strategy!r}"
             raise InvalidOptionError(msg)
-        if not isinstance(self.overfetch_factor, (int, float)) or not (
-            1 <= self.overfetch_factor < math.inf
+        factor = self.overfetch_factor
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (
+            1 <= factor <= MAX_OVERFETCH
         ):
-            msg = f"overfetch_factor must be a number >= 1, got {self.overfetch_factor!r}"
+            msg = f"overfetch_factor must be a number from 1 to {MAX_OVERFETCH}, got {factor!r}"
             raise InvalidOptionError(msg)
-        seconds("min_fetch_interval", self.min_fetch_interval)
-        seconds("max_fetch_interval", self.max_fetch_interval, allow_zero=False)
+        seconds("min_fetch_interval", self.min_fetch_interval, 0, HOUR)
+        seconds("max_fetch_interval", self.max_fetch_interval, 0, HOUR, above=True)
         if self.min_fetch_interval > self.max_fetch_interval:
             msg = (
                 f"min_fetch_interval ({self.min_fetch_interval}) must not exceed "
                 f"max_fetch_interval ({self.max_fetch_interval})"
             )
             raise InvalidOptionError(msg)
-        seconds("flush_interval", self.flush_interval)
-        seconds("release_stuck_interval", self.release_stuck_interval, allow_zero=False)
-        seconds("release_stuck_timeout", self.release_stuck_timeout, allow_zero=False)
+        seconds("flush_interval", self.flush_interval, 0, 60)
+        seconds("release_stuck_interval", self.release_stuck_interval, 0.01, DAY)
+        seconds("release_stuck_timeout", self.release_stuck_timeout, 0.1, 7 * DAY)
         if not isinstance(self.permanent_exceptions, tuple) or not all(
             isinstance(t, type) and issubclass(t, BaseException)
             for t in self.permanent_exceptions

@@ -272,7 +272,7 @@ def test_cli_downgrade_asks_first(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("not a url", "invalid database URL"),
+        ("not a url", "not a database URL"),
         ("nosuchdialect+driver://host/db", "invalid database URL"),
         ("postgresql+asyncpg://me:s3cret@127.0.0.1:1/db", "me:***@127.0.0.1:1"),
         ("sqlite+aiosqlite:////nonexistent/dir/x.db", "unable to open database file"),
