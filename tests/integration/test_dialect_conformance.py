@@ -72,10 +72,15 @@ async def test_claim_takes_ready_messages_oldest_first_up_to_the_limit(engine, t
 
 
 async def test_concurrent_claims_never_share_a_message(engine, dialect):
-    await insert(engine, dialect, *(new() for _ in range(60)))
+    inserted = await insert(engine, dialect, *(new() for _ in range(60)))
     batches = await asyncio.gather(*(claim(engine, dialect, "q", 10) for _ in range(8)))
     ids = [r.id for batch in batches for r in batch]
-    assert len(ids) == len(set(ids)) == 60
+    assert len(ids) == len(set(ids))  # never one message in two claims
+    # Under a loaded host MariaDB's SKIP LOCKED has once returned short claims (30 of
+    # 60 rows over eight claims); what they skipped is still there for the next claim.
+    while rest := await claim(engine, dialect, "q", 10):
+        ids += [r.id for r in rest]
+    assert sorted(ids) == inserted
 
 
 async def test_outcomes_archive_requeue_and_are_fenced(engine, tables, dialect):
