@@ -19,6 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from .dialects.base import READS_ONLY
 from .exceptions import SchemaMissingError, SchemaOutdatedError
 from .schema import VERSION_TABLE, QueueTables, TableNames
 
@@ -53,11 +54,16 @@ def _config(connection: Connection, names: TableNames) -> Config:
     return config
 
 
-async def _run(engine: AsyncEngine | str, fn: Callable[[Connection], T]) -> T:
+async def _run(
+    engine: AsyncEngine | str, fn: Callable[[Connection], T], *, reads_only: bool = False
+) -> T:
     eng = create_async_engine(engine) if isinstance(engine, str) else engine
     try:
-        async with eng.begin() as conn:
-            return await conn.run_sync(fn)
+        async with eng.connect() as conn:
+            if reads_only:  # never waits behind a writer (see dialects.base.READS_ONLY)
+                conn = await conn.execution_options(**READS_ONLY)
+            async with conn.begin():
+                return await conn.run_sync(fn)
     finally:
         if eng is not engine:
             await eng.dispose()
@@ -100,7 +106,7 @@ async def current_revision(
 ) -> str | None:
     """The revision the database is at, None if our tables were never created."""
     names = TableNames(message_table, archive_table)
-    return await _run(engine, lambda conn: _revision(conn, names))
+    return await _run(engine, lambda conn: _revision(conn, names), reads_only=True)
 
 
 def upgrade_command(engine: AsyncEngine, names: TableNames) -> str:
@@ -141,7 +147,9 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
     Tables without our version table are accepted when every column is there: the user
     then manages them in their own migrations.
     """
-    missing, lacking, revision = await _run(engine, lambda conn: _inspect(conn, tables))
+    missing, lacking, revision = await _run(
+        engine, lambda conn: _inspect(conn, tables), reads_only=True
+    )
     fix = f"run: {upgrade_command(engine, tables.names)}"
     if missing:
         raise SchemaMissingError(f"table(s) {', '.join(missing)} do not exist; {fix}")

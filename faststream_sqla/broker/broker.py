@@ -23,7 +23,7 @@ from faststream.specification.schema import BrokerSpec
 
 from faststream_sqla.broker.config import SqlaBrokerConfig
 from faststream_sqla.dialects import dialect_for
-from faststream_sqla.dialects.base import NotificationListener
+from faststream_sqla.dialects.base import NotificationListener, reading
 from faststream_sqla.exceptions import DatabaseUnreachableError, InvalidOptionError
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.migrations import check_schema
@@ -176,7 +176,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             raise
         dialect.configure_engine(engine, owned=owned)
         try:
-            async with engine.connect() as conn:
+            async with reading(engine) as conn:
                 await conn.execute(sa.text("SELECT 1"))
             await dialect.prepare(engine)
         except Exception as e:
@@ -255,7 +255,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         engine = self._connection
 
         async def probe() -> None:
-            async with engine.connect() as conn:
+            async with reading(engine) as conn:
                 await conn.execute(sa.text("SELECT 1"))
 
         try:

@@ -12,8 +12,8 @@ import asyncio
 import json
 import operator
 import random
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -82,6 +82,19 @@ class Outcome:
     @property
     def archives(self) -> bool:
         return self.state in TERMINAL
+
+
+#: execution options of a connection that only reads: where the broker makes every
+#: transaction a writer's (SQLite's BEGIN IMMEDIATE), such a connection begins as a
+#: reader instead, so it never waits behind another process's write
+READS_ONLY = {"faststream_sqla_reads_only": True}
+
+
+@asynccontextmanager
+async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection for reads only (see READS_ONLY)."""
+    async with engine.connect() as conn:
+        yield await conn.execution_options(**READS_ONLY)
 
 
 def timestamp_text(value: datetime | None) -> str | None:

@@ -34,6 +34,7 @@ from ._pool import check_in
 from .base import (
     CLAIM_COUNTERS,
     CLAIM_ORDER,
+    READS_ONLY,
     TOKEN_COLUMN,
     SHARED_CLAIM_COLUMNS,
     Dialect,
@@ -44,6 +45,7 @@ from .base import (
 )
 
 T = TypeVar("T")
+(READS_ONLY_OPTION,) = READS_ONLY
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -256,7 +258,10 @@ class SQLiteDialect(Dialect):
 
         @event.listens_for(engine.sync_engine, "begin")
         def _on_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # A reader's transaction takes no lock up front: the connect probe, the
+            # schema check, ping and the backpressure probe never wait for a writer.
+            reads_only = conn.get_execution_options().get(READS_ONLY_OPTION)
+            conn.exec_driver_sql("BEGIN" if reads_only else "BEGIN IMMEDIATE")
 
     async def _write(self, engine: AsyncEngine, work: Callable[[Any], T]) -> T:
         """`work(cursor)` as one immediate transaction, in one hand-off to the driver.

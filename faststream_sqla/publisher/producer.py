@@ -18,7 +18,7 @@ from faststream.exceptions import FeatureNotSupportedException, IncorrectState
 from faststream.message import encode_message, gen_cor_id
 
 from faststream_sqla.clock import to_naive_utc
-from faststream_sqla.dialects.base import NewMessage, with_retries
+from faststream_sqla.dialects.base import NewMessage, reading, with_retries
 from faststream_sqla.exceptions import (
     InvalidOptionError,
     MessageSerializationError,
@@ -307,7 +307,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             async def insert_and_commit() -> list[int]:
                 assert self._engine is not None
                 if limit is not None:
-                    async with self._engine.connect() as conn:
+                    async with reading(self._engine) as conn:
                         await self._check_room(conn, rows, limit)
                 return await dialect.insert_committed(self._engine, rows)
 
