@@ -120,6 +120,20 @@ def tables() -> QueueTables:
     return QueueTables()
 
 
+#: a table of the user's own, written in the same transaction as an outbox publish
+business = sa.Table("business_order", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
+
+
+@pytest.fixture
+async def business_table(engine: AsyncEngine) -> AsyncIterator[sa.Table]:
+    async with engine.begin() as conn:
+        await conn.run_sync(business.metadata.drop_all)
+        await conn.run_sync(business.metadata.create_all)
+    yield business
+    async with engine.begin() as conn:
+        await conn.run_sync(business.metadata.drop_all)
+
+
 # -- no silent gaps -------------------------------------------------------------------
 _skipped: list[str] = []
 

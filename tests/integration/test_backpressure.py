@@ -11,8 +11,6 @@ from faststream_sqla import InvalidOptionError, QueueFullError, SqlaBroker
 
 from .helpers import FAST, Recorder, rows, wait_until
 
-business = sa.Table("bp_order", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
-
 
 async def test_a_full_queue_refuses_then_accepts_after_draining(database_url, engine, tables):
     broker = SqlaBroker(database_url, max_queue_size=5)
@@ -55,11 +53,9 @@ async def test_in_flight_messages_count_too(database_url, engine, tables):
 
 
 async def test_an_outbox_publish_refused_leaves_the_transaction_usable(
-    database_url, engine, tables
+    database_url, engine, tables, business_table
 ):
-    async with engine.begin() as conn:
-        await conn.run_sync(business.metadata.drop_all)
-        await conn.run_sync(business.metadata.create_all)
+    business = business_table
     broker = SqlaBroker(database_url, max_queue_size=1)
     async with broker:
         await broker.connect()
@@ -72,8 +68,6 @@ async def test_an_outbox_publish_refused_leaves_the_transaction_usable(
     async with engine.connect() as conn:
         assert (await conn.execute(sa.select(business.c.id))).scalars().all() == [1]
     assert [r["payload"] for r in await rows(engine, tables.message)] == [b"first"]
-    async with engine.begin() as conn:
-        await conn.run_sync(business.metadata.drop_all)
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,6 @@ from faststream_sqla.subscriber.config import ConsumeOptions
 
 from .helpers import FAST, Recorder, rows
 
-business = sa.Table("bad_input_order", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
 EAST_OF_UTC = timezone(timedelta(hours=-5))
 
 
@@ -43,11 +42,9 @@ EAST_OF_UTC = timezone(timedelta(hours=-5))
          "overflow"],
 )
 async def test_bad_publish_input_is_a_typed_error_and_the_transaction_survives(
-    database_url, engine, tables, options, error
+    database_url, engine, tables, business_table, options, error
 ):
-    async with engine.begin() as conn:
-        await conn.run_sync(business.metadata.drop_all)
-        await conn.run_sync(business.metadata.create_all)
+    business = business_table
     broker = SqlaBroker(database_url)
     async with broker:
         await broker.connect()
@@ -61,8 +58,6 @@ async def test_bad_publish_input_is_a_typed_error_and_the_transaction_survives(
     async with engine.connect() as conn:
         assert (await conn.execute(sa.select(business.c.id))).scalars().all() == [1]
     assert await rows(engine, tables.message) == []
-    async with engine.begin() as conn:
-        await conn.run_sync(business.metadata.drop_all)
 
 
 async def test_a_content_type_the_caller_gives_is_kept(database_url, engine, tables):

@@ -116,19 +116,6 @@ async def test_release_stuck_redelivers_only_own_queues(database_url, engine, ta
 
 # -- transactional outbox -------------------------------------------------------------
 
-business = sa.Table("business_order", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
-
-
-@pytest.fixture
-async def business_table(engine):
-    async with engine.begin() as conn:
-        await conn.run_sync(business.metadata.drop_all)
-        await conn.run_sync(business.metadata.create_all)
-    yield business
-    async with engine.begin() as conn:
-        await conn.run_sync(business.metadata.drop_all)
-
-
 @pytest.mark.parametrize("via", ["connection", "session"])
 async def test_outbox_publish_exists_only_if_transaction_commits(
     database_url, engine, tables, business_table, via
