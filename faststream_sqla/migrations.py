@@ -19,7 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from .dialects.base import READS_ONLY
+from .dialects.base import reading
 from .exceptions import SchemaMissingError, SchemaOutdatedError
 from .schema import VERSION_TABLE, QueueTables, TableNames
 
@@ -59,11 +59,9 @@ async def _run(
 ) -> T:
     eng = create_async_engine(engine) if isinstance(engine, str) else engine
     try:
-        async with eng.connect() as conn:
-            if reads_only:  # never waits behind a writer (see dialects.base.READS_ONLY)
-                conn = await conn.execution_options(**READS_ONLY)
-            async with conn.begin():
-                return await conn.run_sync(fn)
+        # a read never waits behind a writer (see dialects.base.reading)
+        async with (reading(eng) if reads_only else eng.connect()) as conn, conn.begin():
+            return await conn.run_sync(fn)
     finally:
         if eng is not engine:
             await eng.dispose()
