@@ -54,6 +54,8 @@ class ClaimedMessage:
     correlation_id: str | None = None
     claims_count: int = 0
     expires_at: datetime | None = None
+    priority: int = 0
+    ordering_key: str | None = None
     claimed_at_monotonic: float = 0.0
     # the handler's decision, filled while it runs
     decision: AckStatus | None = None
@@ -112,6 +114,16 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
     def expires_at(self) -> datetime | None:
         """When the message stops being worth handling, if it has such a time."""
         return to_aware(self.raw_message.expires_at)
+
+    @property
+    def priority(self) -> int:
+        """0-10, higher first."""
+        return self.raw_message.priority
+
+    @property
+    def ordering_key(self) -> str | None:
+        """The key whose messages are handled one at a time, in publish order."""
+        return self.raw_message.ordering_key
 
     async def ack(self) -> None:
         if self.committed is None:

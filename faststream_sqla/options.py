@@ -30,6 +30,13 @@ class DeliveryOptionArgs(TypedDict, total=False):
     #: seconds (or a timedelta) from now, on the publishing process's clock; instead of
     #: expires_at
     ttl: float | timedelta | None
+    #: 0-10, higher first (default 0)
+    priority: int | None
+    #: messages of one key are handled one at a time, in publish order
+    ordering_key: str | None
+    #: a queue holds one waiting or in-flight message per key: publishing it again
+    #: returns that message's id and writes nothing
+    idempotency_key: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +48,9 @@ class DeliveryOptions:
     delay: float | timedelta | None = None
     expires_at: datetime | None = None
     ttl: float | timedelta | None = None
+    priority: int | None = None
+    ordering_key: str | None = None
+    idempotency_key: str | None = None
 
     def over(self, defaults: DeliveryOptions) -> DeliveryOptions:
         """These options, with `defaults`' values where these are unset (None). Options

@@ -18,6 +18,12 @@ from .clock import utc_now
 
 MAX_QUEUE_NAME_LENGTH = 255
 MAX_CORRELATION_ID_LENGTH = 255
+#: ordering and idempotency keys are text of at most this many characters
+MAX_KEY_LENGTH = 255
+#: message priorities, higher first; 0 is the default
+MIN_PRIORITY, MAX_PRIORITY = 0, 10
+#: every priority, in the order a claim takes them
+PRIORITIES = tuple(range(MAX_PRIORITY, MIN_PRIORITY - 1, -1))
 DEFAULT_MESSAGE_TABLE = "message"
 DEFAULT_ARCHIVE_TABLE = "message_archive"
 VERSION_TABLE = "faststream_sqla_version"
@@ -170,9 +176,17 @@ MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
     MessageColumn("claims_count", sa.Integer(), nullable=False, initial="0",
                   counts_claims=True),
     MessageColumn("expires_at", Timestamp, published_as="expires_at"),
+    MessageColumn("priority", sa.SmallInteger(), nullable=False, published_as="priority",
+                  initial="0"),
+    # Messages of one ordering key are claimed one at a time, in id order: a claim
+    # passes over a message while an earlier one of its key is still in this table.
+    MessageColumn("ordering_key", sa.String(MAX_KEY_LENGTH), published_as="ordering_key"),
     MessageColumn("state", State, nullable=False, initial="'PENDING'", claimed=False,
                   settled=True),
     MessageColumn("last_error", ErrorText, claimed=False, settled=True),
+    # Unique per queue among the messages in this table (ux_<table>_idempotency).
+    MessageColumn("idempotency_key", sa.String(MAX_KEY_LENGTH), claimed=False,
+                  published_as="idempotency_key"),
 )
 MESSAGE_COLUMN = {c.name: c for c in MESSAGE_COLUMNS}
 #: the columns a claim returns, in `ClaimedMessage` order
@@ -247,13 +261,19 @@ def build_message_table(
         # on acquired_at. Not NULL for "not ready": NULLs sort first, so each claim would
         # start by walking the in-flight rows and every not yet purged entry of the
         # rows archived before it.
-        sa.Index(f"ix_{name}_ready", table.c.queue, table.c.ready_at, table.c.id)
+        # Priority comes second: a claim reads each priority as its own range, so the
+        # not yet due rows of one priority never stand in front of another's due ones.
+        sa.Index(
+            f"ix_{name}_ready", table.c.queue, table.c.priority, table.c.ready_at, table.c.id
+        )
+        _key_indexes(table, name, partial=False)
         return table
     # The claim walks (queue, next_attempt_at) in order and stops at LIMIT; in-flight
     # rows are left out of the index entirely.
     sa.Index(
         f"ix_{name}_claim",
         table.c.queue,
+        table.c.priority,  # one range per priority (see _claim.ready_ids)
         table.c.next_attempt_at,
         table.c.id,  # the claim orders by (next_attempt_at, id): no sort on any backlog
         postgresql_where=ready,
@@ -266,7 +286,23 @@ def build_message_table(
         postgresql_where=processing,
         sqlite_where=processing,
     )
+    _key_indexes(table, name, partial=True)
     return table
+
+
+def _key_indexes(table: sa.Table, name: str, *, partial: bool) -> None:
+    """The ordering-key index (a claim's check for an earlier message of the key) and
+    the idempotency-key unique index. Most messages have neither key: where partial
+    indexes exist they leave those rows out."""
+    for column, index, unique, extra in (
+        (table.c.ordering_key, f"ix_{name}_ordering", False, (table.c.id,)),
+        (table.c.idempotency_key, f"ux_{name}_idempotency", True, ()),
+    ):
+        where = {}
+        if partial:
+            keyed = column.isnot(None)
+            where = {"postgresql_where": keyed, "sqlite_where": keyed}
+        sa.Index(index, table.c.queue, column, *extra, unique=unique, **where)
 
 
 def build_archive_table(metadata: sa.MetaData, name: str) -> sa.Table:

@@ -89,6 +89,9 @@ class FakeProducer(SqlaProducer):
                 next_attempt_at=now,
                 acquired_at=now,
                 correlation_id=row.correlation_id,
+                expires_at=row.expires_at,
+                priority=row.priority,
+                ordering_key=row.ordering_key,
             )
             ids.append(raw.id)
             for sub in _subscribers(self.brokers):

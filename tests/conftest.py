@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from faststream_sqla.dialects import Dialect, dialect_for
 from faststream_sqla.migrations import upgrade_schema
 from faststream_sqla.schema import QueueTables
 
@@ -118,6 +119,15 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
 @pytest.fixture
 def tables() -> QueueTables:
     return QueueTables()
+
+
+@pytest.fixture
+async def dialect(engine: AsyncEngine, tables: QueueTables) -> Dialect:
+    """The dialect of the test's database, prepared as the broker prepares it."""
+    d = dialect_for(engine, tables)
+    d.configure_engine(engine, owned=False)
+    await d.prepare(engine)
+    return d
 
 
 #: a table of the user's own, written in the same transaction as an outbox publish

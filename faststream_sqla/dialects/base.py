@@ -27,6 +27,7 @@ from faststream_sqla.schema import (
     CLAIM_COUNTERS,
     CLAIMED_COLUMNS,
     NOT_READY,
+    PRIORITIES,
     TOKEN_COLUMN,
     MessageState,
     QueueTables,
@@ -40,10 +41,17 @@ TERMINAL = (MessageState.COMPLETED, MessageState.FAILED, MessageState.EXPIRED)
 #: claimed columns that every row of one claim shares (the queue asked for, the claim's
 #: time): dialects that can send them once do, and fill them in on the client
 SHARED_CLAIM_COLUMNS = ("queue", "acquired_at")
-#: sort key for claimed rows: RETURNING gives them in no particular order
-CLAIM_ORDER = operator.itemgetter(
-    CLAIMED_COLUMNS.index("next_attempt_at"), CLAIMED_COLUMNS.index("id")
+#: positions of the claim order's columns in a claimed row
+CLAIM_ORDER_POSITIONS = tuple(
+    CLAIMED_COLUMNS.index(name) for name in ("priority", "next_attempt_at", "id")
 )
+_PRIORITY, _DUE, _ID = CLAIM_ORDER_POSITIONS
+
+
+def claim_order(row: Sequence[Any]) -> tuple[Any, ...]:
+    """Sort key of claimed rows (RETURNING gives them in no particular order): higher
+    priority first, then ready time, then id."""
+    return (-row[_PRIORITY], row[_DUE], row[_ID])
 
 
 @dataclass(slots=True)
@@ -58,6 +66,9 @@ class NewMessage:
     publish_at: datetime | None  # naive UTC; None means now + publish_delay
     publish_delay: float = 0.0
     expires_at: datetime | None = None  # naive UTC
+    priority: int = 0
+    ordering_key: str | None = None
+    idempotency_key: str | None = None
 
 
 @dataclass(slots=True)
@@ -149,8 +160,13 @@ class Dialect(abc.ABC):
         m = tables.message
         # Where the table has ready_at (MySQL), "not ready" is one key of its index:
         # the in-flight rows, read without a scan of the queue's backlog.
+        # The index leads with (queue, priority): every priority, named, keeps the
+        # read to one range per priority.
         in_flight = (
-            [m.c.ready_at == sa.literal(NOT_READY, m.c.ready_at.type)]
+            [
+                m.c.priority.in_([sa.literal_column(str(p)) for p in PRIORITIES]),
+                m.c.ready_at == sa.literal(NOT_READY, m.c.ready_at.type),
+            ]
             if "ready_at" in m.c
             else []
         )

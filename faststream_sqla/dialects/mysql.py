@@ -15,6 +15,7 @@ from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.exceptions import MessageTooLargeError
 from faststream_sqla.schema import (
     INSERTED_COLUMNS,
+    PRIORITIES,
     PUBLISHED_COLUMNS,
     Initial,
     MessageState,
@@ -23,7 +24,13 @@ from faststream_sqla.schema import (
 )
 
 from ._asyncmy import driver_transaction, error_code
-from ._claim import CLAIM_PARAMETERS, claimed_columns, ready_ids
+from ._claim import (
+    CLAIM_PARAMETERS,
+    claim_limit,
+    claimed_columns,
+    priority_literal,
+    ready_ids,
+)
 from ._compiled import DriverStatement, DriverStatements
 from .base import (
     CLAIM_COUNTERS,
@@ -157,7 +164,18 @@ class MySQLDialect(Dialect):
             for c in claimed_columns(m)
             if c.name != "id"
         ]
-        self._lock_ready = ready_ids(m, *columns).with_for_update(skip_locked=True)
+        # Each priority's ready rows, highest first. MariaDB runs every branch of a
+        # UNION (no lateral joins), so a claim reads up to `limit` rows of each of the
+        # eleven priorities and keeps the first `limit`; the others stay locked only
+        # until the claim's commit, a moment later.
+        self._lock_ready = sa.union_all(
+            *(
+                ready_ids(m, priority_literal(level), *columns).with_for_update(skip_locked=True)
+                for level in PRIORITIES
+            )
+        ).order_by(
+            *(sa.literal_column(name) for name in ("priority DESC", "next_attempt_at", "id"))
+        ).limit(claim_limit())
         self._on_driver = DriverStatements()
         self.max_packet = DEFAULT_MAX_PACKET
         self.insert_returning = True

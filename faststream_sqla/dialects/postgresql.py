@@ -19,6 +19,7 @@ from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.schema import (
     PUBLISHED_COLUMNS,
     INSERTED_COLUMNS,
+    PRIORITIES,
     Initial,
     MessageColumn,
     MessageState,
@@ -28,11 +29,12 @@ from faststream_sqla.schema import (
 
 from ._asyncpg import driver_connection
 from ._pool import check_in
-from ._claim import CLAIM_PARAMETERS, claimed_columns, ready_ids
+from ._claim import CLAIM_PARAMETERS, claim_limit, claimed_columns, ready_ids
 from ._compiled import DriverStatement, DriverStatements
 from .base import (
     CLAIM_COUNTERS,
-    CLAIM_ORDER,
+    CLAIM_ORDER_POSITIONS,
+    claim_order,
     TOKEN_COLUMN,
     CLAIMED_COLUMNS,
     SHARED_CLAIM_COLUMNS,
@@ -154,9 +156,10 @@ def rows_from_columns(columns: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]
     ever differs.
     """
     rows = list(zip(*columns, strict=True))
-    keys = list(zip(*CLAIM_ORDER(columns)))  # the same key, taken from the arrays
+    priority, due, ids = (columns[i] for i in CLAIM_ORDER_POSITIONS)
+    keys = list(zip(map(operator.neg, priority), due, ids))  # claim_order, from the arrays
     if not all(map(operator.le, keys, itertools.islice(keys, 1, None))):
-        rows.sort(key=CLAIM_ORDER)
+        rows.sort(key=claim_order)
     return rows
 
 
@@ -167,7 +170,21 @@ class PostgresDialect(Dialect):
     def __init__(self, tables: QueueTables) -> None:
         super().__init__(tables)
         m = tables.message
-        ready = ready_ids(m).with_for_update(skip_locked=True).cte("ready")
+        # Each priority's ready rows, highest priority first, stopping at the limit: a
+        # lateral subquery per level, run in the order of the VALUES list and pulled
+        # row by row, so the levels past the limit are never read or locked.
+        levels = sa.values(
+            sa.column("level", sa.SmallInteger()), name="levels", literal_binds=True
+        ).data([(level,) for level in PRIORITIES])
+        per_level = (
+            ready_ids(m, levels.c.level).with_for_update(skip_locked=True).lateral("level_ready")
+        )
+        ready = (
+            sa.select(per_level.c.id)
+            .select_from(levels.join(per_level, sa.true()))
+            .limit(claim_limit())
+            .cte("ready")
+        )
         # A lost claim only means the message is delivered again (at-least-once holds),
         # so the claim's commit need not wait for its WAL flush. Set inside the statement
         # itself, so the claim stays one round trip.
@@ -193,7 +210,9 @@ class PostgresDialect(Dialect):
         # below the aggregates: an ORDER BY inside each of the twelve array_aggs was a
         # sort apiece on PostgreSQL 15, ~6 ms of server time per 1,000 claimed rows.
         ordered = (
-            sa.select(claimed).order_by(claimed.c.next_attempt_at, claimed.c.id).subquery()
+            sa.select(claimed)
+            .order_by(claimed.c.priority.desc(), claimed.c.next_attempt_at, claimed.c.id)
+            .subquery()
         )
         # What every row of a claim shares comes back once, not as an array of copies:
         # the queue is the one asked for, and acquired_at is now(), fixed for the

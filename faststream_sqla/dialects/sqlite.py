@@ -21,6 +21,7 @@ from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import (
     CLAIMED_COLUMNS,
     INSERTED_COLUMNS,
+    PRIORITIES,
     PUBLISHED_COLUMNS,
     Initial,
     QueueTables,
@@ -28,12 +29,12 @@ from faststream_sqla.schema import (
     archive_copy,
 )
 
-from ._claim import ready_ids
+from ._claim import claim_limit, priority_literal, ready_ids
 from ._gil import short_switch_interval
 from ._pool import check_in
 from .base import (
     CLAIM_COUNTERS,
-    CLAIM_ORDER,
+    claim_order,
     READS_ONLY,
     TOKEN_COLUMN,
     SHARED_CLAIM_COLUMNS,
@@ -115,6 +116,23 @@ def _delete_sql(message: str, rows: int) -> str:
         f"JOIN {message} AS m ON m.id = o.column1 AND m.{TOKEN_COLUMN} = o.column2 "
         "AND m.state = 'PROCESSING')"
     )
+
+
+def ready_by_priority(m: sa.Table) -> sa.Select:
+    """The ids a claim takes: each priority's ready rows (`ready_ids`), highest priority
+    first, up to the limit. SQLite wants a compound's ORDER BY and LIMIT outside it, so
+    each priority's range is a subquery."""
+
+    def level(priority: int) -> sa.Select:
+        rows = ready_ids(m, priority_literal(priority), m.c.priority, m.c.next_attempt_at)
+        sub = rows.subquery(f"priority_{priority}")
+        return sa.select(sub.c.id, sub.c.priority, sub.c.next_attempt_at)
+
+    order = (sa.literal_column(name) for name in ("priority DESC", "next_attempt_at", "id"))
+    ready = (
+        sa.union_all(*map(level, PRIORITIES)).order_by(*order).limit(claim_limit()).subquery("ready")
+    )
+    return sa.select(ready.c.id)
 
 
 def stored_text(value: datetime) -> str:
@@ -303,7 +321,7 @@ class SQLiteDialect(Dialect):
     def _claim_statements(self, engine: AsyncEngine) -> tuple[str, str, Any]:
         if self._claim_sql is None:
             m = self._q(engine, self.tables.message)
-            ready = ready_ids(self.tables.message).compile(dialect=engine.dialect)
+            ready = ready_by_priority(self.tables.message).compile(dialect=engine.dialect)
             # The claimed rows come back as one JSON document: fetching rows one by one
             # takes the GIL back once per row, the hand-off in_driver_thread avoids.
             # The returned values are those the UPDATE below writes.
@@ -348,7 +366,7 @@ class SQLiteDialect(Dialect):
             for position, name in _SHARED_POSITIONS:  # ascending: each lands in place
                 row.insert(position, shared[name])
         # Aggregate order is unspecified in SQLite; stored times are text that sorts.
-        rows.sort(key=CLAIM_ORDER)
+        rows.sort(key=claim_order)
         return rows
 
     def _requeue_statement(self, engine: AsyncEngine) -> str:

@@ -27,7 +27,13 @@ from faststream_sqla.exceptions import (
 from faststream_sqla.message import validate_delay
 from faststream_sqla.options import NO_OPTIONS, DeliveryOptions, Envelope
 from faststream_sqla.parser import CONTENT_TYPE_HEADER, REPLY_TO_HEADER, SqlaParser
-from faststream_sqla.schema import MAX_CORRELATION_ID_LENGTH, validate_queue_name
+from faststream_sqla.schema import (
+    MAX_CORRELATION_ID_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    validate_queue_name,
+)
 from faststream_sqla.response import SqlaPublishCommand
 
 if TYPE_CHECKING:
@@ -120,6 +126,43 @@ def timing(options: DeliveryOptions) -> tuple[datetime | None, float, datetime |
         seconds = validate_delay(ttl.total_seconds() if isinstance(ttl, timedelta) else ttl, "ttl")
         expires_at = datetime.now(timezone.utc).replace(tzinfo=None) + timedelta(seconds=seconds)
     return publish_at, delay_seconds(options.delay), expires_at
+
+
+def checked_priority(value: object) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, got {value!r}"
+        raise InvalidOptionError(msg)
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        msg = f"priority must be from {MIN_PRIORITY} to {MAX_PRIORITY} (higher first), got {value}"
+        raise InvalidOptionError(msg)
+    return value
+
+
+def checked_key(value: object, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        msg = f"{what} must be a str, got {type(value).__name__}"
+        raise InvalidOptionError(msg)
+    if not value or len(value) > MAX_KEY_LENGTH:
+        msg = f"{what} must be 1 to {MAX_KEY_LENGTH} characters long, got {len(value)}"
+        raise InvalidOptionError(msg)
+    if "\x00" in value:  # PostgreSQL cannot store it; the others would
+        msg = f"{what} must not contain NUL characters"
+        raise InvalidOptionError(msg)
+    return value
+
+
+def row_options(options: DeliveryOptions) -> tuple[Any, ...]:
+    """A message's validated options, in `NewMessage` order from publish_at on."""
+    return (
+        *timing(options),
+        checked_priority(options.priority),
+        checked_key(options.ordering_key, "ordering_key"),
+        checked_key(options.idempotency_key, "idempotency_key"),
+    )
 
 
 def checked_correlation_id(value: Any) -> str | None:
@@ -218,7 +261,13 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
     ) -> list[NewMessage]:
         """Validate everything before anything is written."""
         queue = validate_queue_name(cmd.destination)
-        call_timing = timing(cmd.options)  # NewMessage's publish_at, publish_delay, expires_at
+        call_options = row_options(cmd.options)  # NewMessage's fields from publish_at on
+        if cmd.options.idempotency_key is not None and len(bodies) > 1:
+            msg = (
+                "idempotency_key names one message: give each message of a batch its "
+                "own, as Envelope(body, idempotency_key=...)"
+            )
+            raise InvalidOptionError(msg)
         correlation_id = checked_correlation_id(cmd.correlation_id)
         headers = checked_headers(cmd.headers)
         if cmd.reply_to:
@@ -237,14 +286,14 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         for index, body in enumerate(bodies):
             item_headers: dict[str, Any] | None = None
             item_id = correlation_id
-            item_timing = call_timing
+            item_options = call_options
             if body.__class__ is Envelope:  # options of its own
                 if body.headers is not None:
                     item_headers = {**headers, **checked_headers(body.headers)}
                 if body.correlation_id is not None:
                     item_id = checked_correlation_id(body.correlation_id)
                 if body.options is not NO_OPTIONS:
-                    item_timing = timing(body.options.over(cmd.options))
+                    item_options = row_options(body.options.over(cmd.options))
                 body = body.body
             try:
                 payload, content_type = (
@@ -272,7 +321,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                     payload,
                     item_id if item_id is not None
                     else base_id if len(bodies) == 1 else f"{base_id}-{index}",
-                    *item_timing,
+                    *item_options,
                 )
             )
         return rows

@@ -19,14 +19,6 @@ from faststream_sqla.schema import MAX_QUEUE_NAME_LENGTH, MessageState, QueueTab
 from .helpers import rows
 
 
-@pytest.fixture
-async def dialect(engine, tables):
-    d = dialect_for(engine, tables)
-    d.configure_engine(engine, owned=False)
-    await d.prepare(engine)
-    return d
-
-
 def new(queue: str = "q", *, delay: float = 0.0, at: datetime | None = None) -> NewMessage:
     return NewMessage(
         queue=queue, headers={"k": "v"}, headers_json='{"k": "v"}', payload=b"p",

@@ -69,7 +69,7 @@ def test_script_location_holds_the_scripts() -> None:
     location = Path(script_location())
     assert (location / "env.py").is_file()
     assert (location / "versions" / "0001_initial.py").is_file()
-    assert HEAD_REVISION == "0005"
+    assert HEAD_REVISION == "0006"
 
 
 async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
@@ -104,13 +104,16 @@ async def test_migration_matches_schema_py(engine: AsyncEngine, dialect_name: st
             indexes.update({i["name"]: i["column_names"] for i in found})
     message_indexes = (
         # no partial indexes: one index on the generated ready_at serves both
-        {"ix_message_ready": ["queue", "ready_at", "id"]}
+        {"ix_message_ready": ["queue", "priority", "ready_at", "id"]}
         if dialect_name == "mysql"
         else {
-            "ix_message_claim": ["queue", "next_attempt_at", "id"],
+            "ix_message_claim": ["queue", "priority", "next_attempt_at", "id"],
             "ix_message_stuck": ["queue", "acquired_at"],
         }
-    )
+    ) | {
+        "ix_message_ordering": ["queue", "ordering_key", "id"],
+        "ux_message_idempotency": ["queue", "idempotency_key"],
+    }
     assert indexes == {
         **message_indexes,
         "ix_message_archive_queue_archived": ["queue", "archived_at"],

@@ -8,6 +8,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from faststream_sqla.schema import PRIORITIES
+
 from .helpers import (
     claim_after_losing_the_connection,
     one_connection_engine,
@@ -96,7 +98,10 @@ async def test_claim_and_release_stuck_each_read_their_own_range_of_the_ready_in
         await cursor.execute(f"EXPLAIN {release_sql}", release_args)
         release_plan = await cursor.fetchall()
     # EXPLAIN columns: id, select_type, table, type, possible_keys, key, ...
-    assert [row[5] for row in claim_plan] == ["ix_message_ready"]
+    # one range per priority, and the ordering-key check by its own index
+    used = {(row[2], row[5]) for row in claim_plan if row[2] in ("message", "earlier")}
+    assert used == {("message", "ix_message_ready"), ("earlier", "ix_message_ordering")}
+    assert sum(row[2] == "message" for row in claim_plan) == len(PRIORITIES)
     assert [row[5] for row in release_plan] == ["ix_message_ready"]
     assert release_plan[0][3] in ("ref", "range")  # not a scan of the table or index
 

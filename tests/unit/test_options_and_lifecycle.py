@@ -351,13 +351,15 @@ def test_header_cache_gives_each_message_its_own_dict() -> None:
 
 @pytest.mark.parametrize("arrived", [[0, 1, 2, 3], [2, 0, 3, 1]])
 def test_postgresql_claim_arrays_become_rows_oldest_first(arrived) -> None:
-    # (next_attempt_at, id) orders a claim; batch publishes share next_attempt_at
+    # (priority DESC, next_attempt_at, id) orders a claim; batch publishes share
+    # next_attempt_at
     from faststream_sqla.dialects.base import CLAIMED_COLUMNS
     from faststream_sqla.dialects.postgresql import rows_from_columns
 
-    due = [naive(T0), naive(T0), naive(T0 + timedelta(seconds=1)), naive(T0 + timedelta(seconds=2))]
-    ids = [7, 9, 3, 1]  # oldest first: by due time, then id
-    values = {"id": ids, "next_attempt_at": due}
+    due = [naive(T0), naive(T0), naive(T0 + timedelta(seconds=1)), naive(T0 - timedelta(seconds=2))]
+    ids = [7, 9, 3, 1]  # higher priority first, then by due time, then id
+    priority = [5, 5, 5, 0]
+    values = {"id": ids, "next_attempt_at": due, "priority": priority}
 
     def column(name: str) -> list:  # the arrays in the order the server sent them
         return [values[name][k] if name in values else f"{name}-{ids[k]}" for k in arrived]

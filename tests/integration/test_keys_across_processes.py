@@ -1,0 +1,93 @@
+"""Ordering and idempotency keys hold across real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import defaultdict
+from contextlib import AsyncExitStack
+
+import pytest
+import sqlalchemy as sa
+
+from faststream_sqla import Envelope, SqlaBroker
+
+from .helpers import rows, wait_until
+from .test_processes import WORKERS, exit_code, read_line, spawn
+
+pytestmark = pytest.mark.slow
+
+handled = sa.Table(
+    "handled_keyed",
+    sa.MetaData(),
+    sa.Column("key", sa.String(20)),
+    sa.Column("seq", sa.Integer),
+    sa.Column("pid", sa.Integer),
+    sa.Column("started_ns", sa.BigInteger),
+    sa.Column("finished_ns", sa.BigInteger),
+)
+
+
+async def test_ordering_keys_hold_across_three_processes(database_url, engine, tables, tmp_path):
+    keys, per_key, processes = 50, 40, 3
+    async with engine.begin() as conn:
+        await conn.run_sync(handled.metadata.drop_all)
+        await conn.run_sync(handled.metadata.create_all)
+    try:
+        async with SqlaBroker(database_url) as broker:
+            # Keys interleaved, as traffic about many entities arrives.
+            items = [
+                Envelope({"key": f"k{k}", "seq": seq}, ordering_key=f"k{k}")
+                for seq in range(per_key)
+                for k in range(keys)
+            ]
+            for start in range(0, len(items), 500):
+                await broker.publish_batch(*items[start : start + 500], queue="keyed")
+
+        logs = [tmp_path / f"keyed-{i}.log" for i in range(processes)]
+        async with AsyncExitStack() as stack:
+            procs = [
+                await stack.enter_async_context(
+                    spawn(sys.executable, WORKERS / "keyed.py", database_url, log=log,
+                          stdin=asyncio.subprocess.PIPE)
+                )
+                for log in logs
+            ]
+            for proc, log in zip(procs, logs):
+                assert await read_line(proc, log) == "READY"
+            for proc in procs:
+                proc.stdin.write(b"GO\n")
+                await proc.stdin.drain()
+
+            async def all_handled() -> bool:
+                async with engine.connect() as conn:
+                    count = sa.select(sa.func.count()).select_from(handled)
+                    return await conn.scalar(count) >= keys * per_key
+
+            try:
+                await wait_until(all_handled, timeout=120)
+            except TimeoutError:
+                pytest.fail("queue not drained:\n" + "\n".join(log.read_text() for log in logs))
+            for proc in procs:
+                proc.send_signal(15)
+            for proc, log in zip(procs, logs):
+                assert await exit_code(proc) == 0, log.read_text()
+
+        async with engine.connect() as conn:
+            result = await conn.execute(
+                sa.select(handled).order_by(handled.c.started_ns, handled.c.seq)
+            )
+            runs = result.all()
+        by_key = defaultdict(list)
+        for run in runs:
+            by_key[run.key].append(run)
+        assert len(runs) == keys * per_key, "a message was handled twice"
+        for key, key_runs in by_key.items():
+            assert [r.seq for r in key_runs] == list(range(per_key)), f"{key} out of order"
+            for before, after in zip(key_runs, key_runs[1:]):
+                assert after.started_ns >= before.finished_ns, f"{key}: two at once"
+        assert len({r.pid for r in runs}) == processes, "a process handled nothing"
+        assert await rows(engine, tables.message) == []
+    finally:
+        async with engine.begin() as conn:
+            await conn.run_sync(handled.metadata.drop_all)
