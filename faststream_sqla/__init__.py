@@ -4,6 +4,7 @@ from faststream_sqla.broker.broker import SqlaBroker
 from faststream_sqla.broker.router import SqlaPublisherArgs, SqlaRoute, SqlaRouter
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
+    IdempotencyConflictError,
     InvalidOptionError,
     InvalidQueueNameError,
     MessageSerializationError,
@@ -25,6 +26,7 @@ from faststream_sqla.testing import TestSqlaBroker
 
 __all__ = (
     "DatabaseUnreachableError",
+    "IdempotencyConflictError",
     "InvalidOptionError",
     "InvalidQueueNameError",
     "MessageSerializationError",

@@ -52,6 +52,17 @@ class QueueFullError(SqlaBrokerError):
     """A publish would take a queue past its `max_queue_size`; nothing was written."""
 
 
+class IdempotencyConflictError(SqlaBrokerError, ValueError):
+    """An idempotency key is held by a message with a different payload (or is given
+    twice in one batch with different payloads); nothing was written. `message_id` is
+    the holder's id where it is known."""
+
+    def __init__(self, message: str, *, key: str, message_id: int | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.message_id = message_id
+
+
 class RetryAfter(SqlaBrokerError):
     """Raise from a handler to retry the message after exactly `seconds` (at most 24
     hours; longer is cut to that) instead of the retry strategy's backoff. The strategy's

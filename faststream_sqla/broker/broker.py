@@ -69,6 +69,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         vacuum_message_table: bool = True,
         max_queue_size: int | None = None,
         max_queue_sizes: Mapping[str, int | None] | None = None,
+        fast_publish: bool = False,
         engine_options: dict[str, Any] | None = None,
         graceful_timeout: float | None = 15.0,
         decoder: CustomCallable | None = None,
@@ -101,6 +102,10 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         producer = SqlaProducer(parser=parser, decoder=decoder)
         # backpressure: checked now, so a bad limit fails at construction
         producer.limits = QueueLimits(max_queue_size, max_queue_sizes)
+        if not isinstance(fast_publish, bool):
+            msg = f"fast_publish must be True or False, got {fast_publish!r}"
+            raise InvalidOptionError(msg)
+        producer.fast_publish = fast_publish
         tables = QueueTables(
             TableNames(message=message_table, archive=archive_table),
             dialect=url.get_backend_name(),
@@ -194,6 +199,19 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         self._owns_engine = owned
         self.config.connect(engine, dialect)
         return engine
+
+    @override
+    def _setup_logger(self) -> None:
+        # FastStream sets the logger up once connected: the first moment we can warn
+        # about settings that the database turned out not to support
+        super()._setup_logger()
+        dialect = self.config.dialect
+        if self.config.producer.fast_publish and not dialect.relaxes_commits:
+            self.config.logger.log(
+                f"fast_publish has no effect on {dialect.name}: every publish is committed "
+                "durably (only PostgreSQL can relax one transaction's commit)",
+                logging.WARNING, {"queue": "", "message_id": ""},
+            )
 
     @override
     async def start(self) -> None:

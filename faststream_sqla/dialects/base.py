@@ -41,6 +41,9 @@ TERMINAL = (MessageState.COMPLETED, MessageState.FAILED, MessageState.EXPIRED)
 #: claimed columns that every row of one claim shares (the queue asked for, the claim's
 #: time): dialects that can send them once do, and fill them in on the client
 SHARED_CLAIM_COLUMNS = ("queue", "acquired_at")
+#: idempotency keys looked up per statement (the drivers bound the parameters in one)
+KEYS_PER_READ = 1000
+
 #: positions of the claim order's columns in a claimed row
 CLAIM_ORDER_POSITIONS = tuple(
     CLAIMED_COLUMNS.index(name) for name in ("priority", "next_attempt_at", "id")
@@ -154,6 +157,9 @@ class Dialect(abc.ABC):
     #: workers yield to the event loop at every delivery while a claim is in flight and
     #: the buffer runs low, so each reply is read at once (Fetcher.claim_in_flight).
     claim_round_trips: int = 1
+    #: whether one transaction's commit can skip waiting for its durable write
+    #: (PostgreSQL's synchronous_commit); elsewhere `relaxed` inserts are durable
+    relaxes_commits: bool = False
 
     def __init__(self, tables: QueueTables) -> None:
         self.tables = tables
@@ -253,8 +259,32 @@ class Dialect(abc.ABC):
         row order. One statement per batch where the driver allows. Where the database can
         wake consumers in other processes, the insert tells them (at commit)."""
 
-    async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
-        """Insert in a transaction of its own, committed on return."""
+    async def find_idempotency_keys(
+        self, conn: AsyncConnection, queue: str, keys: Sequence[str], *, latest: bool = False
+    ) -> dict[str, tuple[int, bytes]]:
+        """The id and payload of each message of `queue` that holds one of `keys`.
+        `latest`: read the newest committed rows even inside an older snapshot (after
+        losing a race to a publisher that committed since)."""
+        m = self.tables.message
+        found: dict[str, tuple[int, bytes]] = {}
+        for start in range(0, len(keys), KEYS_PER_READ):
+            stmt = sa.select(m.c.id, m.c.idempotency_key, m.c.payload).where(
+                m.c.queue == queue, m.c.idempotency_key.in_(keys[start : start + KEYS_PER_READ])
+            )
+            result = await conn.execute(self.latest_rows(stmt) if latest else stmt)
+            found.update((key, (message_id, bytes(payload))) for message_id, key, payload in result)
+        return found
+
+    def latest_rows(self, stmt: sa.Select) -> sa.Select:
+        """`stmt`, reading the newest committed rows: each statement already does under
+        READ COMMITTED, where the broker's own transactions run."""
+        return stmt
+
+    async def insert_committed(
+        self, engine: AsyncEngine, rows: Sequence[NewMessage], *, relaxed: bool = False
+    ) -> list[int]:
+        """Insert in a transaction of its own, committed on return. `relaxed`: the
+        commit need not wait for the write to reach disk, where `relaxes_commits`."""
         async with self.own_transaction(engine) as conn:
             return await self.insert_messages(conn, rows)
 

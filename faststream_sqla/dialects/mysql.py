@@ -181,6 +181,12 @@ class MySQLDialect(Dialect):
         self.insert_returning = True
         self.consecutive_ids = True
 
+    def latest_rows(self, stmt: sa.Select) -> sa.Select:
+        # InnoDB's plain reads keep the transaction's first snapshot under REPEATABLE
+        # READ (MySQL's default, and maybe the caller's); a locking read sees the newest
+        # committed rows, waiting for a row still being written.
+        return stmt.with_for_update(read=True)
+
     def not_among(self, column: sa.ColumnElement[int], name: str) -> sa.ColumnElement[bool]:
         # JSON_CONTAINS takes the candidate as JSON text: an integer's text is that
         return sa.not_(sa.func.json_contains(sa.bindparam(name), sa.cast(column, sa.String())))
@@ -208,7 +214,9 @@ class MySQLDialect(Dialect):
 
         return await self._insert(self._q(conn, self.tables.message), run, rows)
 
-    async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
+    async def insert_committed(
+        self, engine: AsyncEngine, rows: Sequence[NewMessage], *, relaxed: bool = False
+    ) -> list[int]:
         # A publish outside the caller's transaction: on the driver (see _asyncmy).
         async with self._transaction(engine, read_committed=False) as cursor:
 

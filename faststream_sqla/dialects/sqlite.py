@@ -495,7 +495,9 @@ class SQLiteDialect(Dialect):
         work = self._insert_work(self._q(conn, self.tables.message), rows)
         return await in_driver_thread(conn, on_cursor(work))
 
-    async def insert_committed(self, engine: AsyncEngine, rows: Sequence[NewMessage]) -> list[int]:
+    async def insert_committed(
+        self, engine: AsyncEngine, rows: Sequence[NewMessage], *, relaxed: bool = False
+    ) -> list[int]:
         return await self._write(engine, self._insert_work(self._q(engine, self.tables.message), rows))
 
     def is_transient(self, exc: BaseException) -> bool:

@@ -17,6 +17,7 @@ from faststream._internal.producer import ProducerProto
 from faststream.exceptions import FeatureNotSupportedException, IncorrectState
 from faststream.message import encode_message, gen_cor_id
 
+from faststream_sqla import idempotency
 from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import NewMessage, reading, with_retries
 from faststream_sqla.exceptions import (
@@ -217,6 +218,9 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         self.codec: CodecProto = DefaultCodec()
         self.serializer: SerializerProto | None = None
         self.limits = QueueLimits()
+        #: commit the broker's own publishes without waiting for the WAL flush, where
+        #: the database can (PostgreSQL): see SqlaBroker(fast_publish=...)
+        self.fast_publish = False
         self._engine: AsyncEngine | None = None
         self._dialect: Dialect | None = None
         self._wakeups: WakeupHub | None = None
@@ -350,6 +354,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             return []
         dialect, wakeups, queues = self._dialect, self._wakeups, {rows[0].queue}
         limit = self.limits.of(rows[0].queue)
+        keyed = idempotency.has_keys(rows)
 
         if cmd.connection is None:
 
@@ -358,7 +363,11 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                 if limit is not None:
                     async with reading(self._engine) as conn:
                         await self._check_room(conn, rows, limit)
-                return await dialect.insert_committed(self._engine, rows)
+                if keyed:
+                    return await idempotency.insert_in_own_transaction(dialect, self._engine, rows)
+                return await dialect.insert_committed(
+                    self._engine, rows, relaxed=self.fast_publish
+                )
 
             ids = await with_retries(dialect, insert_and_commit)
             wakeups.wake(queues)
@@ -374,7 +383,10 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             raise InvalidOptionError(msg)
         if limit is not None:  # a read: refusing leaves the caller's transaction usable
             await self._check_room(conn, rows, limit)
-        ids = await dialect.insert_messages(conn, rows)
+        if keyed:
+            ids = await idempotency.insert_in_transaction(dialect, conn, rows)
+        else:
+            ids = await dialect.insert_messages(conn, rows)
         event.listen(
             conn.sync_connection, "commit",
             lambda sync_conn: wakeups.wake_after_commit(sync_conn, queues), once=True,

@@ -1,0 +1,121 @@
+"""Publishing with idempotency keys: a queue holds one active message per key.
+
+A unique index on (queue, idempotency_key) makes the database the judge, whatever the
+number of publishers. A publish first reads the keys it carries: a key already held by
+a message with the same payload gives that message's id and writes nothing, one held
+with another payload raises `IdempotencyConflictError` before anything is written.
+The remaining rows are then inserted. A publisher that loses a race to a concurrent
+one (the unique index refuses its row) has its insert undone (a savepoint, or its own
+transaction) and reads the keys again, now seeing the winner's row.
+
+The ids come from those reads and from the insert, matched to the items by key, so
+they never depend on the insert returning one id per item in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from faststream_sqla.exceptions import IdempotencyConflictError
+
+if TYPE_CHECKING:
+    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.dialects.base import NewMessage
+
+#: how often a publish reads the keys again after losing a race for one. Each retry
+#: follows a commit of a row with one of its keys, so a few suffice unless that row is
+#: settled and its key reused again and again between our read and our insert.
+MAX_RACES = 10
+
+
+def has_keys(rows: Sequence[NewMessage]) -> bool:
+    return any(row.idempotency_key is not None for row in rows)
+
+
+def is_key_taken(exc: BaseException) -> bool:
+    """Whether `exc` is the idempotency index refusing a second row of a key (each
+    database names the index or its columns in the message)."""
+    orig = getattr(exc, "orig", None) or exc
+    return "idempotency" in str(orig) and (
+        isinstance(exc, sa.exc.IntegrityError) or "Integrity" in type(orig).__name__
+    )
+
+
+async def insert_in_own_transaction(
+    dialect: Dialect, engine: AsyncEngine, rows: Sequence[NewMessage]
+) -> list[int]:
+    for race in range(MAX_RACES):
+        try:
+            async with dialect.own_transaction(engine) as conn:
+                return await _insert_new_keys(dialect, conn, rows, latest=race > 0)
+        except Exception as e:
+            if not is_key_taken(e):
+                raise
+    raise _lost_every_race(rows)
+
+
+async def insert_in_transaction(
+    dialect: Dialect, conn: AsyncConnection, rows: Sequence[NewMessage]
+) -> list[int]:
+    """In the caller's transaction: each try is a savepoint, so a lost race undoes only
+    this publish's rows and leaves the transaction usable."""
+    for race in range(MAX_RACES):
+        try:
+            async with conn.begin_nested():
+                return await _insert_new_keys(dialect, conn, rows, latest=race > 0)
+        except Exception as e:
+            if not is_key_taken(e):
+                raise
+    raise _lost_every_race(rows)
+
+
+async def _insert_new_keys(
+    dialect: Dialect, conn: AsyncConnection, rows: Sequence[NewMessage], *, latest: bool
+) -> list[int]:
+    queue = rows[0].queue  # one call publishes to one queue
+    first_of_key: dict[str, NewMessage] = {}
+    for row in rows:
+        key = row.idempotency_key
+        if key is None:
+            continue
+        earlier = first_of_key.setdefault(key, row)
+        if earlier.payload != row.payload:
+            msg = f"idempotency key {key!r} is given twice in this batch, with different payloads"
+            raise IdempotencyConflictError(msg, key=key)
+    held = await dialect.find_idempotency_keys(conn, queue, list(first_of_key), latest=latest)
+    for key, (message_id, payload) in held.items():
+        if payload != first_of_key[key].payload:
+            msg = (
+                f"queue {queue!r} already holds message {message_id} with idempotency key "
+                f"{key!r} and a different payload; nothing was written"
+            )
+            raise IdempotencyConflictError(msg, key=key, message_id=message_id)
+    fresh = [
+        row for row in rows
+        if row.idempotency_key is None
+        or (row.idempotency_key not in held and first_of_key[row.idempotency_key] is row)
+    ]
+    new_ids = await dialect.insert_messages(conn, fresh) if fresh else []
+    id_of_key = {key: message_id for key, (message_id, _) in held.items()}
+    id_of_row = {}
+    for row, message_id in zip(fresh, new_ids, strict=True):
+        id_of_row[id(row)] = message_id
+        if row.idempotency_key is not None:
+            id_of_key[row.idempotency_key] = message_id
+    return [
+        id_of_row[id(row)] if row.idempotency_key is None else id_of_key[row.idempotency_key]
+        for row in rows
+    ]
+
+
+def _lost_every_race(rows: Sequence[NewMessage]) -> IdempotencyConflictError:
+    keys = sorted({r.idempotency_key for r in rows if r.idempotency_key is not None})
+    msg = (
+        f"idempotency keys {keys!r} of queue {rows[0].queue!r} were taken by other "
+        f"publishers {MAX_RACES} times in a row; nothing was written"
+    )
+    return IdempotencyConflictError(msg, key=keys[0])
