@@ -8,7 +8,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,8 +120,10 @@ async def drain_once(
     batch: bool = False,
     access_log: bool = False,
     vacuum: bool = True,
+    publish: Callable[[str, int], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
-    """Time start + handling n pre-inserted messages + stop (final flush).
+    """Time start + handling n pre-inserted messages + stop (final flush). `publish`
+    inserts them (default: `preinsert`, plain bodies 0..n-1).
 
     With `access_log`, the broker keeps FastStream's default logging (records formatted
     and written, to os.devnull), as an application started without options would.
@@ -133,7 +135,7 @@ async def drain_once(
     countdown = CountDown(n)
     # subscribe before inserting: a missing feature (n/a) shows up at once
     options = subscribe_no_op_handler(broker, countdown, batch=batch, claims=claims)
-    await preinsert(url, n)
+    await (publish or preinsert)(url, n)
     await broker.connect()  # engine and schema check: not part of the drain
     database = broker.engine.dialect.name
     server_before = server_cpu_seconds(database)
@@ -458,14 +460,17 @@ async def run_latency(
 HEADERS_SQL = """'{"content-type":"application/json"}'"""
 
 
-def _backlog_sql(db: str, n: int, group: int = 1000, table: str = "message") -> list[str]:
+def _backlog_sql(
+    db: str, n: int, group: int = 1000, table: str = "message", priorities: int = 1
+) -> list[str]:
     """Generate n PENDING rows in the database itself, in `table`. Rows come in groups of
     `group` that share a timestamp, as publish_batch(1000) calls leave them (one call is
     one transaction, and the database clock is the transaction's); groups are 1 ms apart,
-    oldest first. `group=n` is one publish_batch of everything."""
+    oldest first. `group=n` is one publish_batch of everything. Row g has priority
+    g % `priorities`."""
     cols = (
         "queue, headers, payload, state, attempts_count, deliveries_count, created_at, "
-        "next_attempt_at"
+        "next_attempt_at, priority"
     )
     if db == "postgresql":
         offset = f"((({n - 1} - g) / {group}) * interval '1 millisecond')"
@@ -473,7 +478,7 @@ def _backlog_sql(db: str, n: int, group: int = 1000, table: str = "message") -> 
         return [
             (
                 f"INSERT INTO {table} ({cols}) SELECT 'bench', {HEADERS_SQL}::json, "
-                f"convert_to(g::text, 'UTF8'), 'PENDING', 0, 0, {ts}, {ts} "
+                f"convert_to(g::text, 'UTF8'), 'PENDING', 0, 0, {ts}, {ts}, g % {priorities} "
                 f"FROM generate_series(0, {n - 1}) AS g"
             )
         ]
@@ -485,7 +490,8 @@ def _backlog_sql(db: str, n: int, group: int = 1000, table: str = "message") -> 
             ts = f"UTC_TIMESTAMP(6) - INTERVAL (({n - 1} - seq) DIV {group}) * 1000 MICROSECOND"
             stmts.append(
                 f"INSERT INTO {table} ({cols}) SELECT 'bench', {HEADERS_SQL}, "
-                f"CAST(seq AS CHAR), 'PENDING', 0, 0, {ts}, {ts} FROM seq_{lo}_to_{hi}"
+                f"CAST(seq AS CHAR), 'PENDING', 0, 0, {ts}, {ts}, MOD(seq, {priorities}) "
+                f"FROM seq_{lo}_to_{hi}"
             )
         return stmts
     ts = (
@@ -496,7 +502,8 @@ def _backlog_sql(db: str, n: int, group: int = 1000, table: str = "message") -> 
         (
             f"WITH RECURSIVE c(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM c WHERE g < {n - 1}) "
             f"INSERT INTO {table} ({cols}) SELECT 'bench', {HEADERS_SQL}, "
-            f"CAST(CAST(g AS TEXT) AS BLOB), 'PENDING', 0, 0, {ts}, {ts} FROM c"
+            f"CAST(CAST(g AS TEXT) AS BLOB), 'PENDING', 0, 0, {ts}, {ts}, g % {priorities} "
+            "FROM c"
         )
     ]
 

@@ -26,6 +26,8 @@ from .common import JSON_HEADERS, QUEUE, Results, Target, driver_params, rate, s
 
 BATCH = 1000
 MSG, ARCH = "raw_message", "raw_message_archive"
+# Every raw row has priority 0, and each claim says so: the claim index leads with
+# (queue, priority), and the raw ceiling is one range of it, as our claim's is per level.
 INSERT_COLUMNS = (
     "queue, headers, payload, state, attempts_count, deliveries_count, created_at, "
     "next_attempt_at"
@@ -84,7 +86,8 @@ class PgRaw:
         self.claim = f"""
 WITH ready AS (
   SELECT id FROM {MSG}
-  WHERE queue = $1 AND state IN ('PENDING', 'RETRYABLE') AND next_attempt_at <= {PG_NOW}
+  WHERE queue = $1 AND priority = 0 AND state IN ('PENDING', 'RETRYABLE')
+    AND next_attempt_at <= {PG_NOW}
   ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
 UPDATE {MSG} AS m SET state = 'PROCESSING', deliveries_count = m.deliveries_count + 1,
        acquired_at = {PG_NOW}
@@ -149,7 +152,7 @@ class MyRaw:
         self.insert_one = f"INSERT INTO {MSG} ({INSERT_COLUMNS}) VALUES {row}"
         self.lock = (
             f"SELECT {CLAIM_COLUMNS} FROM {MSG} "
-            "WHERE queue = %s AND state IN ('PENDING', 'RETRYABLE') "
+            "WHERE queue = %s AND priority = 0 AND state IN ('PENDING', 'RETRYABLE') "
             f"AND next_attempt_at <= {MY_NOW} "
             "ORDER BY next_attempt_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
         )
@@ -226,7 +229,7 @@ class LiteRaw:
         self.claim = (
             f"UPDATE {MSG} SET state = 'PROCESSING', deliveries_count = deliveries_count + 1, "
             f"acquired_at = {LITE_NOW} WHERE id IN (SELECT id FROM {MSG} WHERE queue = ? "
-            f"AND state IN ('PENDING', 'RETRYABLE') AND next_attempt_at <= {LITE_NOW} "
+            f"AND priority = 0 AND state IN ('PENDING', 'RETRYABLE') AND next_attempt_at <= {LITE_NOW} "
             f"ORDER BY next_attempt_at, id LIMIT ?) RETURNING {CLAIM_COLUMNS}"
         )
 

@@ -43,7 +43,7 @@ from .common import (
 
 SCENARIOS = (
     "raw", "pipeline", "drain", "drain-batch", "publish", "latency", "scale", "sustained",
-    "processes", "server-cost", "sqlbroker", "pgqueuer",
+    "processes", "server-cost", "options", "sqlbroker", "pgqueuer",
 )
 ALIASES = {"peers": ("sqlbroker", "pgqueuer"), "drain": ("drain", "drain-batch")}
 
@@ -70,6 +70,14 @@ FULL: dict[str, Any] = {
     "sustained_n": 300_000,         # messages per long drain, vacuums on and off
     "processes_n": 40_000,          # messages for faststream run --workers 1 / 2
     "server_cost_n": 20_000,        # messages per drain, raw loop and ours, no handler
+    "options_pairs": 3,             # options: keyed runs, each between two plain ones
+    "options_keys": 1_000,          # ordering keys, messages interleaved over them
+    "options_per_key": 100,
+    "options_priority_small": 10_000,   # queued rows over the 11 priorities, small backlog
+    "options_priority_big": 1_000_000,  # and big
+    "options_priority_claim": 5_000,    # messages claimed+archived per measurement
+    "options_publish": 20_000,      # messages per publish_batch(1000) run, keyed or not
+    "options_fast_single": 1_000,   # sequential publish() calls, fast_publish or not
 }
 QUICK: dict[str, Any] = {
     **FULL,
@@ -91,6 +99,14 @@ QUICK: dict[str, Any] = {
     "sustained_n": 2_000,
     "processes_n": 2_000,
     "server_cost_n": 5_000,       # /proc counts 10 ms ticks: 1,000 could read none
+    "options_pairs": 1,
+    "options_keys": 50,
+    "options_per_key": 20,
+    "options_priority_small": 1_000,
+    "options_priority_big": 20_000,
+    "options_priority_claim": 500,
+    "options_publish": 2_000,
+    "options_fast_single": 100,
 }
 
 
@@ -200,7 +216,7 @@ async def timed(
 
 
 async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
-    from . import ours, pairs, pipeline, processes, raw, server_cost
+    from . import options, ours, pairs, pipeline, processes, raw, server_cost
 
     sz = args.sizes
     results = Results()
@@ -281,6 +297,9 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
                 )
         else:
             results.error("processes", "-", "skipped", "needs postgresql in --databases")
+    if "options" in scen:
+        for job in each("options", lambda t: options.run_options(t, sz, results)):
+            await job
     if "server-cost" in scen:
         for job in each("server-cost", lambda t: server_cost.run_server_cost(
                 t, sz["server_cost_n"], results)):

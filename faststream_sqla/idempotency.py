@@ -46,8 +46,16 @@ def is_key_taken(exc: BaseException) -> bool:
 
 
 async def insert_in_own_transaction(
-    dialect: Dialect, engine: AsyncEngine, rows: Sequence[NewMessage]
+    dialect: Dialect, engine: AsyncEngine, rows: Sequence[NewMessage], *, relaxed: bool = False
 ) -> list[int]:
+    # Optimistic first: most keys are new, and then the plain insert (one round trip on
+    # PostgreSQL) is all it takes. It is atomic, so a refusal leaves nothing behind; the
+    # careful way (read the keys, insert the rest) follows.
+    try:
+        return await dialect.insert_committed(engine, rows, relaxed=relaxed)
+    except Exception as e:
+        if not is_key_taken(e):
+            raise
     for race in range(MAX_RACES):
         try:
             async with dialect.own_transaction(engine) as conn:

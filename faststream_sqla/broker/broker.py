@@ -205,8 +205,10 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         # FastStream sets the logger up once connected: the first moment we can warn
         # about settings that the database turned out not to support
         super()._setup_logger()
+        if not self.config.producer.fast_publish or self._connection is None:
+            return
         dialect = self.config.dialect
-        if self.config.producer.fast_publish and not dialect.relaxes_commits:
+        if not dialect.relaxes_commits:
             self.config.logger.log(
                 f"fast_publish has no effect on {dialect.name}: every publish is committed "
                 "durably (only PostgreSQL can relax one transaction's commit)",

@@ -364,7 +364,9 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                     async with reading(self._engine) as conn:
                         await self._check_room(conn, rows, limit)
                 if keyed:
-                    return await idempotency.insert_in_own_transaction(dialect, self._engine, rows)
+                    return await idempotency.insert_in_own_transaction(
+                        dialect, self._engine, rows, relaxed=self.fast_publish
+                    )
                 return await dialect.insert_committed(
                     self._engine, rows, relaxed=self.fast_publish
                 )

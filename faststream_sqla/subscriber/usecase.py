@@ -195,8 +195,15 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             self._flusher.batch_size = flush_batch_size(claim_size, self.options)
 
     def _release_held(self, outcomes: Sequence[Outcome]) -> None:
+        held, freed_key = self._held, False
         for outcome in outcomes:
-            self._held.pop(outcome.id, None)
+            raw = held.pop(outcome.id, None)
+            if raw is not None and raw.ordering_key is not None and outcome.archives:
+                freed_key = True
+        if freed_key:
+            # The next message of the key is claimable now, and no publish will say so:
+            # claim again instead of waiting for max_fetch_interval.
+            self._outer_config.wakeups.wake(self.queues)
         self._outer_config.vacuum.note_settled(len(outcomes))
         if self._fetcher is not None:
             self._fetcher.notify_taken()

@@ -91,3 +91,44 @@ async def test_ordering_keys_hold_across_three_processes(database_url, engine, t
     finally:
         async with engine.begin() as conn:
             await conn.run_sync(handled.metadata.drop_all)
+
+
+PUBLISH_ONE_KEY = """
+import asyncio, sys
+from faststream_sqla import SqlaBroker
+
+async def main() -> None:
+    async with SqlaBroker(sys.argv[1], logger=None) as broker:
+        print("READY", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        ids = await asyncio.gather(*(
+            broker.publish("once", queue="q", idempotency_key="race") for _ in range(7)
+        ))
+        print(" ".join(map(str, ids)), flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def test_publishers_in_three_processes_race_on_one_key(
+    database_url, engine, tables, tmp_path
+):
+    logs = [tmp_path / f"publisher-{i}.log" for i in range(3)]
+    async with AsyncExitStack() as stack:
+        procs = [
+            await stack.enter_async_context(
+                spawn(sys.executable, "-c", PUBLISH_ONE_KEY, database_url, log=log,
+                      stdin=asyncio.subprocess.PIPE)
+            )
+            for log in logs
+        ]
+        for proc, log in zip(procs, logs):
+            assert await read_line(proc, log) == "READY"
+        for proc in procs:  # released together: 21 publishes of one key at once
+            proc.stdin.write(b"GO\n")
+            await proc.stdin.drain()
+        returned = [await read_line(proc, log) for proc, log in zip(procs, logs)]
+        for proc, log in zip(procs, logs):
+            assert await exit_code(proc) == 0, log.read_text()
+    (row,) = await rows(engine, tables.message)
+    assert {int(i) for line in returned for i in line.split()} == {row["id"]}
