@@ -180,3 +180,47 @@ async def test_example_app_runs_under_faststream_run(database_url, engine, table
             pytest.fail(f"example did not complete its orders:\n{log.read_text()}")
         proc.send_signal(signal.SIGTERM)
         assert await exit_code(proc) == 0, log.read_text()
+
+
+async def test_message_options_example_runs_under_faststream_run(
+    database_url, engine, tables, tmp_path
+):
+    log = tmp_path / "message_options.log"
+    faststream = Path(sys.executable).parent / "faststream"
+    env = {**os.environ, "DATABASE_URL": database_url}
+    async with spawn(
+        faststream, "run", "examples.message_options:app", log=log, pipe=False, cwd=REPO,
+        env=env,
+    ) as proc:
+
+        async def all_archived() -> bool:
+            return len(await rows(engine, tables.archive)) == 20
+
+        try:
+            await wait_until(all_archived, timeout=60)
+        except TimeoutError:
+            pytest.fail(f"example did not handle its messages:\n{log.read_text()}")
+        proc.send_signal(signal.SIGTERM)
+        assert await exit_code(proc) == 0, log.read_text()
+
+    archive = await rows(engine, tables.archive)  # by id: publish order
+    assert await rows(engine, tables.message) == []
+    assert {r["state"] for r in archive} == {MessageState.COMPLETED}
+    assert Counter(r["queue"] for r in archive) == {
+        "notifications": 3, "order-events": 5, "payments": 2, "handled": 10
+    }
+    # three publishes of payment 42 (two plain, one in a batch) made one message
+    assert [r["idempotency_key"] for r in archive if r["queue"] == "payments"] == [
+        "payment-42", "payment-43"
+    ]
+    # each handler published one line to "handled", so those ids give the handling order
+    handled = [bytes(r["payload"]).decode() for r in archive if r["queue"] == "handled"]
+    assert [h for h in handled if h.startswith("notification")] == [
+        "notification, priority 10: disk full",
+        "notification, priority 5: new sign-in",
+        "notification, priority 0: weekly digest",
+    ]
+    assert [h for h in handled if h.startswith("order-1")] == [
+        "order-1: created", "order-1: paid", "order-1: shipped"
+    ]
+    assert [h for h in handled if h.startswith("order-2")] == ["order-2: created", "order-2: paid"]
