@@ -197,6 +197,13 @@ CLAIMED_COLUMNS = tuple(c.name for c in MESSAGE_COLUMNS if c.claimed)
 PUBLISHED_COLUMNS = tuple(c for c in MESSAGE_COLUMNS if c.published_as)
 INITIAL_COLUMNS = tuple(c for c in MESSAGE_COLUMNS if c.initial is not None and not c.published_as)
 INSERTED_COLUMNS = PUBLISHED_COLUMNS + INITIAL_COLUMNS
+#: published columns a message may leave at a default, with that default as a Python
+#: value (None: NULL): an insert whose rows all leave one so need not send it per row
+PUBLISHED_DEFAULTS: dict[str, int | None] = {
+    c.name: None if c.initial is None else int(c.initial)
+    for c in PUBLISHED_COLUMNS
+    if c.nullable or c.initial is not None
+}
 #: the initials that depend on the time, in INITIAL_COLUMNS order
 CLIENT_INITIALS = tuple(c.initial for c in INITIAL_COLUMNS if isinstance(c.initial, Initial))
 assert CLIENT_INITIALS == (Initial.NOW, Initial.DUE), "inserts compute these two, in order"

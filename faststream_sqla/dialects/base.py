@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import functools
 import json
 import operator
 import random
@@ -28,6 +29,9 @@ from faststream_sqla.schema import (
     CLAIMED_COLUMNS,
     NOT_READY,
     PRIORITIES,
+    PUBLISHED_COLUMNS,
+    PUBLISHED_DEFAULTS,
+    MessageColumn,
     TOKEN_COLUMN,
     MessageState,
     QueueTables,
@@ -96,6 +100,46 @@ class Outcome:
     @property
     def archives(self) -> bool:
         return self.state in TERMINAL
+
+
+#: published columns an insert may leave out when no row sets them, with a getter each.
+#: correlation_id is always sent: nearly every message has one, and "" is a value.
+_OMITTABLE = tuple(
+    (c.name, operator.attrgetter(c.published_as))  # type: ignore[arg-type]
+    for c in PUBLISHED_COLUMNS
+    if c.name in PUBLISHED_DEFAULTS and c.name != "correlation_id"
+)
+
+
+@dataclass(frozen=True)
+class InsertShape:
+    """Which published columns an insert sends per row; the others are left at their
+    defaults, as literals in the statement. Most batches set no option, and three more
+    bound values a row cost the drivers that escape or bind each one."""
+
+    #: the published columns sent, in PUBLISHED_COLUMNS order
+    sent: tuple[MessageColumn, ...]
+    #: a row's sent values, as a tuple
+    values: Callable[[NewMessage], tuple[Any, ...]]
+
+    def default_sql(self, column: MessageColumn) -> str:
+        """SQL for a published column: None where it is sent."""
+        if column in self.sent:
+            return None  # type: ignore[return-value]
+        default = PUBLISHED_DEFAULTS[column.name]
+        return "NULL" if default is None else str(default)
+
+
+@functools.lru_cache(maxsize=64)
+def _shape(unused: frozenset[str]) -> InsertShape:
+    sent = tuple(c for c in PUBLISHED_COLUMNS if c.name not in unused)
+    return InsertShape(sent, operator.attrgetter(*(c.published_as for c in sent)))  # type: ignore[arg-type]
+
+
+def insert_shape(rows: Sequence[NewMessage]) -> InsertShape:
+    """The shape of an insert of `rows`: an option column no row sets is left out (one
+    pass in C per option column; a set option is truthy, its default is not)."""
+    return _shape(frozenset(name for name, get in _OMITTABLE if not any(map(get, rows))))
 
 
 #: execution options of a connection that only reads: where the broker makes every

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import operator
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -16,7 +15,6 @@ from faststream_sqla.exceptions import MessageTooLargeError
 from faststream_sqla.schema import (
     INSERTED_COLUMNS,
     PRIORITIES,
-    PUBLISHED_COLUMNS,
     Initial,
     MessageState,
     QueueTables,
@@ -38,9 +36,11 @@ from .base import (
     TOKEN_COLUMN,
     TERMINAL,
     Dialect,
+    InsertShape,
     NewMessage,
     Outcome,
     attempt_micros,
+    insert_shape,
     leases_document,
 )
 
@@ -60,12 +60,17 @@ _INITIAL_SQL = {
     Initial.DUE: "COALESCE(%s, UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND)",
 }
 _INSERT = f"INSERT INTO {{m}} ({', '.join(c.name for c in INSERTED_COLUMNS)}) VALUES"
-_ROW = "({})".format(", ".join(
-    "%s" if c.published_as else _INITIAL_SQL.get(c.initial, str(c.initial))  # type: ignore[arg-type]
-    for c in INSERTED_COLUMNS
-))
-#: a row's published values, in PUBLISHED_COLUMNS order
-_published_values = operator.attrgetter(*(c.published_as for c in PUBLISHED_COLUMNS))
+
+
+@functools.lru_cache(maxsize=64)
+def _row(shape: InsertShape) -> str:
+    """One row's VALUES text: the published columns `shape` sends as parameters, the
+    rest as their defaults."""
+    return "({})".format(", ".join(
+        shape.default_sql(c) or "%s" if c.published_as
+        else _INITIAL_SQL.get(c.initial, str(c.initial))  # type: ignore[arg-type]
+        for c in INSERTED_COLUMNS
+    ))
 
 # The outcome batch as one JSON document of numbers only: an array per outcome of
 # [id, token, state code, attempts, deliveries, first_us, last_us, next_us, error], times
@@ -266,10 +271,11 @@ class MySQLDialect(Dialect):
 
     async def _insert_rows(self, m: str, run: RunStatement, rows: Sequence[NewMessage]) -> list[int]:
         params: list[Any] = []
-        for r, values in zip(rows, map(_published_values, rows)):
+        shape = insert_shape(rows)
+        for r, values in zip(rows, map(shape.values, rows)):
             params += values
             params += (r.publish_at, round(r.publish_delay * 1_000_000))
-        sql = f"{_INSERT.format(m=m)} {', '.join([_ROW] * len(rows))}"
+        sql = f"{_INSERT.format(m=m)} {', '.join([_row(shape)] * len(rows))}"
         if self.insert_returning:
             return sorted(row[0] for row in await run(f"{sql} RETURNING id", tuple(params)))
         await run(sql, tuple(params))

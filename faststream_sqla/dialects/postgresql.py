@@ -20,6 +20,7 @@ from faststream_sqla.schema import (
     PUBLISHED_COLUMNS,
     INSERTED_COLUMNS,
     PRIORITIES,
+    PUBLISHED_DEFAULTS,
     Initial,
     MessageColumn,
     MessageState,
@@ -444,9 +445,14 @@ archived AS (
                 # in silence, where the column itself refuses it
                 return "text" if isinstance(c.type, sa.String) else c.type.compile(dialect=pg)
 
+            def per_row(c: MessageColumn) -> str:
+                # a column left at a non-NULL default by every row travels as NULL
+                default = PUBLISHED_DEFAULTS.get(c.name)
+                return f"t.{c.name}" if default is None else f"COALESCE(t.{c.name}, {default})"
+
             values = [
                 f"CAST(:{c.name} AS {sql_type(c)})" if c.shared
-                else f"t.{c.name}" if c.published_as
+                else per_row(c) if c.published_as
                 else initial.get(c.initial, str(c.initial))  # type: ignore[arg-type]
                 for c in INSERTED_COLUMNS
             ]
@@ -505,9 +511,13 @@ archived AS (
         parameters = {c.name: getattr(first, c.published_as) for c in _SHARED}  # type: ignore[arg-type]
         for c, get in _PER_ROW_VALUES:
             values = list(map(get, run))
-            # an option no message of the run uses travels as NULL, not an array of
-            # them: unnest pads a NULL array with NULLs (a NOT NULL column always has values)
-            unused = c.nullable and all(v is None for v in values)
+            # an option no message of the run sets travels as NULL, not an array of
+            # defaults: unnest pads a NULL array with NULLs, which the statement reads
+            # as the default (list.count compares in C, without a Python-level loop)
+            unused = (
+                c.name in PUBLISHED_DEFAULTS
+                and values.count(PUBLISHED_DEFAULTS[c.name]) == len(values)
+            )
             parameters[f"{c.name}_values"] = None if unused else values
         parameters.update(
             publish_at=first.publish_at, delay=first.publish_delay, channel=self.channel,

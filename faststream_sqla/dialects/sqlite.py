@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import operator
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -22,7 +21,6 @@ from faststream_sqla.schema import (
     CLAIMED_COLUMNS,
     INSERTED_COLUMNS,
     PRIORITIES,
-    PUBLISHED_COLUMNS,
     Initial,
     QueueTables,
     Timestamp,
@@ -39,8 +37,10 @@ from .base import (
     TOKEN_COLUMN,
     SHARED_CLAIM_COLUMNS,
     Dialect,
+    InsertShape,
     NewMessage,
     Outcome,
+    insert_shape,
     leases_document,
     timestamp_text,
 )
@@ -50,38 +50,30 @@ T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 30_000
 
-#: a row's published values, in PUBLISHED_COLUMNS order
-_published_values = operator.attrgetter(*(c.published_as for c in PUBLISHED_COLUMNS))
 # created_at and the due time are computed here (see _insert_work), the rest is literal
-#: positions of the published values that are times
-_PUBLISHED_TIMES = frozenset(i for i, c in enumerate(PUBLISHED_COLUMNS) if c.type is Timestamp)
-
-
-def _any_published_time(rows: Sequence[NewMessage]) -> bool:
-    """Whether any row has a published time (one pass in C for the usual one column)."""
-    names = [c.published_as for c in PUBLISHED_COLUMNS if c.type is Timestamp]
-    if len(names) == 1:
-        return any(map(operator.attrgetter(names[0]), rows))  # type: ignore[arg-type]
-    return any(getattr(r, n) is not None for r in rows for n in names)  # type: ignore[arg-type]
-
-
-_INSERT_VALUES = [
-    "?" if c.published_as or isinstance(c.initial, Initial) else str(c.initial)
-    for c in INSERTED_COLUMNS
-]
-_INSERT_PARAMS = _INSERT_VALUES.count("?")  # bound values per inserted row
 # SQLite's limit on bound variables per statement: 999 before 3.32, 32766 since.
 _MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32) else 999
-_MAX_INSERT_ROWS = min(5000, _MAX_VARIABLES // _INSERT_PARAMS)  # rows per INSERT
 _ARCHIVE_PARAMS = 7  # bound values per archived outcome
 _MAX_ARCHIVE_ROWS = min(4000, _MAX_VARIABLES // _ARCHIVE_PARAMS)
 
 
+@functools.lru_cache(maxsize=64)
+def _insert_row(shape: InsertShape) -> tuple[str, int, frozenset[int]]:
+    """One row's VALUES text for `shape`, its bound values, and the positions among its
+    sent values that are times."""
+    values = [
+        shape.default_sql(c) or "?" if c.published_as
+        else "?" if isinstance(c.initial, Initial) else str(c.initial)
+        for c in INSERTED_COLUMNS
+    ]
+    times = frozenset(i for i, c in enumerate(shape.sent) if c.type is Timestamp)
+    return f"({', '.join(values)})", values.count("?"), times
+
+
 @functools.lru_cache(maxsize=256)
-def _insert_sql(table: str, rows: int) -> str:
-    row = f"({', '.join(_INSERT_VALUES)})"
+def _insert_sql(table: str, rows: int, shape: InsertShape) -> str:
     columns = ", ".join(c.name for c in INSERTED_COLUMNS)
-    return f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([row] * rows)
+    return f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([_insert_row(shape)[0]] * rows)
 
 
 #: the database clock as SQL text: `clock.utc_now` as SQLite renders it
@@ -453,29 +445,30 @@ class SQLiteDialect(Dialect):
         created = stored_text(now)
         due_after: dict[float, str] = {0.0: created}
         params: list[Any] = []
-        times_given = _any_published_time(rows)
+        shape = insert_shape(rows)
+        _, per_row, times = _insert_row(shape)
         # `params += tuple` per row, not a tuple built by unpacking: this loop runs per
         # published message
-        for r, values in zip(rows, map(_published_values, rows)):
+        for r, values in zip(rows, map(shape.values, rows)):
             if r.publish_at is not None:  # the caller's time, to the microsecond
                 due = r.publish_at.isoformat(" ", "microseconds")
             elif (due := due_after.get(r.publish_delay)) is None:
                 due = due_after[r.publish_delay] = stored_text(
                     now + timedelta(seconds=r.publish_delay)
                 )
-            if times_given:
+            if times:
                 # stored in the text form SQLAlchemy uses, not the driver's default
                 values = tuple(
-                    timestamp_text(v) if i in _PUBLISHED_TIMES else v
-                    for i, v in enumerate(values)
+                    timestamp_text(v) if i in times else v for i, v in enumerate(values)
                 )
             params += values
             params += (created, due)  # CLIENT_INITIALS order
         statements = []
-        for start in range(0, len(rows), _MAX_INSERT_ROWS):
-            size = min(_MAX_INSERT_ROWS, len(rows) - start)
-            values = tuple(params[start * _INSERT_PARAMS : (start + size) * _INSERT_PARAMS])
-            statements.append((_insert_sql(table, size), values))
+        most = min(5000, _MAX_VARIABLES // per_row)  # rows per INSERT
+        for start in range(0, len(rows), most):
+            size = min(most, len(rows) - start)
+            values = tuple(params[start * per_row : (start + size) * per_row])
+            statements.append((_insert_sql(table, size, shape), values))
 
         def work(cursor: Any) -> list[int]:
             for sql, values in statements:
