@@ -1,4 +1,5 @@
-"""Ordering and idempotency keys hold across real processes."""
+"""Message options hold across real processes: ordering and idempotency keys,
+priorities, expiry and backpressure."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from contextlib import AsyncExitStack
 import pytest
 import sqlalchemy as sa
 
-from faststream_sqla import Envelope, SqlaBroker
+from faststream_sqla import Envelope, MessageState, QueueFullError, SqlaBroker
 
 from .helpers import rows, wait_until
 from .test_processes import WORKERS, exit_code, read_line, spawn
@@ -132,3 +133,110 @@ async def test_publishers_in_three_processes_race_on_one_key(
             assert await exit_code(proc) == 0, log.read_text()
     (row,) = await rows(engine, tables.message)
     assert {int(i) for line in returned for i in line.split()} == {row["id"]}
+
+
+recorded = sa.Table(
+    "handled_any",
+    sa.MetaData(),
+    sa.Column("body", sa.String(50)),
+    sa.Column("priority", sa.Integer),
+    sa.Column("pid", sa.Integer),
+    sa.Column("started_ns", sa.BigInteger),
+)
+
+
+async def consume_in_processes(database_url, engine, tmp_path, queue, until) -> list:
+    """Run three recorder.py workers (4 workers each) on `queue` until `until()` holds;
+    the rows they recorded, in start order."""
+    async with engine.begin() as conn:
+        await conn.run_sync(recorded.metadata.drop_all)
+        await conn.run_sync(recorded.metadata.create_all)
+    logs = [tmp_path / f"recorder-{i}.log" for i in range(3)]
+    async with AsyncExitStack() as stack:
+        procs = [
+            await stack.enter_async_context(
+                spawn(sys.executable, WORKERS / "recorder.py", database_url, queue, log=log,
+                      stdin=asyncio.subprocess.PIPE)
+            )
+            for log in logs
+        ]
+        for proc, log in zip(procs, logs):
+            assert await read_line(proc, log) == "READY"
+        for proc in procs:
+            proc.stdin.write(b"GO\n")
+            await proc.stdin.drain()
+        try:
+            await wait_until(until, timeout=120)
+        except TimeoutError:
+            pytest.fail("not done:\n" + "\n".join(log.read_text() for log in logs))
+        for proc in procs:
+            proc.send_signal(15)
+        for proc, log in zip(procs, logs):
+            assert await exit_code(proc) == 0, log.read_text()
+    async with engine.connect() as conn:
+        runs = (await conn.execute(sa.select(recorded).order_by(recorded.c.started_ns))).all()
+    async with engine.begin() as conn:
+        await conn.run_sync(recorded.metadata.drop_all)
+    return runs
+
+
+async def archived_count(engine, tables) -> int:
+    async with engine.connect() as conn:
+        return await conn.scalar(sa.select(sa.func.count()).select_from(tables.archive))
+
+
+async def test_each_process_takes_higher_priorities_first(database_url, engine, tables, tmp_path):
+    levels = (0, 5, 10)
+    async with SqlaBroker(database_url) as broker:
+        # lowest first, so that id order alone would give the opposite answer
+        for level in levels:
+            await broker.publish_batch(
+                *(Envelope(f"p{level}-{i}", priority=level) for i in range(100)), queue="prio"
+            )
+
+    async def drained() -> bool:
+        return await archived_count(engine, tables) == 300
+
+    runs = await consume_in_processes(database_url, engine, tmp_path, "prio", drained)
+    assert len(runs) == 300
+    # Every claim takes the highest priorities waiting, and a process's workers take
+    # its claims in order: in each process, priorities only go down.
+    for pid in {r.pid for r in runs}:
+        seen = [r.priority for r in runs if r.pid == pid]
+        assert seen == sorted(seen, reverse=True), f"process {pid} took {seen}"
+
+
+async def test_expired_messages_never_reach_a_handler_in_any_process(
+    database_url, engine, tables, tmp_path
+):
+    async with SqlaBroker(database_url) as broker:
+        await broker.publish_batch(
+            *(Envelope(f"gone-{i}", ttl=0) if i % 2 else f"kept-{i}" for i in range(200)),
+            queue="ttl",
+        )
+
+    async def drained() -> bool:
+        return await archived_count(engine, tables) == 200
+
+    runs = await consume_in_processes(database_url, engine, tmp_path, "ttl", drained)
+    assert sorted(r.body for r in runs) == sorted(f"kept-{i}" for i in range(0, 200, 2))
+    states = [r["state"] for r in await rows(engine, tables.archive)]
+    assert states.count(MessageState.EXPIRED) == 100
+    assert states.count(MessageState.COMPLETED) == 100
+
+
+async def test_backpressure_refuses_at_the_limit_and_accepts_after_a_drain(
+    database_url, engine, tables, tmp_path
+):
+    async with SqlaBroker(database_url, max_queue_size=150) as broker:
+        await broker.publish_batch(*(f"m-{i}" for i in range(150)), queue="bp")
+        with pytest.raises(QueueFullError):
+            await broker.publish("one too many", queue="bp")
+
+        async def drained() -> bool:
+            return await archived_count(engine, tables) == 150
+
+        runs = await consume_in_processes(database_url, engine, tmp_path, "bp", drained)
+        assert len(runs) == 150
+        await broker.publish_batch(*(f"again-{i}" for i in range(150)), queue="bp")
+    assert len(await rows(engine, tables.message)) == 150

@@ -1,0 +1,54 @@
+"""One of several workers consuming one queue, recording what each handler call got.
+
+Usage: recorder.py DATABASE_URL QUEUE. Prints READY once its broker is built, waits for
+a line on stdin (so that all workers start consuming together), then records every
+message it handles as a row (body, priority, pid, started_ns) in the table
+`handled_any`. SIGTERM stops it gracefully.
+"""
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+
+import sqlalchemy as sa
+
+from faststream_sqla import SqlaBroker, SqlaMessage
+
+handled = sa.table(
+    "handled_any", sa.column("body"), sa.column("priority"), sa.column("pid"),
+    sa.column("started_ns"),
+)
+logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+broker = SqlaBroker(sys.argv[1], logger=logging.getLogger("worker"))
+
+
+@broker.subscriber(
+    sys.argv[2], max_workers=4, min_fetch_interval=0.0, max_fetch_interval=0.05,
+    flush_interval=0.01,
+)
+async def handle(body: str, msg: SqlaMessage) -> None:
+    started = time.time_ns()  # the workers take messages from the buffer in claim order
+    async with broker.engine.begin() as conn:
+        await conn.execute(
+            sa.insert(handled).values(
+                body=body, priority=msg.priority, pid=os.getpid(), started_ns=started
+            )
+        )
+
+
+async def main() -> None:
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    print("READY", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    await broker.start()
+    try:
+        await stop.wait()
+    finally:
+        await broker.stop()
+
+
+asyncio.run(main())
