@@ -14,7 +14,7 @@ they never depend on the insert returning one id per item in order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 #: settled and its key reused again and again between our read and our insert.
 MAX_RACES = 10
 
+#: run after the insert, in its transaction, with the rows inserted and their ids
+AfterInsert = Callable[[AsyncConnection, "Sequence[NewMessage]", list[int]], Awaitable[None]]
+
 
 def has_keys(rows: Sequence[NewMessage]) -> bool:
     return any(row.idempotency_key is not None for row in rows)
@@ -46,20 +49,28 @@ def is_key_taken(exc: BaseException) -> bool:
 
 
 async def insert_in_own_transaction(
-    dialect: Dialect, engine: AsyncEngine, rows: Sequence[NewMessage], *, relaxed: bool = False
+    dialect: Dialect,
+    engine: AsyncEngine,
+    rows: Sequence[NewMessage],
+    *,
+    relaxed: bool = False,
+    after_insert: AfterInsert | None = None,
 ) -> list[int]:
     # Optimistic first: most keys are new, and then the plain insert (one round trip on
     # PostgreSQL) is all it takes. It is atomic, so a refusal leaves nothing behind; the
     # careful way (read the keys, insert the rest) follows.
-    try:
-        return await dialect.insert_committed(engine, rows, relaxed=relaxed)
-    except Exception as e:
-        if not is_key_taken(e):
-            raise
+    if after_insert is None:
+        try:
+            return await dialect.insert_committed(engine, rows, relaxed=relaxed)
+        except Exception as e:
+            if not is_key_taken(e):
+                raise
     for race in range(MAX_RACES):
         try:
             async with dialect.own_transaction(engine) as conn:
-                return await _insert_new_keys(dialect, conn, rows, latest=race > 0)
+                return await _insert_new_keys(
+                    dialect, conn, rows, latest=race > 0, after_insert=after_insert
+                )
         except Exception as e:
             if not is_key_taken(e):
                 raise
@@ -67,14 +78,20 @@ async def insert_in_own_transaction(
 
 
 async def insert_in_transaction(
-    dialect: Dialect, conn: AsyncConnection, rows: Sequence[NewMessage]
+    dialect: Dialect,
+    conn: AsyncConnection,
+    rows: Sequence[NewMessage],
+    *,
+    after_insert: AfterInsert | None = None,
 ) -> list[int]:
     """In the caller's transaction: each try is a savepoint, so a lost race undoes only
     this publish's rows and leaves the transaction usable."""
     for race in range(MAX_RACES):
         try:
             async with conn.begin_nested():
-                return await _insert_new_keys(dialect, conn, rows, latest=race > 0)
+                return await _insert_new_keys(
+                    dialect, conn, rows, latest=race > 0, after_insert=after_insert
+                )
         except Exception as e:
             if not is_key_taken(e):
                 raise
@@ -82,7 +99,12 @@ async def insert_in_transaction(
 
 
 async def _insert_new_keys(
-    dialect: Dialect, conn: AsyncConnection, rows: Sequence[NewMessage], *, latest: bool
+    dialect: Dialect,
+    conn: AsyncConnection,
+    rows: Sequence[NewMessage],
+    *,
+    latest: bool,
+    after_insert: AfterInsert | None = None,
 ) -> list[int]:
     queue = rows[0].queue  # one call publishes to one queue
     first_of_key: dict[str, NewMessage] = {}
@@ -108,6 +130,8 @@ async def _insert_new_keys(
         or (row.idempotency_key not in held and first_of_key[row.idempotency_key] is row)
     ]
     new_ids = await dialect.insert_messages(conn, fresh) if fresh else []
+    if after_insert is not None and fresh:
+        await after_insert(conn, fresh, new_ids)
     id_of_key = {key: message_id for key, (message_id, _) in held.items()}
     id_of_row = {}
     for row, message_id in zip(fresh, new_ids, strict=True):

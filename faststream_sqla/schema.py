@@ -33,6 +33,9 @@ class MessageState(str, enum.Enum):
     """Where a message is in its life. Stored by name."""
 
     PENDING = "PENDING"
+    #: behind an earlier message of its ordering key; PENDING once that one settles
+    #: (faststream_sqla.ordering). Out of the claim index, like PROCESSING.
+    WAITING = "WAITING"
     PROCESSING = "PROCESSING"
     RETRYABLE = "RETRYABLE"
     COMPLETED = "COMPLETED"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -34,8 +34,14 @@ class WakeupHub:
             for event in self._events.get(queue, ()):
                 event.set()
 
-    def wake_after_commit(self, connection: Connection, queues: Iterable[str]) -> None:
-        """Wake the queues' fetchers once `connection`'s transaction has committed.
+    def wake_after_commit(
+        self,
+        connection: Connection,
+        queues: Iterable[str],
+        then: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Wake the queues' fetchers once `connection`'s transaction has committed,
+        after running `then()` if given (work that must see the commit).
 
         Called from SQLAlchemy's "commit" event, which fires *before* the database
         commits: a fetcher woken then could claim before the rows are visible, find
@@ -47,13 +53,17 @@ class WakeupHub:
             self.wake(queues)
             return
         task = asyncio.get_running_loop().create_task(
-            self._wake_when_committed(connection, transaction, set(queues))
+            self._wake_when_committed(connection, transaction, set(queues), then)
         )
         self._after_commit.add(task)
         task.add_done_callback(self._after_commit.discard)
 
     async def _wake_when_committed(
-        self, connection: Connection, transaction: RootTransaction, queues: set[str]
+        self,
+        connection: Connection,
+        transaction: RootTransaction,
+        queues: set[str],
+        then: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         # No event marks the end of the commit; it usually takes a disk flush, so the
         # check backs off from the next loop turn to 50 ms between looks.
@@ -67,4 +77,6 @@ class WakeupHub:
             delay = min(0.05, max(0.0005, delay * 2))
         # A failed commit stays the connection's transaction until it is rolled back.
         if connection.get_transaction() is not transaction:
+            if then is not None:
+                await then()
             self.wake(queues)

@@ -80,8 +80,9 @@ def priority_literal(level: int) -> sa.ColumnElement[int]:
 
 def active_count(m: sa.Table) -> sa.Select:
     """How many of one queue's messages wait or are in flight, counted no further than
-    :at_most: a bounded probe of the claim and stuck indexes, whose cost does not grow
-    with the queue. MySQL's one ready index holds both kinds, so one probe does."""
+    :at_most: a bounded probe of the claim, stuck and ordering-key indexes, whose cost
+    does not grow with the queue. MySQL's one ready index holds every kind, so one probe
+    does."""
 
     def probe(*where: sa.ColumnElement[bool]) -> sa.ScalarSelect:
         found = (
@@ -95,7 +96,9 @@ def active_count(m: sa.Table) -> sa.Select:
     if "ready_at" in m.c:
         return sa.select(probe())
     processing = m.c.state == sa.literal_column("'PROCESSING'")
-    return sa.select(probe(ready_predicate(m)) + probe(processing))
+    # messages waiting behind their ordering key: in the ordering-key index only
+    waiting = (m.c.ordering_key.isnot(None), m.c.state == sa.literal_column("'WAITING'"))
+    return sa.select(probe(ready_predicate(m)) + probe(processing) + probe(*waiting))
 
 
 def claimed_columns(m: sa.Table, *, headers_as_text: bool = False) -> list[sa.ColumnElement]:

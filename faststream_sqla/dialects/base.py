@@ -276,7 +276,7 @@ class Dialect(abc.ABC):
 
     async def count_active(self, conn: AsyncConnection, queue: str, at_most: int) -> int:
         """A queue's waiting and in-flight messages, counted up to `at_most` (each kind
-        separately on databases that index them apart, so the result may reach twice
+        separately on databases that index them apart, so the result may reach three times
         that): enough to tell whether the queue is past a limit."""
         result = await conn.execute(self._active_count, {"probe_queue": queue, "at_most": at_most})
         return int(result.scalar_one())
@@ -318,6 +318,19 @@ class Dialect(abc.ABC):
             result = await conn.execute(self.latest_rows(stmt) if latest else stmt)
             found.update((key, (message_id, bytes(payload))) for message_id, key, payload in result)
         return found
+
+    async def first_of_keys(
+        self, conn: AsyncConnection, queue: str, keys: Sequence[str]
+    ) -> list[int]:
+        """The id of the first message (lowest id) of each ordering key of `queue` that
+        has one, from the ordering-key index."""
+        m = self.tables.message
+        result = await conn.execute(
+            sa.select(sa.func.min(m.c.id))
+            .where(m.c.queue == queue, m.c.ordering_key.in_(keys))
+            .group_by(m.c.ordering_key)
+        )
+        return list(result.scalars())
 
     def latest_rows(self, stmt: sa.Select) -> sa.Select:
         """`stmt`, reading the newest committed rows: each statement already does under

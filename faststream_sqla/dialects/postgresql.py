@@ -334,6 +334,22 @@ archived AS (
         async with driver_connection(engine) as conn:
             return int(await conn.fetchval(stmt.sql, *args))
 
+    async def first_of_keys(
+        self, conn: AsyncConnection, queue: str, keys: Sequence[str]
+    ) -> list[int]:
+        # One index descent per key (LIMIT 1 in a lateral subquery): min() grouped by
+        # key read every message of each key, a deep key's whole backlog.
+        m = self._q(conn, self.tables.message)
+        result = await conn.execute(
+            sa.text(
+                f"SELECT first.id FROM unnest(CAST(:keys AS text[])) AS k(key) "
+                f"CROSS JOIN LATERAL (SELECT id FROM {m} WHERE queue = :queue "
+                "AND ordering_key = k.key ORDER BY id LIMIT 1) AS first"
+            ),
+            {"keys": list(keys), "queue": queue},
+        )
+        return list(result.scalars())
+
     def not_among(self, column: sa.ColumnElement[int], name: str) -> sa.ColumnElement[bool]:
         return column != sa.all_(sa.bindparam(name, type_=ARRAY(sa.BigInteger())))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from faststream._internal.producer import ProducerProto
 from faststream.exceptions import FeatureNotSupportedException, IncorrectState
 from faststream.message import encode_message, gen_cor_id
 
-from faststream_sqla import idempotency
+from faststream_sqla import idempotency, ordering
 from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import NewMessage, reading, with_retries
 from faststream_sqla.exceptions import (
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
     from faststream._internal.types import CustomCallable
     from faststream_sqla.dialects import Dialect
     from faststream_sqla.wakeup import WakeupHub
+
+
+log = logging.getLogger(__name__)
 
 
 class QueueLimits:
@@ -355,23 +359,51 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         dialect, wakeups, queues = self._dialect, self._wakeups, {rows[0].queue}
         limit = self.limits.of(rows[0].queue)
         keyed = idempotency.has_keys(rows)
+        # ids of new messages set WAITING behind an earlier one of their ordering key
+        waiting: list[int] = []
+
+        async def hold(conn: AsyncConnection, inserted: Sequence[NewMessage], ids: list[int]) -> None:
+            waiting.extend(await ordering.hold_behind_keys(dialect, conn, inserted, ids))
+
+        ordered = hold if ordering.has_ordering_keys(rows) else None
+
+        async def release_waiting() -> None:
+            # after the commit: whichever of this and the archive before it starts last
+            # releases the key's next message (see faststream_sqla.ordering)
+            assert self._engine is not None
+            try:
+                await with_retries(
+                    dialect, lambda: ordering.release_first(dialect, self._engine, waiting)
+                )
+            except Exception:  # noqa: BLE001 - published; a consumer's sweep releases it
+                log.warning("could not release messages waiting for their ordering key",
+                            exc_info=True)
 
         if cmd.connection is None:
 
             async def insert_and_commit() -> list[int]:
                 assert self._engine is not None
+                waiting.clear()
                 if limit is not None:
                     async with reading(self._engine) as conn:
                         await self._check_room(conn, rows, limit)
                 if keyed:
                     return await idempotency.insert_in_own_transaction(
-                        dialect, self._engine, rows, relaxed=self.fast_publish
+                        dialect, self._engine, rows, relaxed=self.fast_publish,
+                        after_insert=ordered,
                     )
+                if ordered is not None:
+                    async with dialect.own_transaction(self._engine) as conn:
+                        ids = await dialect.insert_messages(conn, rows)
+                        await ordered(conn, rows, ids)
+                        return ids
                 return await dialect.insert_committed(
                     self._engine, rows, relaxed=self.fast_publish
                 )
 
             ids = await with_retries(dialect, insert_and_commit)
+            if waiting:
+                await release_waiting()
             wakeups.wake(queues)
             return ids
 
@@ -386,11 +418,16 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         if limit is not None:  # a read: refusing leaves the caller's transaction usable
             await self._check_room(conn, rows, limit)
         if keyed:
-            ids = await idempotency.insert_in_transaction(dialect, conn, rows)
+            ids = await idempotency.insert_in_transaction(
+                dialect, conn, rows, after_insert=ordered
+            )
         else:
             ids = await dialect.insert_messages(conn, rows)
+            if ordered is not None:
+                await ordered(conn, rows, ids)
+        then = release_waiting if waiting else None
         event.listen(
             conn.sync_connection, "commit",
-            lambda sync_conn: wakeups.wake_after_commit(sync_conn, queues), once=True,
+            lambda sync_conn: wakeups.wake_after_commit(sync_conn, queues, then), once=True,
         )
         return ids

@@ -11,9 +11,10 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from faststream_sqla import ordering
 from faststream_sqla.dialects.base import Outcome, with_retries
 from faststream_sqla.parser import claimed_from_row
 
@@ -307,11 +308,15 @@ class OutcomeFlusher(StoppableLoop):
         on_written: Callable[[Sequence[Outcome]], None],
         log: Log,
         concurrency: int = FLUSH_CONCURRENCY,
+        after_write: Callable[[Sequence[Outcome]], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__()
         self.engine, self.dialect, self.interval, self.log = engine, dialect, interval, log
         self.batch_size = max(batch_size, 1)
         self.on_written = on_written
+        #: follow-up work once a batch is committed (releasing ordering keys), before
+        #: on_written; its failure is logged, never undoes the written batch
+        self.after_write = after_write
         self.pending: list[Outcome] = []
         self.in_flight: set[asyncio.Task[bool]] = set()
         self._writers = asyncio.Semaphore(concurrency)
@@ -398,6 +403,11 @@ class OutcomeFlusher(StoppableLoop):
         self._failed = False
         self._backoff.reset()
         self.written += len(batch)
+        if self.after_write is not None:
+            try:
+                await self.after_write(batch)
+            except Exception as exc:  # noqa: BLE001 - release-stuck's sweep catches up
+                self.log(logging.WARNING, f"after writing {len(batch)} outcomes: {exc!r}")
         self.on_written(batch)
         if changed < len(batch):
             # Fenced: the claim expired and the message was released or re-claimed.
@@ -439,6 +449,8 @@ class StuckReleaser(StoppableLoop):
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
         self.options, self.held, self.on_released, self.log = options, held, on_released, log
         self.claiming = claiming
+        #: per queue, the ordering key after which the next sweep looks
+        self._sweep_from: dict[str, str] = {}
 
     async def release_once(self) -> int:
         async def release() -> int:
@@ -454,6 +466,17 @@ class StuckReleaser(StoppableLoop):
         # timeout, would otherwise look stuck.
         async with self.claiming:
             count = await with_retries(self.dialect, release)
+        for queue in self.queues:
+            # messages left WAITING for an ordering key by a process that died between
+            # a commit and its release (faststream_sqla.ordering)
+            released, self._sweep_from[queue] = await with_retries(
+                self.dialect,
+                lambda queue=queue: ordering.sweep(
+                    self.dialect, self.engine, queue, self._sweep_from.get(queue, "")
+                ),
+            )
+            if released:
+                self.on_released()
         if count:
             self.log(
                 logging.WARNING,

@@ -16,7 +16,7 @@ from faststream._internal.endpoint.utils import process_msg
 from faststream.exceptions import AckMessage, NackMessage, RejectMessage, StopConsume
 from faststream.message import AckStatus
 
-from faststream_sqla import lifecycle
+from faststream_sqla import lifecycle, ordering
 from faststream_sqla.dialects.base import Outcome, with_retries
 from faststream_sqla.exceptions import InvalidOptionError, RetryAfter
 from faststream_sqla.message import ClaimedMessage, validate_delay
@@ -83,6 +83,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._wake = asyncio.Event()
         #: claimed and not yet settled in the database: the leases this process keeps
         self._held: dict[int, ClaimedMessage] = {}
+        #: whether a message with an ordering key was ever claimed here
+        self._keyed = False
         self._fetcher: Fetcher | None = None
         self._flusher: OutcomeFlusher | None = None
         self._loops: list[StoppableLoop] = []
@@ -148,7 +150,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._flusher = OutcomeFlusher(
             engine=engine, dialect=dialect, interval=opts.flush_interval,
             batch_size=flush_batch_size(self._fetcher.batch_size, opts),
-            on_written=self._release_held, log=self._log,
+            on_written=self._release_held, after_write=self._release_keys, log=self._log,
         )
         releaser = StuckReleaser(
             engine=engine, dialect=dialect, queues=self.queues, options=opts,
@@ -186,8 +188,30 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         return describe
 
     def _hold(self, claimed: Sequence[ClaimedMessage]) -> None:
+        held = self._held
         for raw in claimed:
-            self._held[raw.id] = raw
+            held[raw.id] = raw
+            if raw.ordering_key is not None:
+                self._keyed = True
+
+    async def _release_keys(self, outcomes: Sequence[Outcome]) -> None:
+        """Once outcomes are committed: the next message of each ordering key whose
+        message was archived may be claimed (faststream_sqla.ordering)."""
+        if not self._keyed:
+            return
+        held = self._held
+        keys = {
+            (raw.queue, raw.ordering_key)
+            for outcome in outcomes
+            if (raw := held.get(outcome.id)) is not None
+            and raw.ordering_key is not None
+            and outcome.archives
+        }
+        if keys:
+            config = self._outer_config
+            await with_retries(
+                config.dialect, lambda: ordering.release_next(config.dialect, config.engine, keys)
+            )
 
     def _claim_resized(self, claim_size: int) -> None:
         # outcomes are written a claim's worth at a time, whatever the claim's size
@@ -457,13 +481,16 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         return error
 
     # -- pulling without a handler ----------------------------------------------------
-    async def _write_now(self, outcome: Outcome) -> None:
+    async def _write_now(self, outcome: Outcome, raw: ClaimedMessage) -> None:
         dialect, engine = self._outer_config.dialect, self._outer_config.engine
 
         async def write() -> int:
             return await dialect.write_outcomes(engine, [outcome])
 
         await with_retries(dialect, write)
+        if raw.ordering_key is not None and outcome.archives:
+            keys = {(raw.queue, raw.ordering_key)}
+            await with_retries(dialect, lambda: ordering.release_next(dialect, engine, keys))
 
     async def _settle_now(self, raw: ClaimedMessage) -> None:
         now = lifecycle.db_time(raw, time.monotonic())
@@ -471,7 +498,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             lifecycle.after_attempt(
                 raw, started_at=now, finished_at=now, error=None,
                 retry_strategy=self.options.retry_strategy,
-            )
+            ),
+            raw,
         )
 
     async def _claim_one(self) -> ClaimedMessage | None:
@@ -484,10 +512,12 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             while rows := await with_retries(dialect, claim):
                 raw = claimed_from_row(rows[0], time.monotonic())
                 if opts.max_deliveries is not None and raw.deliveries_count > opts.max_deliveries:
-                    await self._write_now(lifecycle.deliveries_exceeded(raw, opts.max_deliveries))
+                    await self._write_now(
+                        lifecycle.deliveries_exceeded(raw, opts.max_deliveries), raw
+                    )
                     continue
                 if lifecycle.is_expired(raw, time.monotonic()):
-                    await self._write_now(lifecycle.expired(raw))
+                    await self._write_now(lifecycle.expired(raw), raw)
                     continue
                 raw.settle = self._settle_now
                 return raw

@@ -8,7 +8,7 @@ from collections import defaultdict
 import pytest
 
 from faststream_sqla import Envelope, MessageState, SqlaBroker, SqlaMessage
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, QueueFullError
 from faststream_sqla.retry import ConstantRetryStrategy
 
 from .helpers import FAST, Recorder, rows, wait_until
@@ -187,3 +187,60 @@ async def test_a_key_moves_on_after_its_message_expires(database_url, engine, ta
     await wait_until(both_archived)
     states = {r["payload"]: r["state"] for r in await rows(engine, tables.archive)}
     assert states == {b"gone": MessageState.EXPIRED, b"kept": MessageState.COMPLETED}
+
+
+async def test_later_messages_of_a_key_wait_outside_the_claim_until_their_turn(
+    database_url, engine, tables, dialect
+):
+    broker = SqlaBroker(database_url, max_queue_size=4)
+    async with broker:
+        await broker.connect()
+        ids = await broker.publish_batch(
+            Envelope("a1", ordering_key="a"), Envelope("a2", ordering_key="a"), queue="q"
+        )
+        async with broker.engine.connect() as conn, conn.begin():
+            ids.append(await broker.publish("a3", queue="q", ordering_key="a", connection=conn))
+        ids.append(await broker.publish("b1", queue="q", ordering_key="b"))
+        # waiting messages count against the queue's limit like any other
+        with pytest.raises(QueueFullError):
+            await broker.publish("one more", queue="q")
+    states = {r["id"]: r["state"] for r in await rows(engine, tables.message)}
+    assert [states[i] for i in ids] == [
+        MessageState.PENDING, MessageState.WAITING, MessageState.WAITING, MessageState.PENDING
+    ]
+
+    got = Recorder()
+    consumer = SqlaBroker(database_url)
+
+    @consumer.subscriber("q", **FAST)
+    async def handle(body: str) -> None:
+        got.record(body)
+
+    async with consumer:
+        await consumer.start()
+        calls = await got.wait_for(4)
+    assert [c for c in calls if c.startswith("a")] == ["a1", "a2", "a3"]
+
+
+async def test_a_waiting_first_message_of_a_key_is_released_by_the_sweep(
+    database_url, engine, tables
+):
+    # what a publisher that died between its commit and its release leaves behind
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber("q", release_stuck_interval=0.05, **FAST)
+    async def handle(body: str) -> None:
+        got.record(body)
+
+    async with broker:
+        await broker.connect()
+        (first,) = await broker.publish_batch(Envelope("stranded", ordering_key="k"), queue="q")
+        async with engine.begin() as conn:
+            await conn.execute(
+                tables.message.update()
+                .where(tables.message.c.id == first)
+                .values(state=MessageState.WAITING)
+            )
+        await broker.start()
+        assert await got.wait_for(1) == ["stranded"]
