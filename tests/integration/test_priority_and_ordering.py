@@ -244,3 +244,46 @@ async def test_a_waiting_first_message_of_a_key_is_released_by_the_sweep(
             )
         await broker.start()
         assert await got.wait_for(1) == ["stranded"]
+
+
+async def test_a_publish_that_races_the_archive_before_it_is_released_by_its_publisher(
+    database_url, engine, tables, dialect, dialect_name
+):
+    """The archive's release runs before the new message commits, so it cannot see it;
+    the publisher's release after its commit must then set it PENDING. (SQLite's one
+    writer cannot interleave them: there the archive waits for the publish's commit and
+    its release finds the new message.)"""
+    from faststream_sqla import lifecycle, ordering
+    from faststream_sqla.parser import claimed_from_row
+
+    broker = SqlaBroker(database_url)
+    async with broker:
+        await broker.connect()
+        head_id = await broker.publish("head", queue="q", ordering_key="k")
+        (row,) = await dialect.claim(engine, "q", 10)
+        head = claimed_from_row(row, 0.0)
+        async with broker.engine.connect() as conn:
+            async with conn.begin():
+                racer = await broker.publish(
+                    "racer", queue="q", ordering_key="k", connection=conn
+                )
+                if dialect_name != "sqlite":
+                    # meanwhile a consumer archives the head and releases the key's
+                    # next message, which it cannot see yet
+                    assert await dialect.write_outcomes(
+                        engine, [lifecycle.completed(head, head.acquired_at)]
+                    ) == 1
+                    assert await ordering.release_next(dialect, engine, {("q", "k")}) == 0
+        if dialect_name == "sqlite":
+            assert await dialect.write_outcomes(
+                engine, [lifecycle.completed(head, head.acquired_at)]
+            ) == 1
+            # this or the publisher's own release, whichever runs after the archive
+            await ordering.release_next(dialect, engine, {("q", "k")})
+
+        async def released() -> bool:
+            stored = await rows(engine, tables.message, tables.message.c.id == racer)
+            return stored[0]["state"] == MessageState.PENDING
+
+        await wait_until(released)
+    assert [r["id"] for r in await rows(engine, tables.archive)] == [head_id]
