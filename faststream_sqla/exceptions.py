@@ -45,7 +45,8 @@ class SchemaOutdatedError(SchemaError):
 
 
 class DatabaseUnreachableError(SqlaBrokerError, ConnectionError):
-    """The database could not be reached when the broker started."""
+    """The database could not be reached: when the broker connected, or by a publish
+    (the driver's own error is chained as the cause)."""
 
 
 class QueueFullError(SqlaBrokerError):

@@ -45,6 +45,10 @@ TERMINAL = (MessageState.COMPLETED, MessageState.FAILED, MessageState.EXPIRED)
 #: claimed columns that every row of one claim shares (the queue asked for, the claim's
 #: time): dialects that can send them once do, and fill them in on the client
 SHARED_CLAIM_COLUMNS = ("queue", "acquired_at")
+#: PostgreSQL's "the server is shutting down or starting up" (admin_shutdown,
+#: crash_shutdown, cannot_connect_now); connection exceptions are class 08
+UNREACHABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+
 #: idempotency keys looked up per statement (the drivers bound the parameters in one)
 KEYS_PER_READ = 1000
 
@@ -372,6 +376,29 @@ class Dialect(abc.ABC):
     def is_disconnect(self, exc: BaseException) -> bool:
         """Whether the error means the connection was lost."""
 
+    def is_unreachable(self, exc: BaseException) -> bool:
+        """Whether the error means the database cannot be reached at all (refused, reset,
+        shutting down or starting up, a lost connection), in whatever form the driver
+        or SQLAlchemy raised it: the error itself, its `orig`, or what it was raised
+        from."""
+        seen: set[int] = set()
+        todo: list[BaseException | None] = [exc]
+        while todo:
+            e = todo.pop()
+            if e is None or id(e) in seen or len(seen) > 8:
+                continue
+            seen.add(id(e))
+            if isinstance(e, OSError) or self.is_disconnect(e) or self._cannot_open(e):
+                return True
+            if (sqlstate(e) or "") in UNREACHABLE_SQLSTATES:
+                return True
+            todo += (getattr(e, "orig", None), e.__cause__, e.__context__)
+        return False
+
+    def _cannot_open(self, exc: BaseException) -> bool:
+        """The embedded database's file cannot be opened (SQLite)."""
+        return False
+
     def _q(self, engine: AsyncEngine | AsyncConnection, table: sa.Table) -> str:
         return engine.dialect.identifier_preparer.format_table(table)
 
@@ -392,7 +419,7 @@ async def with_retries(
             return await operation()
         except Exception as exc:
             if attempt == attempts or not (
-                dialect.is_transient(exc) or dialect.is_disconnect(exc)
+                dialect.is_transient(exc) or dialect.is_unreachable(exc)
             ):
                 raise
             await asyncio.sleep(min(0.01 * 2**attempt, 0.5) * (0.5 + random.random()))

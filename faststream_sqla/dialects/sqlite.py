@@ -501,3 +501,6 @@ class SQLiteDialect(Dialect):
 
     def is_disconnect(self, exc: BaseException) -> bool:
         return False  # an embedded database has no connection to lose
+
+    def _cannot_open(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc)

@@ -22,6 +22,7 @@ from faststream_sqla import idempotency, ordering
 from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import NewMessage, reading, with_retries
 from faststream_sqla.exceptions import (
+    DatabaseUnreachableError,
     InvalidOptionError,
     MessageSerializationError,
     QueueFullError,
@@ -37,6 +38,7 @@ from faststream_sqla.schema import (
     validate_queue_name,
 )
 from faststream_sqla.response import SqlaPublishCommand
+from faststream_sqla.urls import masked
 
 if TYPE_CHECKING:
     from fast_depends.library.serializer import SerializerProto
@@ -356,6 +358,22 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         rows = await self.build_rows(cmd, bodies)
         if not rows:
             return []
+        try:
+            return await self._store(cmd, rows)
+        except Exception as e:
+            if not self._dialect.is_unreachable(e):
+                raise
+            # one error to catch, whichever driver failed and however
+            msg = (
+                f"cannot reach the database at {masked(self._engine.url)} to publish to "
+                f"queue {rows[0].queue!r}: {type(e).__name__}: {e}. Nothing was stored, "
+                "unless the connection was lost while the commit was under way"
+            )
+            raise DatabaseUnreachableError(msg) from e
+
+    async def _store(self, cmd: SqlaPublishCommand, rows: list[NewMessage]) -> list[int]:
+        assert self._engine is not None and self._dialect is not None
+        assert self._wakeups is not None
         dialect, wakeups, queues = self._dialect, self._wakeups, {rows[0].queue}
         limit = self.limits.of(rows[0].queue)
         keyed = idempotency.has_keys(rows)

@@ -387,7 +387,11 @@ class OutcomeFlusher(StoppableLoop):
     async def _write(self, batch: list[Outcome]) -> bool:
         """Write one batch; on failure it is put back, first in line, and False returned."""
 
+        tries = 0
+
         async def write() -> int:
+            nonlocal tries
+            tries += 1
             return await self.dialect.write_outcomes(self.engine, batch)
 
         try:
@@ -410,12 +414,25 @@ class OutcomeFlusher(StoppableLoop):
                 self.log(logging.WARNING, f"after writing {len(batch)} outcomes: {exc!r}")
         self.on_written(batch)
         if changed < len(batch):
-            # Fenced: the claim expired and the message was released or re-claimed.
-            self.log(
-                logging.WARNING,
-                f"{len(batch) - changed} outcomes were stale (claim released by "
-                "release-stuck); those messages will be delivered again",
-            )
+            # Fenced: the row is no longer PROCESSING under this claim. Either its claim
+            # was released (and maybe re-claimed), or an earlier try of this very write
+            # committed before its connection was lost, and this one found it done.
+            stale = len(batch) - changed
+            if tries > 1:
+                self.log(
+                    logging.WARNING,
+                    f"{stale} of {len(batch)} outcomes changed nothing when written again "
+                    "after a lost connection: most likely the first write committed before "
+                    "the connection was lost; any whose claim was released meanwhile will "
+                    "be delivered again",
+                )
+            else:
+                self.log(
+                    logging.WARNING,
+                    f"{stale} outcomes were stale: their claims had been released by "
+                    "release-stuck (this process's leases lapsed); those messages will be "
+                    "delivered again",
+                )
         return True
 
     async def flush(self) -> bool:
