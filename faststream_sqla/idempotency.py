@@ -65,16 +65,13 @@ async def insert_in_own_transaction(
         except Exception as e:
             if not is_key_taken(e):
                 raise
-    for race in range(MAX_RACES):
-        try:
-            async with dialect.own_transaction(engine) as conn:
-                return await _insert_new_keys(
-                    dialect, conn, rows, latest=race > 0, after_insert=after_insert
-                )
-        except Exception as e:
-            if not is_key_taken(e):
-                raise
-    raise _lost_every_race(rows)
+    async def attempt(latest: bool) -> list[int]:
+        async with dialect.own_transaction(engine) as conn:
+            return await _insert_new_keys(
+                dialect, conn, rows, latest=latest, after_insert=after_insert
+            )
+
+    return await _until_won(attempt, rows)
 
 
 async def insert_in_transaction(
@@ -86,12 +83,23 @@ async def insert_in_transaction(
 ) -> list[int]:
     """In the caller's transaction: each try is a savepoint, so a lost race undoes only
     this publish's rows and leaves the transaction usable."""
+    async def attempt(latest: bool) -> list[int]:
+        async with conn.begin_nested():
+            return await _insert_new_keys(
+                dialect, conn, rows, latest=latest, after_insert=after_insert
+            )
+
+    return await _until_won(attempt, rows)
+
+
+async def _until_won(
+    attempt: Callable[[bool], Awaitable[list[int]]], rows: Sequence[NewMessage]
+) -> list[int]:
+    """Run `attempt` until no other publisher takes one of its keys in between; each
+    try after a lost race reads the newest committed rows (`latest`)."""
     for race in range(MAX_RACES):
         try:
-            async with conn.begin_nested():
-                return await _insert_new_keys(
-                    dialect, conn, rows, latest=race > 0, after_insert=after_insert
-                )
+            return await attempt(race > 0)
         except Exception as e:
             if not is_key_taken(e):
                 raise

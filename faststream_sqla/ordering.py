@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from faststream_sqla.dialects._claim import earlier_of_its_key
 from faststream_sqla.schema import MessageState
 
 if TYPE_CHECKING:
@@ -44,15 +45,6 @@ def has_ordering_keys(rows: Sequence[NewMessage]) -> bool:
     return any(row.ordering_key is not None for row in rows)
 
 
-def _earlier_of_its_key(m: sa.Table) -> sa.Exists:
-    earlier = m.alias("earlier")
-    return sa.exists().where(
-        earlier.c.queue == m.c.queue,
-        earlier.c.ordering_key == m.c.ordering_key,
-        earlier.c.id < m.c.id,
-    )
-
-
 def _chunks(ids: Sequence[int]) -> list[Sequence[int]]:
     return [ids[i : i + IDS_PER_STATEMENT] for i in range(0, len(ids), IDS_PER_STATEMENT)]
 
@@ -67,7 +59,7 @@ async def hold_behind_keys(
     waiting: list[int] = []
     for chunk in _chunks(keyed):
         found = await conn.execute(
-            sa.select(m.c.id).where(m.c.id.in_(chunk), _earlier_of_its_key(m))
+            sa.select(m.c.id).where(m.c.id.in_(chunk), earlier_of_its_key(m))
         )
         waiting += found.scalars()
     for chunk in _chunks(waiting):
@@ -87,7 +79,7 @@ async def release_first(dialect: Dialect, engine: AsyncEngine, ids: Sequence[int
                 sa.select(m.c.id).where(
                     m.c.id.in_(chunk),
                     m.c.state == MessageState.WAITING,
-                    ~_earlier_of_its_key(m),
+                    ~earlier_of_its_key(m),
                 )
             )
             released += await _release(conn, m, list(found.scalars()))

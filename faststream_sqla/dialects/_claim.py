@@ -54,12 +54,9 @@ def ready_ids(m: sa.Table, priority: sa.ColumnElement[int], *extra: sa.ColumnEle
     )
 
 
-def first_of_its_key(m: sa.Table) -> sa.ColumnElement[bool]:
-    """The message has no ordering key, or no earlier message of its key is still in
-    the table (waiting, in flight or retrying). Settled messages leave the table, so
-    the next one of a key becomes claimable when the one before it settles, and two of
-    one key are never claimed together. The earlier message is read without a lock:
-    a locked one (in another claim) still counts."""
+def earlier_of_its_key(m: sa.Table) -> sa.Exists:
+    """An earlier message (lower id) of the row's ordering key is still in the table
+    (waiting, in flight or retrying), read without a lock: a locked one still counts."""
     earlier = m.alias("earlier")
     blocked = sa.select(sa.literal_column("1")).select_from(earlier).where(
         earlier.c.queue == m.c.queue,
@@ -70,7 +67,15 @@ def first_of_its_key(m: sa.Table) -> sa.ColumnElement[bool]:
         # MariaDB judged the queue's prefix of the ready index the better way in: a
         # walk of the queue's every row per keyed candidate.
         blocked = blocked.with_hint(earlier, f"FORCE INDEX (ix_{m.name}_ordering)")
-    return sa.or_(m.c.ordering_key.is_(None), ~blocked.exists())
+    return blocked.exists()
+
+
+def first_of_its_key(m: sa.Table) -> sa.ColumnElement[bool]:
+    """The message has no ordering key, or no earlier message of its key is still in
+    the table. Settled messages leave the table, so the next one of a key becomes
+    claimable when the one before it settles, and two of one key are never claimed
+    together."""
+    return sa.or_(m.c.ordering_key.is_(None), ~earlier_of_its_key(m))
 
 
 def priority_literal(level: int) -> sa.ColumnElement[int]:

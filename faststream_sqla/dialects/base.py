@@ -126,10 +126,11 @@ class InsertShape:
     #: a row's sent values, as a tuple
     values: Callable[[NewMessage], tuple[Any, ...]]
 
-    def default_sql(self, column: MessageColumn) -> str:
-        """SQL for a published column: None where it is sent."""
+    def default_sql(self, column: MessageColumn) -> str | None:
+        """The literal SQL of a published column left at its default; None where the
+        column is sent."""
         if column in self.sent:
-            return None  # type: ignore[return-value]
+            return None
         default = PUBLISHED_DEFAULTS[column.name]
         return "NULL" if default is None else str(default)
 

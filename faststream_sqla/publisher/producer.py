@@ -383,7 +383,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         async def hold(conn: AsyncConnection, inserted: Sequence[NewMessage], ids: list[int]) -> None:
             waiting.extend(await ordering.hold_behind_keys(dialect, conn, inserted, ids))
 
-        ordered = hold if ordering.has_ordering_keys(rows) else None
+        hold_keys = hold if ordering.has_ordering_keys(rows) else None
 
         async def release_waiting() -> None:
             # after the commit: whichever of this and the archive before it starts last
@@ -408,12 +408,12 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                 if keyed:
                     return await idempotency.insert_in_own_transaction(
                         dialect, self._engine, rows, relaxed=self.fast_publish,
-                        after_insert=ordered,
+                        after_insert=hold_keys,
                     )
-                if ordered is not None:
+                if hold_keys is not None:
                     async with dialect.own_transaction(self._engine) as conn:
                         ids = await dialect.insert_messages(conn, rows)
-                        await ordered(conn, rows, ids)
+                        await hold_keys(conn, rows, ids)
                         return ids
                 return await dialect.insert_committed(
                     self._engine, rows, relaxed=self.fast_publish
@@ -437,12 +437,12 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             await self._check_room(conn, rows, limit)
         if keyed:
             ids = await idempotency.insert_in_transaction(
-                dialect, conn, rows, after_insert=ordered
+                dialect, conn, rows, after_insert=hold_keys
             )
         else:
             ids = await dialect.insert_messages(conn, rows)
-            if ordered is not None:
-                await ordered(conn, rows, ids)
+            if hold_keys is not None:
+                await hold_keys(conn, rows, ids)
         then = release_waiting if waiting else None
         event.listen(
             conn.sync_connection, "commit",

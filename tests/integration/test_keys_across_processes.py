@@ -3,18 +3,16 @@ priorities, expiry and backpressure."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections import defaultdict
-from contextlib import AsyncExitStack
 
 import pytest
 import sqlalchemy as sa
 
 from faststream_sqla import Envelope, MessageState, QueueFullError, SqlaBroker
 
-from .helpers import rows, wait_until
-from .test_processes import WORKERS, exit_code, read_line, spawn
+from .helpers import rows
+from .test_processes import WORKERS, exit_code, read_line, run_until, started_together
 
 pytestmark = pytest.mark.slow
 
@@ -46,33 +44,15 @@ async def test_ordering_keys_hold_across_three_processes(database_url, engine, t
                 await broker.publish_batch(*items[start : start + 500], queue="keyed")
 
         logs = [tmp_path / f"keyed-{i}.log" for i in range(processes)]
-        async with AsyncExitStack() as stack:
-            procs = [
-                await stack.enter_async_context(
-                    spawn(sys.executable, WORKERS / "keyed.py", database_url, log=log,
-                          stdin=asyncio.subprocess.PIPE)
-                )
-                for log in logs
-            ]
-            for proc, log in zip(procs, logs):
-                assert await read_line(proc, log) == "READY"
-            for proc in procs:
-                proc.stdin.write(b"GO\n")
-                await proc.stdin.drain()
+        argv = (sys.executable, WORKERS / "keyed.py", database_url)
+        async with started_together([argv] * processes, logs) as procs:
 
             async def all_handled() -> bool:
                 async with engine.connect() as conn:
                     count = sa.select(sa.func.count()).select_from(handled)
                     return await conn.scalar(count) >= keys * per_key
 
-            try:
-                await wait_until(all_handled, timeout=120)
-            except TimeoutError:
-                pytest.fail("queue not drained:\n" + "\n".join(log.read_text() for log in logs))
-            for proc in procs:
-                proc.send_signal(15)
-            for proc, log in zip(procs, logs):
-                assert await exit_code(proc) == 0, log.read_text()
+            await run_until(procs, logs, all_handled, timeout=120)
 
         async with engine.connect() as conn:
             result = await conn.execute(
@@ -115,19 +95,9 @@ async def test_publishers_in_three_processes_race_on_one_key(
     database_url, engine, tables, tmp_path
 ):
     logs = [tmp_path / f"publisher-{i}.log" for i in range(3)]
-    async with AsyncExitStack() as stack:
-        procs = [
-            await stack.enter_async_context(
-                spawn(sys.executable, "-c", PUBLISH_ONE_KEY, database_url, log=log,
-                      stdin=asyncio.subprocess.PIPE)
-            )
-            for log in logs
-        ]
-        for proc, log in zip(procs, logs):
-            assert await read_line(proc, log) == "READY"
-        for proc in procs:  # released together: 21 publishes of one key at once
-            proc.stdin.write(b"GO\n")
-            await proc.stdin.drain()
+    argv = (sys.executable, "-c", PUBLISH_ONE_KEY, database_url)
+    # released together: 21 publishes of one key at once
+    async with started_together([argv] * 3, logs) as procs:
         returned = [await read_line(proc, log) for proc, log in zip(procs, logs)]
         for proc, log in zip(procs, logs):
             assert await exit_code(proc) == 0, log.read_text()
@@ -153,27 +123,9 @@ async def consume_in_processes(database_url, engine, tmp_path, queue, until) -> 
         await conn.run_sync(recorded.metadata.drop_all)
         await conn.run_sync(recorded.metadata.create_all)
     logs = [tmp_path / f"recorder-{i}.log" for i in range(3)]
-    async with AsyncExitStack() as stack:
-        procs = [
-            await stack.enter_async_context(
-                spawn(sys.executable, WORKERS / "recorder.py", database_url, queue, log=log,
-                      stdin=asyncio.subprocess.PIPE)
-            )
-            for log in logs
-        ]
-        for proc, log in zip(procs, logs):
-            assert await read_line(proc, log) == "READY"
-        for proc in procs:
-            proc.stdin.write(b"GO\n")
-            await proc.stdin.drain()
-        try:
-            await wait_until(until, timeout=120)
-        except TimeoutError:
-            pytest.fail("not done:\n" + "\n".join(log.read_text() for log in logs))
-        for proc in procs:
-            proc.send_signal(15)
-        for proc, log in zip(procs, logs):
-            assert await exit_code(proc) == 0, log.read_text()
+    argv = (sys.executable, WORKERS / "recorder.py", database_url, queue)
+    async with started_together([argv] * 3, logs) as procs:
+        await run_until(procs, logs, until, timeout=120)
     async with engine.connect() as conn:
         runs = (await conn.execute(sa.select(recorded).order_by(recorded.c.started_ns))).all()
     async with engine.begin() as conn:

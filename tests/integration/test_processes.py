@@ -61,6 +61,44 @@ async def exit_code(proc: asyncio.subprocess.Process) -> int:
         pytest.fail(f"process {proc.pid} did not exit within {EXIT_TIMEOUT}s")
 
 
+@asynccontextmanager
+async def started_together(
+    argvs: list[tuple[str | Path, ...]], logs: list[Path]
+) -> AsyncIterator[list[asyncio.subprocess.Process]]:
+    """Start one process per argv (scripts that print READY and wait for a line on
+    stdin: workers/together.py), then release them at once, so that none gets a head
+    start. They are killed at exit if still running."""
+    async with AsyncExitStack() as stack:
+        procs = [
+            await stack.enter_async_context(
+                spawn(*argv, log=log, stdin=asyncio.subprocess.PIPE)
+            )
+            for argv, log in zip(argvs, logs, strict=True)
+        ]
+        for proc, log in zip(procs, logs):
+            assert await read_line(proc, log) == "READY"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write(b"GO\n")
+            await proc.stdin.drain()
+        yield procs
+
+
+async def run_until(
+    procs: list[asyncio.subprocess.Process], logs: list[Path], done, *, timeout: float = 60
+) -> None:
+    """Wait until `done()` holds (failing with the processes' logs), then stop every
+    process with SIGTERM and check that each exited cleanly."""
+    try:
+        await wait_until(done, timeout=timeout)
+    except TimeoutError:
+        pytest.fail("not done in time:\n" + "\n".join(log.read_text() for log in logs))
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc, log in zip(procs, logs):
+        assert await exit_code(proc) == 0, log.read_text()
+
+
 async def publish(database_url: str, queue: str, *bodies: object, chunk: int = 500) -> list[int]:
     """Publish from a broker of its own, as another service would."""
     ids: list[int] = []
@@ -116,34 +154,15 @@ async def test_three_processes_share_a_queue_exactly_once(database_url, engine, 
         await publish(database_url, "shared", *range(n))
 
         logs = [tmp_path / f"sharer-{i}.log" for i in range(workers)]
-        async with AsyncExitStack() as stack:
-            procs = [
-                await stack.enter_async_context(
-                    spawn(sys.executable, WORKERS / "sharer.py", database_url, log=log,
-                          stdin=asyncio.subprocess.PIPE)
-                )
-                for log in logs
-            ]
-            # Release them together once all are up: a head start could drain the queue alone.
-            for proc, log in zip(procs, logs):
-                assert await read_line(proc, log) == "READY"
-            for proc in procs:
-                proc.stdin.write(b"GO\n")
-                await proc.stdin.drain()
+        argv = (sys.executable, WORKERS / "sharer.py", database_url)
+        async with started_together([argv] * workers, logs) as procs:
 
             async def all_archived() -> bool:
                 async with engine.connect() as conn:
                     count = sa.select(sa.func.count()).select_from(tables.archive)
                     return await conn.scalar(count) == n
 
-            try:
-                await wait_until(all_archived, timeout=60)
-            except TimeoutError:
-                pytest.fail("queue not drained:\n" + "\n".join(log.read_text() for log in logs))
-            for proc in procs:
-                proc.send_signal(signal.SIGTERM)
-            for proc, log in zip(procs, logs):
-                assert await exit_code(proc) == 0, log.read_text()
+            await run_until(procs, logs, all_archived)
 
         async with engine.connect() as conn:
             result = await conn.execute(sa.select(handled.c.value, handled.c.pid))

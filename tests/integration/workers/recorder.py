@@ -9,13 +9,13 @@ message it handles as a row (body, priority, pid, started_ns) in the table
 import asyncio
 import logging
 import os
-import signal
 import sys
 import time
 
 import sqlalchemy as sa
 
 from faststream_sqla import SqlaBroker, SqlaMessage
+from together import consume_when_told  # a sibling: the script's directory
 
 handled = sa.table(
     "handled_any", sa.column("body"), sa.column("priority"), sa.column("pid"),
@@ -40,16 +40,4 @@ async def handle(body: str, msg: SqlaMessage) -> None:
         )
 
 
-async def main() -> None:
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    print("READY", flush=True)
-    await asyncio.to_thread(sys.stdin.readline)
-    await broker.start()
-    try:
-        await stop.wait()
-    finally:
-        await broker.stop()
-
-
-asyncio.run(main())
+asyncio.run(consume_when_told(broker))

@@ -8,12 +8,12 @@ handles as a row (value, pid) in the table `handled`. SIGTERM stops it gracefull
 import asyncio
 import logging
 import os
-import signal
 import sys
 
 import sqlalchemy as sa
 
 from faststream_sqla import SqlaBroker
+from together import consume_when_told  # a sibling: the script's directory
 
 handled = sa.table("handled", sa.column("value"), sa.column("pid"))
 # Logs go to stderr: stdout carries only the lines the test waits for.
@@ -34,16 +34,4 @@ async def handle(value: int) -> None:
         await conn.execute(sa.insert(handled).values(value=value, pid=os.getpid()))
 
 
-async def main() -> None:
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    print("READY", flush=True)
-    await asyncio.to_thread(sys.stdin.readline)
-    await broker.start()
-    try:
-        await stop.wait()
-    finally:
-        await broker.stop()
-
-
-asyncio.run(main())
+asyncio.run(consume_when_told(broker))
