@@ -52,9 +52,17 @@ class DeliveryOptions:
     ordering_key: str | None = None
     idempotency_key: str | None = None
 
+    @staticmethod
+    def given(**options: Unpack[DeliveryOptionArgs]) -> DeliveryOptions:
+        """The options of a publish call; `NO_OPTIONS` itself when none are given, so
+        a batch can tell by identity that its items have no call options to merge."""
+        return DeliveryOptions(**options) if options else NO_OPTIONS
+
     def over(self, defaults: DeliveryOptions) -> DeliveryOptions:
         """These options, with `defaults`' values where these are unset (None). Options
         that are alternatives to each other (a time or a delay) are taken as a group."""
+        if defaults is NO_OPTIONS:  # the common case, once per batch item
+            return self
         given = {
             f.name: value
             for f in dataclasses.fields(self)
@@ -96,7 +104,7 @@ class Envelope:
         self.body = body
         self.headers = headers
         self.correlation_id = correlation_id
-        self.options = DeliveryOptions(**options)
+        self.options = DeliveryOptions.given(**options)
 
     def __repr__(self) -> str:
         return f"Envelope({self.body!r}, headers={self.headers!r}, options={self.options!r})"

@@ -32,7 +32,7 @@ class SqlaResponse(Response):
         **options: Unpack[DeliveryOptionArgs],
     ) -> None:
         super().__init__(body=body, headers=headers, correlation_id=correlation_id)
-        self.options = DeliveryOptions(**options)
+        self.options = DeliveryOptions.given(**options)
 
     def as_publish_command(self) -> SqlaPublishCommand:
         return SqlaPublishCommand(

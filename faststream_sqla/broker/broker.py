@@ -312,7 +312,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             headers=headers,
             correlation_id=correlation_id or self.config.id_generator(),
             reply_to=reply_to,
-            options=DeliveryOptions(**options),
+            options=DeliveryOptions.given(**options),
             connection=connection,
             _publish_type=PublishType.PUBLISH,
         )
@@ -341,7 +341,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             queue=queue,
             headers=headers,
             correlation_id=correlation_id,
-            options=DeliveryOptions(**options),
+            options=DeliveryOptions.given(**options),
             connection=connection,
             _publish_type=PublishType.PUBLISH,
         )

@@ -57,7 +57,7 @@ class SqlaPublisher(PublisherUsecase):
             headers=self.headers | (headers or {}),
             correlation_id=correlation_id or self._outer_config.id_generator(),
             reply_to=reply_to,
-            options=DeliveryOptions(**options),
+            options=DeliveryOptions.given(**options),
             connection=connection,
             _publish_type=PublishType.PUBLISH,
         )
@@ -84,7 +84,7 @@ class SqlaPublisher(PublisherUsecase):
             queue=queue or self.queue,
             headers=self.headers | (headers or {}),
             correlation_id=correlation_id,
-            options=DeliveryOptions(**options),
+            options=DeliveryOptions.given(**options),
             connection=connection,
             _publish_type=PublishType.PUBLISH,
         )
