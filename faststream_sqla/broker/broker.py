@@ -234,9 +234,11 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         consumed = {q for sub in self.subscribers if sub.calls for q in sub.queues}  # type: ignore[attr-defined]
         if not consumed or self.notifications is not None:
             return
-        wakeups = self.config.wakeups
+        wakeups, health = self.config.wakeups, self.config.health
 
         def log(level: int, message: str) -> None:
+            if level <= logging.WARNING and health.is_down:
+                return  # its retries during an outage: the outage is logged once, by health
             self.config.logger.log(message, level, {"queue": "", "message_id": ""})
 
         listener = self.config.dialect.listener(
@@ -259,6 +261,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         self.config.vacuum.close()
         await super().stop(exc_type, exc_val, exc_tb)  # subscribers' final flushes too
         await self.config.vacuum.stop()
+        await self.config.health.close()
         if self.notifications is not None:
             await self.notifications.stop()
             self.notifications = None

@@ -14,6 +14,7 @@ from faststream._internal.configs import (
 )
 from faststream.exceptions import IncorrectState
 
+from faststream_sqla.health import DatabaseHealth
 from faststream_sqla.publisher.producer import SqlaProducer
 from faststream_sqla.schema import QueueTables
 from faststream_sqla.subscriber.stall import LoopStallWatch
@@ -51,6 +52,7 @@ class SqlaBrokerConfig(BrokerConfig):
     wakeups: WakeupHub = field(default_factory=WakeupHub)
     vacuum: MessageTableVacuum = field(default_factory=MessageTableVacuum)
     stall_watch: LoopStallWatch = field(default_factory=LoopStallWatch)
+    health: DatabaseHealth = field(default_factory=DatabaseHealth)
     default_driver_annotations: UnderlyingDriverAnnotations = field(
         default_factory=_driver_annotations
     )
@@ -81,6 +83,7 @@ class SqlaBrokerConfig(BrokerConfig):
 
         self.vacuum.connect(engine, dialect, log)
         self.stall_watch.log = log
+        self.health.connect(engine, dialect, log)
 
     def disconnect(self) -> None:
         self._engine = self._dialect = None

@@ -21,6 +21,7 @@ from faststream_sqla.parser import claimed_from_row
 from .claim_size import ClaimSizer
 
 if TYPE_CHECKING:
+    from faststream_sqla.health import DatabaseHealth
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from faststream_sqla.dialects import Dialect
@@ -56,7 +57,11 @@ async def wait_event(event: asyncio.Event, timeout: float) -> None:
         pass
 
 
-def log_failure(log: Log, what: str, exc: BaseException, backoff: Backoff) -> None:
+def log_failure(
+    log: Log, what: str, exc: BaseException, backoff: Backoff, health: DatabaseHealth
+) -> None:
+    if health.noticed(exc):
+        return  # an outage: logged once by `health`, not per loop and per try
     # The first failure of a streak carries the traceback; repeats stay short.
     if backoff.failures <= 1:
         log(logging.WARNING, f"{what} failed, retrying: {exc!r}", exc_info=exc)
@@ -132,6 +137,7 @@ class PrefetchBuffer:
         """Return a taken item to the front."""
         self.items.appendleft(item)
         self.taken -= 1
+        self._filled.set()
 
     async def get(self) -> ClaimedMessage | None:
         while not self.items:
@@ -163,9 +169,11 @@ class Fetcher:
         unsettled: Callable[[], int],
         claiming: asyncio.Lock,
         log: Log,
+        health: DatabaseHealth,
     ) -> None:
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
         self.options, self.buffer, self.wake, self.log = options, buffer, wake, log
+        self.health = health
         #: held while a claim is in flight (see StuckReleaser)
         self.claiming = claiming
         self.on_claimed, self.on_resized, self.unsettled = on_claimed, on_resized, unsettled
@@ -245,8 +253,12 @@ class Fetcher:
                 got = await self.claim_round(batch)
             except Exception as exc:  # noqa: BLE001 - any failure: log, back off, retry
                 delay = backoff.next_delay()
-                log_failure(self.log, "claiming messages", exc, backoff)
-                await wait_event(self.wake, delay)  # stop() wakes it at once
+                log_failure(self.log, "claiming messages", exc, backoff, self.health)
+                if self.health.is_down:
+                    # no claim can succeed before the database is back (or a stop)
+                    await self.health.until_reachable(self.wake)
+                else:
+                    await wait_event(self.wake, delay)  # stop() wakes it at once
                 continue
             finally:
                 self.claim_in_flight = False
@@ -307,11 +319,13 @@ class OutcomeFlusher(StoppableLoop):
         batch_size: int,
         on_written: Callable[[Sequence[Outcome]], None],
         log: Log,
+        health: DatabaseHealth,
         concurrency: int = FLUSH_CONCURRENCY,
         after_write: Callable[[Sequence[Outcome]], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__()
         self.engine, self.dialect, self.interval, self.log = engine, dialect, interval, log
+        self.health = health
         self.batch_size = max(batch_size, 1)
         self.on_written = on_written
         #: follow-up work once a batch is committed (releasing ordering keys), before
@@ -349,8 +363,13 @@ class OutcomeFlusher(StoppableLoop):
 
     async def run(self) -> None:
         while not self.stopping.is_set():
-            # After a failed write, back off before trying again.
-            if self._failed and await self.pause(self._backoff.next_delay()):
+            # After a failed write, back off before trying again; in an outage, until
+            # the database answers.
+            if self._failed and self.health.is_down:
+                await self.health.until_reachable(self.stopping)
+                if self.stopping.is_set():
+                    return  # the final flush writes what is left
+            elif self._failed and await self.pause(self._backoff.next_delay()):
                 return
             # Idle until there is something to write (no busy loop at flush_interval=0),
             # then gather more for up to flush_interval unless a batch fills first.
@@ -402,7 +421,9 @@ class OutcomeFlusher(StoppableLoop):
             if not isinstance(exc, Exception):
                 raise  # cancelled: kept for the final flush
             self._failed = True
-            log_failure(self.log, f"writing {len(batch)} outcomes", exc, self._backoff)
+            log_failure(
+                self.log, f"writing {len(batch)} outcomes", exc, self._backoff, self.health
+            )
             return False
         self._failed = False
         self._backoff.reset()
@@ -461,8 +482,10 @@ class StuckReleaser(StoppableLoop):
         claiming: asyncio.Lock,
         on_released: Callable[[], None],
         log: Log,
+        health: DatabaseHealth,
     ) -> None:
         super().__init__()
+        self.health = health
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
         self.options, self.held, self.on_released, self.log = options, held, on_released, log
         self.claiming = claiming
@@ -510,7 +533,7 @@ class StuckReleaser(StoppableLoop):
                 await self.release_once()
                 backoff.reset()
             except Exception as exc:  # noqa: BLE001
-                log_failure(self.log, "releasing stuck messages", exc, backoff)
+                log_failure(self.log, "releasing stuck messages", exc, backoff, self.health)
 
 
 class LeaseKeeper(StoppableLoop):
@@ -529,9 +552,11 @@ class LeaseKeeper(StoppableLoop):
         held: dict[int, ClaimedMessage],
         interval: float,
         log: Log,
+        health: DatabaseHealth,
     ) -> None:
         super().__init__()
         self.engine, self.dialect, self.held, self.log = engine, dialect, held, log
+        self.health = health
         self.interval = interval
 
     async def renew_once(self) -> int:
@@ -553,5 +578,5 @@ class LeaseKeeper(StoppableLoop):
                 backoff.reset()
                 delay = self.interval
             except Exception as exc:  # noqa: BLE001 - retried soon: leases must not lapse
-                log_failure(self.log, "renewing leases", exc, backoff)
+                log_failure(self.log, "renewing leases", exc, backoff, self.health)
                 delay = backoff.next_delay()

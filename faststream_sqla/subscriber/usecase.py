@@ -81,6 +81,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._workers: list[asyncio.Task[Any]] = []
         self._buffer = PrefetchBuffer()
         self._wake = asyncio.Event()
+        #: set when stop() begins: workers waiting out an outage give up then
+        self._stopping = asyncio.Event()
         #: claimed and not yet settled in the database: the leases this process keeps
         self._held: dict[int, ClaimedMessage] = {}
         #: whether a message with an ordering key was ever claimed here
@@ -139,26 +141,30 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         engine, dialect, opts = self._outer_config.engine, self._outer_config.dialect, self.options
         self._buffer = PrefetchBuffer()
         self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
         self._held = {}
         claiming = asyncio.Lock()
         self._fetcher = Fetcher(
             engine=engine, dialect=dialect, queues=self.queues, options=opts,
             buffer=self._buffer, wake=self._wake, on_claimed=self._hold,
             on_resized=self._claim_resized, unsettled=self._held.__len__,
-            claiming=claiming, log=self._log,
+            claiming=claiming, log=self._log, health=self._outer_config.health,
         )
         self._flusher = OutcomeFlusher(
             engine=engine, dialect=dialect, interval=opts.flush_interval,
             batch_size=flush_batch_size(self._fetcher.batch_size, opts),
             on_written=self._release_held, after_write=self._release_keys, log=self._log,
+            health=self._outer_config.health,
         )
         releaser = StuckReleaser(
             engine=engine, dialect=dialect, queues=self.queues, options=opts,
             held=self._held, claiming=claiming, on_released=self._wake.set, log=self._log,
+            health=self._outer_config.health,
         )
         leases = LeaseKeeper(
             engine=engine, dialect=dialect, held=self._held,
             interval=opts.release_stuck_timeout / 3, log=self._log,
+            health=self._outer_config.health,
         )
         self._loops = [self._flusher, releaser, leases]
         self._outer_config.wakeups.register(self.queues, self._wake)
@@ -249,6 +255,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             await super().stop()
             return
         self.running = False
+        self._stopping.set()
         self._outer_config.wakeups.unregister(self.queues, self._wake)
         for task in self._workers:
             self._outer_config.stall_watch.unwatch(task)
@@ -327,6 +334,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         assert self._fetcher is not None and self._flusher is not None
         buffer, fetcher, flusher = self._buffer, self._fetcher, self._flusher
         running, me = self._running, asyncio.current_task()
+        health = self._outer_config.health
         delivered = 0
         while True:
             # The common case, a buffered message, costs a popleft; only an empty
@@ -334,6 +342,12 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             raw = buffer.take() if buffer else await buffer.get()
             if raw is None:
                 return
+            if health.is_down and self.running:
+                # The database is gone: a handler would fail on it and spend an attempt.
+                # The message stays claimed here until it answers (or we stop).
+                buffer.put_back(raw)
+                await health.until_reachable(self._stopping)
+                continue
             running[me] = raw  # type: ignore[index]
             batch = self._take_batch(raw) if self.batch else None
             fetcher.notify_taken()
@@ -384,6 +398,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             # Shutdown cut the handler short: not its fault, so no attempt is spent.
             self._flusher.add(lifecycle.released(raw, started=True))
             raise
+        if error is not None and await self._held_for_outage((raw,), error):
+            return
         self._flusher.add(self._outcome(raw, started, error))
 
     async def _deliver(self, batch: list[ClaimedMessage]) -> None:
@@ -409,6 +425,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 settled += (lifecycle.released(raw, started=True) for raw in live)
                 self._flusher.add_all(settled)
                 raise
+            if error is not None and await self._held_for_outage(live, error):
+                live = []
         settled += (self._outcome(raw, started, error) for raw in live)
         self._flusher.add_all(settled)
 
@@ -431,6 +449,21 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             self._classify(live, exc)
             return exc
         return None
+
+    async def _held_for_outage(
+        self, live: Sequence[ClaimedMessage], error: BaseException
+    ) -> bool:
+        """Whether the handler failed because the broker's database is gone: then its
+        messages go back to the front of the buffer, their attempt not spent, to run
+        again once the database answers. A message the handler acked keeps its ack."""
+        if any(raw.decision is AckStatus.ACKED for raw in live):
+            return False
+        if not await self._outer_config.health.confirms_outage(error):
+            return False
+        for raw in reversed(live):
+            raw.decision, raw.nack_delay = None, None
+            self._buffer.put_back(raw)
+        return True
 
     def _classify(self, live: Sequence[ClaimedMessage], exc: Exception) -> None:
         """Error classes: a RetryAfter retries after its own delay; a permanent error

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,3 +107,88 @@ async def claim_after_losing_the_connection(
         await dialect.claim(engine, queue, 10)
     assert lost.value.connection_invalidated and dialect.is_disconnect(lost.value)
     return await with_retries(dialect, lambda: dialect.claim(engine, queue, 10))
+
+
+# -- outages ----------------------------------------------------------------------
+class TcpProxy:
+    """Forwards 127.0.0.1:<port> to the database server, until `cut()` closes the
+    listening socket and every connection through it: the network between the broker
+    and its database goes away, while the server keeps running for everyone else.
+    `restore()` listens on the same port again."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.writers: set[asyncio.StreamWriter] = set()
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def restore(self) -> None:
+        await self.start()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def cut(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:
+            writer.transport.abort()
+        self.writers.clear()
+        await self.server.wait_closed()
+
+
+class CuttableDatabase:
+    """The test database behind a link that a test can cut and restore: a TCP proxy
+    for a server, a directory that moves away for SQLite (whose connections are then
+    dropped, so the next one cannot open the file). `url` goes through the link;
+    `direct_url` does not."""
+
+    def __init__(self, database_url: str, dialect_name: str, tmp_path: Path) -> None:
+        self.dialect_name = dialect_name
+        url = sa.make_url(database_url)
+        self.proxy: TcpProxy | None = None
+        if dialect_name == "sqlite":
+            self.home, self.away = tmp_path / "db", tmp_path / "db-away"
+            self.home.mkdir()
+            shutil.copy(url.database or "", self.home / "queue.db")
+            self.url = self.direct_url = url.set(database=str(self.home / "queue.db"))
+        else:
+            default_port = 5432 if dialect_name == "postgresql" else 3306
+            self.proxy = TcpProxy(url.host or "127.0.0.1", url.port or default_port)
+            self.direct_url = url
+            self.url = url  # set by start()
+
+    async def start(self) -> None:
+        if self.proxy is not None:
+            await self.proxy.start()
+            self.url = self.direct_url.set(host="127.0.0.1", port=self.proxy.port)
+
+    async def cut(self, engine: AsyncEngine) -> None:
+        if self.proxy is not None:
+            await self.proxy.cut()
+        else:
+            self.home.rename(self.away)
+            await engine.dispose()
+
+    async def restore(self) -> None:
+        if self.proxy is not None:
+            await self.proxy.restore()
+        else:
+            self.away.rename(self.home)

@@ -3,7 +3,6 @@ driver's own error chained, on every database (issue 20, defect 9)."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 
 import pytest
@@ -11,44 +10,7 @@ import sqlalchemy as sa
 
 from faststream_sqla import DatabaseUnreachableError, SqlaBroker, SqlaBrokerError
 
-
-class TcpProxy:
-    """Forwards 127.0.0.1:<port> to the database server, until `cut()` closes the
-    listening socket and every connection through it: the network between the broker
-    and its database goes away, while the server keeps running for everyone else."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.writers: set[asyncio.StreamWriter] = set()
-        self.server: asyncio.Server | None = None
-        self.port = 0
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        self.writers |= {writer, up_writer}
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    async def cut(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        for writer in self.writers:
-            writer.transport.abort()
-        await self.server.wait_closed()
+from .helpers import TcpProxy
 
 
 async def test_a_publish_to_an_unreachable_database_raises_one_typed_error(

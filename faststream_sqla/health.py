@@ -1,0 +1,152 @@
+"""Whether a broker's database answers, known once for all of the broker's loops and
+workers.
+
+When the database goes away every loop fails at once (claims, outcome writes, lease
+renewals, release-stuck) and every handler that uses the database fails too. Without
+one place that knows, each of those logs its own traceback per try and per message,
+and every message run meanwhile spends an attempt on the outage. So the first failure
+that says "unreachable" (`Dialect.is_unreachable`) opens an outage: it is logged once,
+workers stop starting handlers and hold what they claimed, loops retry without
+logging, and a single probe (`SELECT 1`) watches for the database's return, which is
+logged once too and resumes everything.
+
+A handler's own unreachable error may be about another service (its own database, an
+HTTP API): the probe is asked first, so such a failure is an ordinary failed attempt
+unless the broker's database is really gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from faststream_sqla.urls import masked
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from faststream_sqla.dialects import Dialect
+
+Log = Callable[[int, str], None]
+
+#: how long one probe may take before it counts as "no answer"
+PROBE_TIMEOUT = 5.0
+#: first and longest pause between probes during an outage
+FIRST_PROBE_DELAY = 0.1
+MAX_PROBE_DELAY = 2.0
+
+
+class DatabaseHealth:
+    """One per broker: `reachable` is set while the database answers."""
+
+    def __init__(self) -> None:
+        self.reachable = asyncio.Event()
+        self.reachable.set()
+        self.log: Log = lambda _level, _message: None
+        self._engine: AsyncEngine | None = None
+        self._dialect: Dialect | None = None
+        self._down_since = 0.0
+        self._watcher: asyncio.Task[None] | None = None
+        self._probing: asyncio.Future[bool] | None = None
+        #: outages seen so far, and probes that found the database gone (read by tests)
+        self.outages = 0
+        self.failed_probes = 0
+
+    def connect(self, engine: AsyncEngine, dialect: Dialect, log: Log) -> None:
+        self._engine, self._dialect, self.log = engine, dialect, log
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+            self._watcher = None
+        self.reachable.set()  # nothing may wait on a closed broker's database
+
+    @property
+    def is_down(self) -> bool:
+        return not self.reachable.is_set()
+
+    def noticed(self, exc: BaseException) -> bool:
+        """Whether `exc` means the database cannot be reached; if so the outage is
+        known (and logged, the first time), and the caller should retry quietly."""
+        if self._dialect is None or not self._dialect.is_unreachable(exc):
+            return False
+        self._open_outage(exc)
+        return True
+
+    async def confirms_outage(self, exc: BaseException) -> bool:
+        """For an error a handler raised: whether it is the broker's database that cannot
+        be reached (the outage is then open). Asks the database once unless an outage
+        is already known; concurrent askers share one probe."""
+        if self._dialect is None or not self._dialect.is_unreachable(exc):
+            return False
+        if self.is_down:
+            return True
+        if self._probing is None:
+            self._probing = asyncio.ensure_future(self._probe())
+            self._probing.add_done_callback(self._forget_probe)
+        if await asyncio.shield(self._probing):
+            return False
+        self._open_outage(exc)
+        return True
+
+    async def until_reachable(self, stop: asyncio.Event) -> None:
+        """Wait until the database answers again, or `stop` is set."""
+        if not self.is_down or stop.is_set():
+            return
+        waits = {asyncio.ensure_future(self.reachable.wait()), asyncio.ensure_future(stop.wait())}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+
+    def _forget_probe(self, _done: asyncio.Future[bool]) -> None:
+        self._probing = None
+
+    def _open_outage(self, exc: BaseException) -> None:
+        if self.is_down:
+            return
+        self.reachable.clear()
+        self.outages += 1
+        self._down_since = time.monotonic()
+        where = masked(self._engine.url) if self._engine is not None else "the database"
+        self.log(
+            logging.ERROR,
+            f"lost the database at {where}: {type(exc).__name__}: {exc}. Handlers are "
+            "paused and claimed messages held (no attempts are spent) until it is back; "
+            "this is logged once per outage",
+        )
+        self._watcher = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        delay = FIRST_PROBE_DELAY
+        while not await self._probe():
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_PROBE_DELAY)
+        seconds = time.monotonic() - self._down_since
+        self.log(logging.WARNING, f"the database answers again after {seconds:.1f}s; resuming")
+        self._watcher = None
+        self.reachable.set()
+
+    async def _probe(self) -> bool:
+        """One `SELECT 1` on a connection of the broker's pool: does the database answer?"""
+        assert self._engine is not None and self._dialect is not None
+        async def select_one() -> None:
+            assert self._engine is not None
+            async with self._engine.connect() as conn:
+                await conn.execute(sa.text("SELECT 1"))
+
+        try:
+            await asyncio.wait_for(select_one(), PROBE_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - any failure is "no answer"
+            if self._dialect.is_unreachable(exc) or isinstance(exc, asyncio.TimeoutError):
+                self.failed_probes += 1
+                return False
+            raise
+        return True
