@@ -149,6 +149,11 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
         engine, lambda conn: _inspect(conn, tables), reads_only=True
     )
     fix = f"run: {upgrade_command(engine, tables.names)}"
+    if revision == HEAD_REVISION:
+        # Migrated by us: the archive exists, though a producer granted nothing on it
+        # (docs/security.md) does not see it on MariaDB.
+        missing = [name for name in missing if name == tables.names.message]
+        lacking.pop(tables.names.archive, None)
     if missing:
         raise SchemaMissingError(f"table(s) {', '.join(missing)} do not exist; {fix}")
     if revision is _UNVERSIONED or revision == HEAD_REVISION:

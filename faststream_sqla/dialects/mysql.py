@@ -49,6 +49,8 @@ _ACQUIRED = CLAIMED_COLUMNS.index("acquired_at")
 # deadlock, lock wait timeout, "record has changed" (MariaDB optimistic conflicts)
 TRANSIENT_CODES = {1213, 1205, 1020}
 DISCONNECT_CODES = {2002, 2003, 2006, 2013, 2055, 1927, 4031}
+#: SELECT denied on the table (1142) or a column (1143): what RETURNING needs
+READ_DENIED_CODES = {1142, 1143}
 
 # room for the statement text and the other columns of a row
 PACKET_HEADROOM = 64 * 1024
@@ -277,7 +279,15 @@ class MySQLDialect(Dialect):
             params += (r.publish_at, round(r.publish_delay * 1_000_000))
         sql = f"{_INSERT.format(m=m)} {', '.join([_row(shape)] * len(rows))}"
         if self.insert_returning:
-            return sorted(row[0] for row in await run(f"{sql} RETURNING id", tuple(params)))
+            try:
+                return sorted(row[0] for row in await run(f"{sql} RETURNING id", tuple(params)))
+            except Exception as exc:
+                if error_code(exc) not in READ_DENIED_CODES:
+                    raise
+                # A role that may insert but not read the table (docs/security.md):
+                # refused before anything was written, so insert again without RETURNING.
+                self.insert_returning = False
+                return await self._insert_chunk(m, run, rows)
         await run(sql, tuple(params))
         # LAST_INSERT_ID() is the first id of a multi-row INSERT
         first = (await run("SELECT LAST_INSERT_ID()", ()))[0][0]

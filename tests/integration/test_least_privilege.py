@@ -1,0 +1,143 @@
+"""The grants of docs/security.md, run as written: a producer role publishes and cannot
+read, change or delete what is queued; a worker role drains the queue (issue 20)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from faststream_sqla import MessageState, SqlaBroker
+
+from ..conftest import DIALECTS
+from .helpers import FAST, Recorder, rows, wait_until
+
+SECURITY_PAGE = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+SERVERS = [d for d in ("postgresql", "mysql") if d in DIALECTS]
+DOC_NAME = {"postgresql": "postgresql", "mysql": "mariadb"}
+PASSWORD = "change-me"  # as the page writes it
+
+
+def documented_grants(server: str, role: str) -> list[str]:
+    """The statements of the page's ```sql block headed `-- <server>: <role>`."""
+    page = SECURITY_PAGE.read_text()
+    blocks = re.findall(r"```sql\n(.*?)```", page, flags=re.S)
+    for block in blocks:
+        if block.startswith(f"-- {DOC_NAME[server]}: {role}\n"):
+            lines = [line for line in block.splitlines() if not line.lstrip().startswith("--")]
+            return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    raise AssertionError(f"docs/security.md has no {DOC_NAME[server]} {role} block")
+
+
+class Roles:
+    """The page's roles, renamed for this test's database, created and dropped by the
+    server's administrator."""
+
+    def __init__(self, server: str, admin_url: sa.URL) -> None:
+        self.server, self.admin_url = server, admin_url
+        self.database = admin_url.database or ""
+        self.names = {role: f"queue_{role}_{self.database}" for role in ("producer", "worker")}
+
+    def statements(self, role: str) -> list[str]:
+        out = []
+        for statement in documented_grants(self.server, role):
+            for generic, name in self.names.items():
+                statement = statement.replace(f"queue_{generic}", name)
+            statement = statement.replace("DATABASE app", f"DATABASE {self.database}")
+            out.append(statement.replace(" app.", f" {self.database}."))
+        return out
+
+    def url(self, role: str) -> sa.URL:
+        return self.admin_url.set(username=self.names[role], password=PASSWORD)
+
+    async def drop(self, admin: AsyncEngine) -> None:
+        async with admin.begin() as conn:
+            for name in self.names.values():
+                if self.server == "mysql":
+                    await conn.execute(sa.text(f"DROP USER IF EXISTS '{name}'@'%'"))
+                    continue
+                exists = await conn.scalar(
+                    sa.text("SELECT 1 FROM pg_roles WHERE rolname = :name"), {"name": name}
+                )
+                if exists:
+                    await conn.exec_driver_sql(f"DROP OWNED BY {name}")
+                    await conn.exec_driver_sql(f"DROP ROLE {name}")
+
+    async def create(self, admin: AsyncEngine) -> None:
+        async with admin.begin() as conn:
+            for role in self.names:
+                for statement in self.statements(role):
+                    # text(): the driver would read MariaDB's '%' host as a placeholder
+                    await conn.execute(sa.text(statement))
+
+
+@pytest.fixture(params=SERVERS)
+async def roles(request, server_databases) -> AsyncIterator[Roles]:
+    server = request.param
+    url = sa.make_url(server_databases[server])
+    admin = create_async_engine(url)
+    async with admin.begin() as conn:
+        await conn.execute(sa.text("DELETE FROM message"))
+        await conn.execute(sa.text("DELETE FROM message_archive"))
+    made = Roles(server, url)
+    await made.drop(admin)  # left by an interrupted run
+    await made.create(admin)
+    try:
+        yield made
+    finally:
+        await made.drop(admin)
+        await admin.dispose()
+
+
+async def test_a_producer_publishes_and_cannot_touch_the_queue_a_worker_drains_it(roles):
+    admin = create_async_engine(roles.admin_url)
+    producer_engine = create_async_engine(roles.url("producer"))
+    try:
+        async with SqlaBroker(roles.url("producer")) as producer:
+            ids = [await producer.publish({"order": i}, queue="orders") for i in range(3)]
+            ids += await producer.publish_batch({"order": 3}, {"order": 4}, queue="orders")
+        assert len(set(ids)) == 5
+
+        refused = (
+            "SELECT payload FROM message",
+            "SELECT headers FROM message",
+            "UPDATE message SET state = 'FAILED'",
+            "DELETE FROM message",
+            "SELECT id FROM message_archive",
+        )
+        for statement in refused:
+            with pytest.raises(sa.exc.DBAPIError) as denied:
+                async with producer_engine.begin() as conn:
+                    await conn.exec_driver_sql(statement)
+            assert "denied" in str(denied.value).lower(), statement
+
+        worker = SqlaBroker(roles.url("worker"))
+        handled = Recorder()
+
+        @worker.subscriber("orders", **FAST)
+        async def handle(body: dict) -> None:
+            await worker.publish({"receipt": body["order"]}, queue="receipts")
+            handled.record(body["order"])
+
+        async with worker:
+            await worker.start()
+            await handled.wait_for(5)
+            tables = worker.config.tables
+
+            async def archived() -> bool:
+                return len(await rows(admin, tables.archive)) == 5
+
+            await wait_until(archived)
+        done = await rows(admin, tables.archive)
+        receipts = await rows(admin, tables.message, tables.message.c.queue == "receipts")
+    finally:
+        await producer_engine.dispose()
+        await admin.dispose()
+    assert sorted(handled.calls) == [0, 1, 2, 3, 4]
+    assert {r["state"] for r in done} == {MessageState.COMPLETED}
+    assert sorted(r["id"] for r in done) == sorted(ids)
+    assert len(receipts) == 5
