@@ -148,6 +148,7 @@ async def drain_once(
         "seconds": elapsed,
         "options": options,
         "vacuums": broker.config.vacuum.vacuums,
+        "vacuums_skipped": broker.config.vacuum.skipped,
         "server_cpu_us_per_msg": (
             None if server_before is None or server_after is None
             else 1e6 * (server_after - server_before) / n

@@ -43,7 +43,7 @@ from .common import (
 
 SCENARIOS = (
     "raw", "pipeline", "drain", "drain-batch", "publish", "latency", "scale", "sustained",
-    "processes", "server-cost", "options", "sqlbroker", "pgqueuer",
+    "processes", "server-cost", "options", "snapshot", "sqlbroker", "pgqueuer",
 )
 ALIASES = {"peers": ("sqlbroker", "pgqueuer"), "drain": ("drain", "drain-batch")}
 
@@ -78,6 +78,7 @@ FULL: dict[str, Any] = {
     "options_priority_claim": 5_000,    # messages claimed+archived per measurement
     "options_publish": 20_000,      # messages per publish_batch(1000) run, keyed or not
     "options_fast_single": 1_000,   # sequential publish() calls, fast_publish or not
+    "snapshot_n": 1_000_000,        # snapshot: drained with and without a held snapshot
 }
 QUICK: dict[str, Any] = {
     **FULL,
@@ -107,6 +108,7 @@ QUICK: dict[str, Any] = {
     "options_priority_claim": 500,
     "options_publish": 2_000,
     "options_fast_single": 100,
+    "snapshot_n": 3_000,
 }
 
 
@@ -216,7 +218,7 @@ async def timed(
 
 
 async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
-    from . import options, ours, pairs, pipeline, processes, raw, server_cost
+    from . import options, ours, pairs, pipeline, processes, raw, server_cost, snapshot
 
     sz = args.sizes
     results = Results()
@@ -299,6 +301,10 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
             results.error("processes", "-", "skipped", "needs postgresql in --databases")
     if "options" in scen:
         for job in each("options", lambda t: options.run_options(t, sz, results)):
+            await job
+    if "snapshot" in scen:
+        for job in each("snapshot", lambda t: snapshot.run_long_snapshot(
+                t, sz["snapshot_n"], results)):
             await job
     if "server-cost" in scen:
         for job in each("server-cost", lambda t: server_cost.run_server_cost(

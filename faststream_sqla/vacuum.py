@@ -13,6 +13,14 @@ the table: one vacuum reads every index in full (10-15 ms with 10,000 rows queue
 length. The two costs balance when the interval grows with the square root of the
 table's rows. MySQL purges dead entries in the background and SQLite deletes in place,
 so this does nothing there.
+
+A vacuum removes only rows deleted before the oldest snapshot still open anywhere in
+the database (the horizon). While one session holds a snapshot for long (idle in a
+transaction, a long report), every vacuum finds nothing to remove, and each still reads
+every index and drives the planner's row estimate down, until claims switched from the
+ordered index walk to a sort of every ready row. So before each vacuum the broker asks
+for the horizon: if it has not moved since the last vacuum, nothing more could be
+removed, and it skips the vacuum (saying once who holds the horizon back).
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ class MessageTableVacuum:
     def __init__(self, *, enabled: bool = True) -> None:
         self.enabled = enabled
         self.vacuums = 0  #: vacuums completed since connect
+        self.skipped = 0  #: vacuums skipped because the horizon had not moved
         #: why vacuums are off although enabled (the user may not vacuum the table)
         self.denied: str | None = None
         self.threshold = MIN_SETTLED_BETWEEN_VACUUMS
@@ -65,6 +74,9 @@ class MessageTableVacuum:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._changed = asyncio.Condition()
+        #: the horizon when the last vacuum ran, and whether a skip was logged since
+        self._horizon: str | None = None
+        self._told_holder = False
 
     @property
     def active(self) -> bool:
@@ -78,6 +90,7 @@ class MessageTableVacuum:
             return
         self._engine, self._dialect, self._log = engine, dialect, log
         self._settled, self.vacuums, self._closing = 0, 0, False
+        self.skipped, self._horizon, self._told_holder = 0, None, False
 
     def note_settled(self, count: int) -> None:
         """`count` more messages were settled (their outcomes written)."""
@@ -92,16 +105,36 @@ class MessageTableVacuum:
 
     async def _vacuum(self, engine: AsyncEngine, dialect: Dialect) -> None:
         try:
-            rows = await dialect.vacuum_message_table(engine)
+            await self.vacuum_now(engine, dialect)
         except Exception as exc:  # noqa: BLE001 - autovacuum remains; try again later
             self._log(logging.WARNING, f"vacuuming the message table failed: {exc!r}")
-        else:
-            self.threshold = settled_between_vacuums(rows)
-            async with self._changed:
-                self.vacuums += 1
-                self._changed.notify_all()
         finally:
             self._task = None
+
+    async def vacuum_now(self, engine: AsyncEngine, dialect: Dialect) -> bool:
+        """Vacuum the message table unless the horizon has not moved since the last
+        vacuum (then nothing could be removed); whether it vacuumed."""
+        oldest = await dialect.oldest_snapshot(engine)
+        horizon = None if oldest is None else oldest.horizon
+        if oldest is not None and horizon == self._horizon:
+            self.skipped += 1
+            if not self._told_holder:
+                self._told_holder = True
+                self._log(
+                    logging.WARNING,
+                    f"not vacuuming the message table while {oldest.holder} holds a "
+                    f"snapshot older than its dead rows (transaction id {horizon}): a "
+                    "vacuum could remove none of them. Claims slow down as they pile up; "
+                    "end that transaction to let them go",
+                )
+            return False
+        rows = await dialect.vacuum_message_table(engine)
+        self._horizon, self._told_holder = horizon, False
+        self.threshold = settled_between_vacuums(rows)
+        async with self._changed:
+            self.vacuums += 1
+            self._changed.notify_all()
+        return True
 
     async def wait_for_vacuums(self, count: int) -> None:
         """Wait until `count` vacuums have completed since connect."""

@@ -192,6 +192,16 @@ class NotificationListener(abc.ABC):
     async def stop(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class SnapshotHolder:
+    """The oldest transaction id a vacuum must keep rows for (`horizon`), and who holds
+    it, for the log: a session's pid, state and when its transaction began (or the
+    name of a replication slot or prepared transaction)."""
+
+    horizon: str
+    holder: str
+
+
 class Dialect(abc.ABC):
     """SQL for one database, built once per engine from our table definitions."""
 
@@ -357,6 +367,12 @@ class Dialect(abc.ABC):
     async def vacuum_message_table(self, engine: AsyncEngine) -> float:
         """Remove the dead entries of settled messages from the message table and its
         indexes; returns the table's estimated row count. Only where `needs_vacuum`."""
+        raise NotImplementedError
+
+    async def oldest_snapshot(self, engine: AsyncEngine) -> SnapshotHolder | None:
+        """What holds back the removal of dead rows from the message table: the oldest
+        snapshot or transaction of another session (or slot, or prepared transaction),
+        or None if nothing does. Only where `needs_vacuum`."""
         raise NotImplementedError
 
     def listener(

@@ -43,6 +43,7 @@ from .base import (
     Dialect,
     NewMessage,
     NotificationListener,
+    SnapshotHolder,
     Outcome,
     attempt_micros,
     sqlstate,
@@ -415,6 +416,11 @@ archived AS (
             )
         return float(rows or 0)
 
+    async def oldest_snapshot(self, engine: AsyncEngine) -> SnapshotHolder | None:
+        async with autocommit(engine) as conn:
+            row = (await conn.execute(sa.text(_OLDEST_SNAPSHOT_SQL))).first()
+        return None if row is None else SnapshotHolder(horizon=row[0], holder=row[1])
+
     def _lease_sql(self, engine: AsyncEngine) -> sa.TextClause:
         m = self._q(engine, self.tables.message)
         return sa.text(
@@ -557,6 +563,35 @@ archived AS (
         return bool(getattr(exc, "connection_invalidated", False)) or (
             (sqlstate(exc) or "").startswith("08")
         )
+
+
+# Other sessions of this database (or walsenders, whose standbys' snapshots hold it back
+# for every database), replication slots and prepared transactions: whatever keeps a
+# vacuum of our table from removing rows, oldest first. Sessions of other roles show
+# their xmin only to a role with pg_read_all_stats (or a superuser); unseen, they make
+# the broker vacuum as if nothing held it back, as it did before it looked.
+_SESSION = (
+    "'session ' || pid || ' (' || coalesce(state, 'unknown state')"
+    " || coalesce(', transaction open since ' || to_char(xact_start AT TIME ZONE 'UTC',"
+    " 'YYYY-MM-DD HH24:MI:SS') || ' UTC', '')"
+    " || coalesce(', application ' || nullif(application_name, ''), '') || ')'"
+)
+_OTHER_SESSIONS = (
+    "FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+    " AND (datname = current_database() OR datname IS NULL)"
+)
+_OLDEST_SNAPSHOT_SQL = f"""
+SELECT CAST(x AS text), holder FROM (
+    SELECT backend_xmin AS x, {_SESSION} AS holder {_OTHER_SESSIONS} AND backend_xmin IS NOT NULL
+    UNION ALL
+    SELECT backend_xid, {_SESSION} {_OTHER_SESSIONS} AND backend_xid IS NOT NULL
+    UNION ALL
+    SELECT xmin, 'replication slot ' || slot_name FROM pg_replication_slots WHERE xmin IS NOT NULL
+    UNION ALL
+    SELECT transaction, 'prepared transaction ' || gid FROM pg_prepared_xacts
+    WHERE database = current_database()
+) AS holders ORDER BY age(x) DESC LIMIT 1
+"""
 
 
 class PostgresListener(NotificationListener):

@@ -48,6 +48,8 @@ EXPECTED = [
         for size in (100, 1000)
     ),
     ("faststream-sqla", "sustained", "vacuum_on_over_off", "postgresql"),
+    ("faststream-sqla", "snapshot", "held_over_plain", "postgresql"),
+    ("faststream-sqla", "snapshot", "held_vacuum_off_over_plain", "postgresql"),
     ("faststream-sqla", "processes", "workers_2_over_1", "postgresql"),
     ("faststream-sqla", "processes", "cpu_cap_2_over_1", "postgresql"),
     ("faststream-sqla", "processes", "workers_2_cpu_share", "postgresql"),

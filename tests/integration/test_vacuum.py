@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 import sqlalchemy as sa
@@ -137,3 +138,50 @@ def test_the_interval_grows_with_the_square_root_of_the_table():
     assert settled_between_vacuums(10_000) == MIN_SETTLED_BETWEEN_VACUUMS
     assert settled_between_vacuums(1_000_000) == 40_000
     assert settled_between_vacuums(100_000_000) == 400_000
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+async def test_no_vacuum_while_a_snapshot_keeps_every_dead_row(server_databases):
+    """Issue 20, defect 8: under a long-held snapshot every vacuum removed nothing, and
+    45 of them drove the row estimate to about 0 and the claims to a sort of every
+    ready row. Now a vacuum runs only when the horizon has moved since the last one."""
+    url = server_databases["postgresql"]
+    logger = logging.getLogger("test.vacuum.snapshot")
+    logger.setLevel(logging.INFO)
+    records = _Records()
+    logger.addHandler(records)
+    broker = SqlaBroker(url, logger=logger)
+    holder_engine = create_async_engine(url)
+    try:
+        async with broker:
+            await broker.connect()
+            vacuum, dialect, engine = broker.config.vacuum, broker.config.dialect, broker.engine
+            async with holder_engine.connect() as holder:
+                await holder.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+                holder_pid = await holder.scalar(sa.text("SELECT pg_backend_pid()"))
+                await holder.scalar(sa.text("SELECT count(*) FROM message"))  # the snapshot
+
+                assert await vacuum.vacuum_now(engine, dialect)  # horizon noted
+                ids = await broker.publish_batch(*range(200), queue="q")
+                async with engine.begin() as conn:  # 200 dead rows the snapshot keeps
+                    await conn.execute(sa.text("DELETE FROM message WHERE id = ANY(:ids)"),
+                                       {"ids": ids})
+                assert not await vacuum.vacuum_now(engine, dialect)
+                assert not await vacuum.vacuum_now(engine, dialect)
+                assert (vacuum.vacuums, vacuum.skipped) == (1, 2)
+                told = [m for m in records.messages if "not vacuuming" in m]
+                assert len(told) == 1  # once per streak, naming who holds the rows
+                assert f"session {holder_pid} (idle in transaction" in told[0]
+                await holder.rollback()
+            assert await vacuum.vacuum_now(engine, dialect)  # the horizon moved on
+            assert vacuum.vacuums == 2
+    finally:
+        await holder_engine.dispose()
