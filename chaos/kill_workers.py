@@ -1,0 +1,223 @@
+"""SIGKILL one of several worker processes again and again while they drain a queue.
+
+A backlog is published to the queue "chaos"; `workers` processes (chaos/worker.py)
+drain it, each recording every value it handles in `chaos_handled`. Now and then one
+of them is killed with SIGKILL and a new one started in its place. Once everything is
+archived the survivors stop gracefully and the run checks that:
+
+- every message ended COMPLETED in the archive and none is left in the message table
+  (nothing stuck), and every value was handled (nothing lost);
+- values handled more than once (duplicates) are counted: only messages in flight at a
+  kill can be, so there are at most kills x (largest claim + handlers) of them.
+
+The short form (the test suite) kills when given fractions of the backlog are handled,
+so kills land mid-drain whatever the machine's speed; the long form kills every few
+seconds: `python -m chaos.kill_workers --url URL --messages 20000 --kill-every 3`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from faststream_sqla import SqlaBroker
+from faststream_sqla.schema import MessageState, QueueTables
+from faststream_sqla.urls import masked
+
+WORKER = Path(__file__).resolve().parent / "worker.py"
+QUEUE = "chaos"
+HANDLED = sa.Table(
+    "chaos_handled", sa.MetaData(), sa.Column("value", sa.Integer), sa.Column("pid", sa.Integer)
+)
+#: a killed process's claims come back after this (seconds); kept short so a run ends
+RELEASE_STUCK_TIMEOUT = 2.0
+#: the most messages a worker process can hold: its largest claim plus its handlers
+HELD_PER_PROCESS = 1000 + 4
+POLL_SECONDS = 0.05
+
+
+@dataclass
+class KillReport:
+    database: str
+    messages: int
+    workers: int
+    kills: int
+    seconds: float
+    completed: int
+    lost: int
+    stuck: int
+    duplicates: int
+    other_states: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.completed == self.messages and self.lost == 0 and self.stuck == 0
+            and not self.other_states
+            and self.duplicates <= self.kills * HELD_PER_PROCESS
+        )
+
+
+class Workers:
+    """The worker processes, each started and waited for until it consumes."""
+
+    def __init__(self, url: str, log_dir: Path) -> None:
+        self.url, self.log_dir = url, log_dir
+        self.procs: list[asyncio.subprocess.Process] = []
+        self.started = 0
+
+    async def start_one(self) -> asyncio.subprocess.Process:
+        self.started += 1
+        log = (self.log_dir / f"worker-{self.started}.log").open("wb")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(WORKER), self.url, str(RELEASE_STUCK_TIMEOUT),
+            stdout=asyncio.subprocess.PIPE, stderr=log,
+        )
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        if line.strip() != b"READY":
+            raise RuntimeError(f"worker {self.started} did not start; see {log.name}")
+        self.procs.append(proc)
+        return proc
+
+    async def kill_one(self, turn: int) -> None:
+        victim = self.procs.pop(turn % len(self.procs))
+        victim.send_signal(signal.SIGKILL)
+        await victim.wait()
+        await self.start_one()
+
+    async def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+async def _count(engine: AsyncEngine, table: sa.Table, *where: sa.ColumnElement[bool]) -> int:
+    async with engine.connect() as conn:
+        return int(await conn.scalar(sa.select(sa.func.count()).select_from(table).where(*where)))
+
+
+async def _prepare(engine: AsyncEngine, tables: QueueTables) -> None:
+    async with engine.begin() as conn:
+        await conn.run_sync(HANDLED.metadata.drop_all)
+        await conn.run_sync(HANDLED.metadata.create_all)
+        await conn.execute(tables.message.delete())
+        await conn.execute(tables.archive.delete())
+
+
+async def run_kill_workers(
+    url: str,
+    *,
+    messages: int,
+    workers: int = 3,
+    kill_at: Sequence[float] = (),
+    kill_every: float | None = None,
+    log_dir: Path,
+    timeout: float = 600.0,
+) -> KillReport:
+    """Drain `messages` with `workers` processes, killing one when each fraction of
+    `kill_at` of the backlog has been handled, or every `kill_every` seconds."""
+    engine = create_async_engine(url)
+    tables = QueueTables()
+    crew = Workers(url, log_dir)
+    kills = 0
+    try:
+        await _prepare(engine, tables)
+        async with SqlaBroker(url) as publisher:
+            for start in range(0, messages, 1000):
+                await publisher.publish_batch(
+                    *range(start, min(messages, start + 1000)), queue=QUEUE
+                )
+        began = time.monotonic()
+        for _ in range(workers):
+            await crew.start_one()
+        pending_kills = sorted(kill_at)
+        next_kill = began + kill_every if kill_every else None
+        while await _count(engine, tables.archive) < messages:
+            if time.monotonic() - began > timeout:
+                raise TimeoutError(f"not drained within {timeout}s; logs in {log_dir}")
+            if pending_kills and await _count(engine, HANDLED) >= pending_kills[0] * messages:
+                pending_kills.pop(0)
+                await crew.kill_one(kills)
+                kills += 1
+            elif next_kill is not None and time.monotonic() >= next_kill:
+                await crew.kill_one(kills)
+                kills += 1
+                next_kill = time.monotonic() + kill_every  # type: ignore[operator]
+            else:
+                await asyncio.sleep(POLL_SECONDS)  # a poll of another process's writes
+        seconds = time.monotonic() - began
+        await crew.stop_all()
+
+        async with engine.connect() as conn:
+            states = dict(
+                (await conn.execute(
+                    sa.select(tables.archive.c.state, sa.func.count()).group_by(tables.archive.c.state)
+                )).all()
+            )
+            handled_values = (await conn.execute(
+                sa.select(HANDLED.c.value, sa.func.count()).group_by(HANDLED.c.value)
+            )).all()
+        completed = states.pop(MessageState.COMPLETED, 0)
+        return KillReport(
+            database=engine.dialect.name,
+            messages=messages,
+            workers=workers,
+            kills=kills,
+            seconds=round(seconds, 2),
+            completed=completed,
+            lost=messages - len(handled_values),
+            stuck=await _count(engine, tables.message),
+            duplicates=sum(count - 1 for _, count in handled_values),
+            other_states={str(k): v for k, v in states.items()},
+        )
+    finally:
+        await crew.stop_all()
+        async with engine.begin() as conn:
+            await conn.run_sync(HANDLED.metadata.drop_all)
+        await engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True, help="a database with the queue tables")
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--kill-every", type=float, default=3.0, help="seconds between kills")
+    parser.add_argument("--log-dir", type=Path, default=Path("chaos-logs"))
+    args = parser.parse_args(argv)
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    report = asyncio.run(run_kill_workers(
+        args.url, messages=args.messages, workers=args.workers,
+        kill_every=args.kill_every, log_dir=args.log_dir,
+    ))
+    table = Table(title=f"SIGKILL chaos on {masked(args.url)}")
+    for name in ("value", "figure"):
+        table.add_column(name)
+    for key, value in asdict(report).items():
+        table.add_row(key, str(value))
+    table.add_row("verdict", "OK" if report.ok else "FAILED")
+    Console().print(table)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
