@@ -1,18 +1,23 @@
-"""SIGKILL one of several worker processes again and again while they drain a queue.
+"""Disrupt several worker processes again and again while they drain a queue: SIGKILL
+one of them (`workers`), or have the server cut every connection they hold
+(`connections`: `pg_terminate_backend`, MariaDB's `KILL CONNECTION`).
 
 A backlog is published to the queue "chaos"; `workers` processes (chaos/worker.py)
 drain it, each recording every value it handles in `chaos_handled`. Now and then one
-of them is killed with SIGKILL and a new one started in its place. Once everything is
+of them is killed with SIGKILL and a new one started in its place (or the server cuts
+all their connections, which they must replace by themselves). Once everything is
 archived the survivors stop gracefully and the run checks that:
 
 - every message ended COMPLETED in the archive and none is left in the message table
   (nothing stuck), and every value was handled (nothing lost);
 - values handled more than once (duplicates) are counted: only messages in flight at a
-  kill can be, so there are at most kills x (largest claim + handlers) of them.
+  kill can be, so there are at most kills x (largest claim + handlers) of them;
+- the workers' logs hold a few lines per disruption, not a traceback per message.
 
 The short form (the test suite) kills when given fractions of the backlog are handled,
 so kills land mid-drain whatever the machine's speed; the long form kills every few
-seconds: `python -m chaos.kill_workers --url URL --messages 20000 --kill-every 3`.
+seconds: `python -m chaos.kill_workers --url URL --messages 20000 --kill-every 3
+[--disrupt connections]`.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from faststream_sqla import SqlaBroker
 from faststream_sqla.schema import MessageState, QueueTables
@@ -45,9 +51,19 @@ HELD_PER_PROCESS = 1000 + 4
 POLL_SECONDS = 0.05
 
 
+#: the other sessions of this database, which the server is told to end
+_KILL_SESSIONS = {
+    "postgresql": "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                  "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    "mysql": "SELECT id FROM information_schema.processlist "
+             "WHERE db = DATABASE() AND id <> CONNECTION_ID()",
+}
+
+
 @dataclass
 class KillReport:
     database: str
+    disrupted: str
     messages: int
     workers: int
     kills: int
@@ -57,6 +73,9 @@ class KillReport:
     stuck: int
     duplicates: int
     other_states: dict[str, int] = field(default_factory=dict)
+    #: lines the workers logged (warnings and errors), and how many were tracebacks
+    log_lines: int = 0
+    tracebacks: int = 0
 
     @property
     def ok(self) -> bool:
@@ -95,6 +114,15 @@ class Workers:
         await victim.wait()
         await self.start_one()
 
+    def log_counts(self) -> tuple[int, int]:
+        """Lines logged by every worker so far, and the tracebacks among them."""
+        lines = tracebacks = 0
+        for log in self.log_dir.glob("worker-*.log"):
+            text = log.read_text(errors="replace").splitlines()
+            lines += sum(1 for line in text if line.startswith(("WARNING:", "ERROR:", "CRITICAL:")))
+            tracebacks += sum(1 for line in text if line.startswith("Traceback"))
+        return lines, tracebacks
+
     async def stop_all(self) -> None:
         for proc in self.procs:
             if proc.returncode is None:
@@ -108,8 +136,28 @@ class Workers:
 
 
 async def _count(engine: AsyncEngine, table: sa.Table, *where: sa.ColumnElement[bool]) -> int:
+    for attempt in range(3):  # a connection cut by the server mid-count is retried
+        try:
+            async with engine.connect() as conn:
+                query = sa.select(sa.func.count()).select_from(table).where(*where)
+                return int(await conn.scalar(query))
+        except sa.exc.DBAPIError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def _cut_connections(engine: AsyncEngine) -> None:
+    """Have the server end every other session of the database (the workers')."""
     async with engine.connect() as conn:
-        return int(await conn.scalar(sa.select(sa.func.count()).select_from(table).where(*where)))
+        if engine.dialect.name == "postgresql":
+            await conn.execute(sa.text(_KILL_SESSIONS["postgresql"]))
+            return
+        for session in (await conn.execute(sa.text(_KILL_SESSIONS["mysql"]))).scalars():
+            try:
+                await conn.execute(sa.text(f"KILL CONNECTION {int(session)}"))
+            except sa.exc.DBAPIError:
+                pass  # it ended by itself meanwhile
 
 
 async def _prepare(engine: AsyncEngine, tables: QueueTables) -> None:
@@ -127,15 +175,27 @@ async def run_kill_workers(
     workers: int = 3,
     kill_at: Sequence[float] = (),
     kill_every: float | None = None,
+    disrupt: str = "workers",
     log_dir: Path,
     timeout: float = 600.0,
 ) -> KillReport:
-    """Drain `messages` with `workers` processes, killing one when each fraction of
-    `kill_at` of the backlog has been handled, or every `kill_every` seconds."""
-    engine = create_async_engine(url)
+    """Drain `messages` with `workers` processes, disrupting them (`disrupt`: "workers"
+    or "connections") when each fraction of `kill_at` of the backlog has been handled,
+    or every `kill_every` seconds."""
+    # NullPool: the run's own connections live for one query, out of a cut's way
+    engine = create_async_engine(url, poolclass=NullPool)
     tables = QueueTables()
     crew = Workers(url, log_dir)
     kills = 0
+    if disrupt == "connections" and engine.dialect.name not in _KILL_SESSIONS:
+        raise ValueError(f"{engine.dialect.name} has no connections to cut")
+
+    async def disruption(turn: int) -> None:
+        if disrupt == "workers":
+            await crew.kill_one(turn)
+        else:
+            await _cut_connections(engine)
+
     try:
         await _prepare(engine, tables)
         async with SqlaBroker(url) as publisher:
@@ -153,10 +213,10 @@ async def run_kill_workers(
                 raise TimeoutError(f"not drained within {timeout}s; logs in {log_dir}")
             if pending_kills and await _count(engine, HANDLED) >= pending_kills[0] * messages:
                 pending_kills.pop(0)
-                await crew.kill_one(kills)
+                await disruption(kills)
                 kills += 1
             elif next_kill is not None and time.monotonic() >= next_kill:
-                await crew.kill_one(kills)
+                await disruption(kills)
                 kills += 1
                 next_kill = time.monotonic() + kill_every  # type: ignore[operator]
             else:
@@ -174,8 +234,10 @@ async def run_kill_workers(
                 sa.select(HANDLED.c.value, sa.func.count()).group_by(HANDLED.c.value)
             )).all()
         completed = states.pop(MessageState.COMPLETED, 0)
+        log_lines, tracebacks = crew.log_counts()
         return KillReport(
             database=engine.dialect.name,
+            disrupted=disrupt,
             messages=messages,
             workers=workers,
             kills=kills,
@@ -185,6 +247,8 @@ async def run_kill_workers(
             stuck=await _count(engine, tables.message),
             duplicates=sum(count - 1 for _, count in handled_values),
             other_states={str(k): v for k, v in states.items()},
+            log_lines=log_lines,
+            tracebacks=tracebacks,
         )
     finally:
         await crew.stop_all()
@@ -202,14 +266,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--kill-every", type=float, default=3.0, help="seconds between kills")
+    parser.add_argument("--disrupt", choices=("workers", "connections"), default="workers",
+                        help="SIGKILL a worker, or have the server cut their connections")
     parser.add_argument("--log-dir", type=Path, default=Path("chaos-logs"))
     args = parser.parse_args(argv)
     args.log_dir.mkdir(parents=True, exist_ok=True)
     report = asyncio.run(run_kill_workers(
         args.url, messages=args.messages, workers=args.workers,
-        kill_every=args.kill_every, log_dir=args.log_dir,
+        kill_every=args.kill_every, disrupt=args.disrupt, log_dir=args.log_dir,
     ))
-    table = Table(title=f"SIGKILL chaos on {masked(args.url)}")
+    table = Table(title=f"chaos ({args.disrupt}) on {masked(args.url)}")
     for name in ("value", "figure"):
         table.add_column(name)
     for key, value in asdict(report).items():

@@ -20,3 +20,24 @@ async def test_sigkilled_workers_lose_nothing_and_leave_nothing_stuck(database_u
     assert report.other_states == {}, report
     # only messages in flight at a kill may run twice
     assert report.duplicates <= report.kills * HELD_PER_PROCESS, report
+
+
+#: what one cut may log per worker process: a failure of each handler whose own
+#: connection was cut (4 run at once), and the listener's lost connection and retry
+LINES_PER_CUT_AND_WORKER = 4 + 2
+
+
+@pytest.mark.parametrize("server", ["postgresql", "mysql"])
+async def test_connections_cut_by_the_server_lose_nothing_and_log_little(
+    server, server_databases, tmp_path
+):
+    report = await run_kill_workers(
+        server_databases[server], messages=3000, workers=3, kill_at=(0.2, 0.45, 0.7),
+        disrupt="connections", log_dir=tmp_path, timeout=240,
+    )
+    assert report.kills == 3
+    assert (report.completed, report.lost, report.stuck) == (3000, 0, 0), report
+    assert report.other_states == {}, report
+    assert report.duplicates <= report.kills * HELD_PER_PROCESS, report
+    # a line or two per event and process, not a traceback per message or per retry
+    assert report.log_lines <= report.kills * report.workers * LINES_PER_CUT_AND_WORKER, report
