@@ -4,6 +4,7 @@ from faststream_sqla.broker.broker import SqlaBroker
 from faststream_sqla.broker.router import SqlaPublisherArgs, SqlaRoute, SqlaRouter
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
+    HandlerTimeoutError,
     IdempotencyConflictError,
     InvalidOptionError,
     InvalidQueueNameError,
@@ -26,6 +27,7 @@ from faststream_sqla.testing import TestSqlaBroker
 
 __all__ = (
     "DatabaseUnreachableError",
+    "HandlerTimeoutError",
     "IdempotencyConflictError",
     "InvalidOptionError",
     "InvalidQueueNameError",

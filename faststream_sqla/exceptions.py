@@ -64,6 +64,11 @@ class IdempotencyConflictError(SqlaBrokerError, ValueError):
         self.message_id = message_id
 
 
+class HandlerTimeoutError(SqlaBrokerError, TimeoutError):
+    """Recorded as a message's error when its handler ran longer than the subscriber's
+    `handler_timeout` and was cancelled; the attempt counts as failed."""
+
+
 class RetryAfter(SqlaBrokerError):
     """Raise from a handler to retry the message after exactly `seconds` (at most 24
     hours; longer is cut to that) instead of the retry strategy's backoff. The strategy's

@@ -246,6 +246,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             on_queue=lambda queue: wakeups.wake((queue,)),
             on_reconnect=lambda: wakeups.wake(consumed),
             log=log,
+            noticed=health.noticed,
         )
         if listener is not None:
             self.notifications = listener

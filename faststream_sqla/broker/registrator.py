@@ -49,6 +49,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         release_stuck_interval: float = _DEFAULTS.release_stuck_interval,
         release_stuck_timeout: float = _DEFAULTS.release_stuck_timeout,
         permanent_exceptions: Sequence[type[BaseException]] = (),
+        handler_timeout: float | None = None,
         # FastStream arguments
         no_reply: bool = False,
         dependencies: Sequence[Dependant] = (),
@@ -88,6 +89,9 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             permanent_exceptions: exception types after which a message is FAILED at
                 once, without further retries (like `RejectMessage`); a body that fails
                 the handler's pydantic model always is.
+            handler_timeout: seconds a handler (one message, or a batch) may run; past
+                that it is cancelled and the attempt fails with HandlerTimeoutError,
+                retried by the retry strategy (default: no limit).
             middlewares: FastStream middlewares for this subscriber only, run inside the
                 broker's and router's.
         """
@@ -107,6 +111,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
                 tuple(permanent_exceptions)
                 if isinstance(permanent_exceptions, (list, tuple)) else permanent_exceptions  # type: ignore[arg-type]
             ),
+            handler_timeout=handler_timeout,
         )
         subscriber = create_subscriber(
             queues=queues,

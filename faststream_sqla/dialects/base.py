@@ -381,8 +381,11 @@ class Dialect(abc.ABC):
         on_queue: Callable[[str], None],
         on_reconnect: Callable[[], None],
         log: Callable[..., None],
+        noticed: Callable[[BaseException], bool] = lambda _exc: False,
     ) -> NotificationListener | None:
-        """A cross-process wake-up listener, where the database has one."""
+        """A cross-process wake-up listener, where the database has one. `noticed(exc)`
+        is told of its failures, and is True when they need no line of their own (an
+        outage, logged once elsewhere)."""
         return None
 
     @abc.abstractmethod

@@ -553,8 +553,9 @@ archived AS (
         on_queue: Callable[[str], None],
         on_reconnect: Callable[[], None],
         log: Callable[..., None],
+        noticed: Callable[[BaseException], bool] = lambda _exc: False,
     ) -> PostgresListener:
-        return PostgresListener(engine, self.channel, on_queue, on_reconnect, log)
+        return PostgresListener(engine, self.channel, on_queue, on_reconnect, log, noticed)
 
     def is_transient(self, exc: BaseException) -> bool:
         return sqlstate(exc) in TRANSIENT_SQLSTATES
@@ -608,8 +609,9 @@ class PostgresListener(NotificationListener):
         on_queue: Callable[[str], None],
         on_reconnect: Callable[[], None],
         log: Callable[..., None],
+        noticed: Callable[[BaseException], bool] = lambda _exc: False,
     ) -> None:
-        self.engine, self.channel, self.log = engine, channel, log
+        self.engine, self.channel, self.log, self.noticed = engine, channel, log, noticed
         self.on_queue, self.on_reconnect = on_queue, on_reconnect
         self.connects = 0
         self.connected = asyncio.Event()
@@ -659,7 +661,8 @@ class PostgresListener(NotificationListener):
                     await check_in(raw, transaction_ended=False)
                 raise
             except Exception as exc:  # noqa: BLE001 - retried; polling covers the gap
-                self.log(logging.WARNING, f"notification listener failed: {exc!r}; retrying")
+                if not self.noticed(exc):
+                    self.log(logging.WARNING, f"notification listener failed: {exc!r}; retrying")
             finally:
                 self.connected.clear()
             if raw is not None:

@@ -59,6 +59,8 @@ class ConsumeOptions:
     release_stuck_timeout: float = 300.0
     #: exception types that send a message straight to FAILED, with no more retries
     permanent_exceptions: tuple[type[BaseException], ...] = ()
+    #: a handler running longer is cancelled and its attempt failed (None: no limit)
+    handler_timeout: float | None = None
 
     def __post_init__(self) -> None:
         # Every option has bounds: a value that cannot work (a claim size past the
@@ -109,6 +111,8 @@ class ConsumeOptions:
         seconds("flush_interval", self.flush_interval, 0, 60)
         seconds("release_stuck_interval", self.release_stuck_interval, 0.01, DAY)
         seconds("release_stuck_timeout", self.release_stuck_timeout, 0.1, 7 * DAY)
+        if self.handler_timeout is not None:
+            seconds("handler_timeout", self.handler_timeout, 0, 7 * DAY, above=True)
         if not isinstance(self.permanent_exceptions, tuple) or not all(
             isinstance(t, type) and issubclass(t, BaseException)
             for t in self.permanent_exceptions

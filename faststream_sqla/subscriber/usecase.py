@@ -18,7 +18,7 @@ from faststream.message import AckStatus
 
 from faststream_sqla import lifecycle, ordering
 from faststream_sqla.dialects.base import Outcome, with_retries
-from faststream_sqla.exceptions import InvalidOptionError, RetryAfter
+from faststream_sqla.exceptions import HandlerTimeoutError, InvalidOptionError, RetryAfter
 from faststream_sqla.message import ClaimedMessage, validate_delay
 from faststream_sqla.parser import SqlaBatchParser, SqlaParser, claimed_from_row
 from faststream_sqla.publisher.fake import SqlaFakePublisher
@@ -393,7 +393,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             self._flusher.add(lifecycle.expired(raw))
             return
         try:
-            error = await self._run_handler(raw, (raw,))
+            error = await self._run_handler_in_time(raw, (raw,))
         except asyncio.CancelledError:
             # Shutdown cut the handler short: not its fault, so no attempt is spent.
             self._flusher.add(lifecycle.released(raw, started=True))
@@ -420,7 +420,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         error: BaseException | None = None
         if live:
             try:
-                error = await self._run_handler(live, live)
+                error = await self._run_handler_in_time(live, live)
             except asyncio.CancelledError:
                 settled += (lifecycle.released(raw, started=True) for raw in live)
                 self._flusher.add_all(settled)
@@ -429,6 +429,24 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 live = []
         settled += (self._outcome(raw, started, error) for raw in live)
         self._flusher.add_all(settled)
+
+    async def _run_handler_in_time(
+        self, message: ClaimedMessage | list[ClaimedMessage], live: Sequence[ClaimedMessage]
+    ) -> BaseException | None:
+        """`_run_handler`, cancelled after the subscriber's handler_timeout (a failed
+        attempt). A cancellation from outside (shutdown) still propagates."""
+        timeout = self.options.handler_timeout
+        if timeout is None:
+            return await self._run_handler(message, live)
+        try:
+            return await asyncio.wait_for(self._run_handler(message, live), timeout)
+        except asyncio.TimeoutError:
+            for raw in live:  # whatever the handler decided before it was cut off
+                if raw.decision is not AckStatus.ACKED:
+                    raw.decision = None
+            return HandlerTimeoutError(
+                f"the handler ran longer than handler_timeout={timeout:g}s and was cancelled"
+            )
 
     async def _run_handler(
         self, message: ClaimedMessage | list[ClaimedMessage], live: Sequence[ClaimedMessage]
