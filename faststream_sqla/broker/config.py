@@ -76,7 +76,8 @@ class SqlaBrokerConfig(BrokerConfig):
     def connect(self, engine: AsyncEngine, dialect: Dialect) -> None:
         self._engine, self._dialect = engine, dialect
         self.producer.connect(
-            engine, dialect, self.wakeups, self.fd_config._serializer, self.broker_codec
+            engine, dialect, self.wakeups, self.fd_config._serializer, self.broker_codec,
+            self.health,
         )
         def log(level: int, message: str) -> None:
             self.logger.log(message, level, {"queue": "", "message_id": ""})

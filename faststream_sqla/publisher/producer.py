@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from faststream._internal.parser import CodecProto
     from faststream._internal.types import CustomCallable
     from faststream_sqla.dialects import Dialect
+    from faststream_sqla.health import DatabaseHealth
     from faststream_sqla.wakeup import WakeupHub
 
 
@@ -230,6 +231,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         self._engine: AsyncEngine | None = None
         self._dialect: Dialect | None = None
         self._wakeups: WakeupHub | None = None
+        self._health: DatabaseHealth | None = None
 
     def connect(
         self,
@@ -238,8 +240,10 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         wakeups: WakeupHub,
         serializer: SerializerProto | None,
         codec: CodecProto | None,
+        health: DatabaseHealth | None = None,
     ) -> None:
         self._engine, self._dialect, self._wakeups = engine, dialect, wakeups
+        self._health = health
         self.serializer = serializer
         self.codec = codec or DefaultCodec()
 
@@ -363,6 +367,8 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         except Exception as e:
             if not self._dialect.is_unreachable(e):
                 raise
+            if self._health is not None:
+                self._health.noticed(e)  # logged once per outage, with its end
             # one error to catch, whichever driver failed and however
             msg = (
                 f"cannot reach the database at {masked(self._engine.url)} to publish to "

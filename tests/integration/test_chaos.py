@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chaos.kill_workers import HELD_PER_PROCESS, run_kill_workers
+from chaos.soak import run_soak
 
 pytestmark = pytest.mark.slow
 
@@ -41,3 +42,14 @@ async def test_connections_cut_by_the_server_lose_nothing_and_log_little(
     assert report.duplicates <= report.kills * HELD_PER_PROCESS, report
     # a line or two per event and process, not a traceback per message or per retry
     assert report.log_lines <= report.kills * report.workers * LINES_PER_CUT_AND_WORKER, report
+
+
+async def test_a_short_soak_reports_each_interval_and_handles_everything(database_url):
+    report = await run_soak(database_url, seconds=2.0, rate=500, interval=0.5)
+    assert report.ok, report
+    assert report.published == 1000
+    assert len(report.samples) >= 4  # one per interval, and one once drained
+    last = report.samples[-1]
+    assert (last.handled, last.queued, last.archived) == (1000, 0, 1000)
+    assert last.table_mib is not None and last.table_mib > 0
+    assert (last.dead_tuples is not None) == (report.database == "postgresql")

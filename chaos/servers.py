@@ -1,0 +1,168 @@
+"""Throwaway database servers: a fresh data directory in a temporary folder, a free
+port on 127.0.0.1, started and stopped (gently or not) by a chaos run or a test that
+must break a server without touching the shared one.
+
+PostgreSQL runs from the installed version's binaries as the `postgres` user, MariaDB's
+server as the `mysql` user (both as themselves when not run as root).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+#: how long a server may take to start or stop
+START_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _as(user: str, argv: list[str]) -> list[str]:
+    return ["runuser", "-u", user, "--", *argv] if os.geteuid() == 0 else argv
+
+
+def _home(user: str) -> Path:
+    """A temporary folder the server's user owns (pytest's own are private to root)."""
+    home = Path(tempfile.mkdtemp(prefix=f"fsqla-{user}-", dir="/tmp"))
+    if os.geteuid() == 0:
+        shutil.chown(home, user, user)
+    return home
+
+
+async def _run(argv: list[str]) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), START_TIMEOUT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{out.decode(errors='replace')}")
+
+
+async def _until_answers(port: int) -> None:
+    deadline = asyncio.get_running_loop().time() + START_TIMEOUT
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"no server on port {port} after {START_TIMEOUT}s") from None
+            await asyncio.sleep(0.05)  # polling a port: no event says it is open
+        else:
+            writer.close()
+            return
+
+
+class ThrowawayPostgres:
+    """`async with ThrowawayPostgres() as server:` then `server.url`, `await
+    server.stop("fast" | "immediate")`, `await server.start()`."""
+
+    def __init__(self) -> None:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+        if not found:
+            raise RuntimeError("PostgreSQL's server binaries are not installed")
+        self.bin = Path(found[-1]).parent
+        self.port = free_port()
+        self.home = _home("postgres")
+        self.data = self.home / "data"
+        self.url = f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _ctl(self, *args: str) -> list[str]:
+        return _as("postgres", [str(self.bin / "pg_ctl"), "-D", str(self.data), *args])
+
+    async def start(self) -> None:
+        options = (
+            f"-p {self.port} -k {self.home} -c listen_addresses=127.0.0.1 -c fsync=off"
+        )
+        await _run(self._ctl("-w", "-l", str(self.home / "server.log"), "-o", options, "start"))
+        await _until_answers(self.port)
+
+    async def stop(self, mode: str = "fast") -> None:
+        await _run(self._ctl("-w", "-m", mode, "stop"))
+
+    async def __aenter__(self) -> ThrowawayPostgres:
+        await _run(_as("postgres", [
+            str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres",
+            "--no-sync",
+        ]))
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            await self.stop("immediate")
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+class ThrowawayMariaDB:
+    """The same for MariaDB: `await server.stop()` sends SIGTERM (a clean shutdown),
+    `await server.stop(kill=True)` SIGKILL (a crash, recovered at the next start)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.home = _home("mysql")
+        self.data = self.home / "data"
+        self.url = f"mysql+asyncmy://root@127.0.0.1:{self.port}/test"
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        log = (self.home / "server.log").open("ab")
+        argv = _as("mysql", [
+            "/usr/sbin/mariadbd", "--no-defaults", f"--datadir={self.data}",
+            f"--port={self.port}", f"--socket={self.home / 'mysqld.sock'}",
+            f"--pid-file={self.home / 'mysqld.pid'}", "--bind-address=127.0.0.1",
+            # its own temporary files: sharing /tmp with the machine's server, it could
+            # clear that server's temporary tables as its own leftovers at start
+            f"--tmpdir={self.home}",
+            "--skip-grant-tables", "--innodb-flush-log-at-trx-commit=2",
+            "--max-allowed-packet=64M",
+        ])
+        self.proc = await asyncio.create_subprocess_exec(*argv, stdout=log, stderr=log)
+        await _until_answers(self.port)
+
+    async def stop(self, *, kill: bool = False) -> None:
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        # runuser passes the signal on; with SIGKILL it would die alone, so the
+        # server is signalled by its own pid
+        pid = int((self.home / "mysqld.pid").read_text()) if (self.home / "mysqld.pid").exists() else self.proc.pid
+        os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+        await asyncio.wait_for(self.proc.wait(), START_TIMEOUT)
+        self.proc = None
+
+    async def __aenter__(self) -> ThrowawayMariaDB:
+        await _run(_as("mysql", [
+            "mariadb-install-db", "--no-defaults", f"--datadir={self.data}",
+            "--auth-root-authentication-method=normal", "--skip-test-db",
+            f"--tmpdir={self.home}",
+        ]))
+        await self.start()
+        await _run([
+            "mariadb", "--no-defaults", "-h", "127.0.0.1", f"--port={self.port}", "-uroot",
+            "-e", "CREATE DATABASE IF NOT EXISTS test",
+        ])
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            await self.stop(kill=True)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def throwaway(dialect: str) -> AsyncIterator[ThrowawayPostgres | ThrowawayMariaDB]:
+    server = ThrowawayPostgres() if dialect == "postgresql" else ThrowawayMariaDB()
+    async with server:
+        yield server
