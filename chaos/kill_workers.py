@@ -16,8 +16,9 @@ archived the survivors stop gracefully and the run checks that:
 
 The short form (the test suite) kills when given fractions of the backlog are handled,
 so kills land mid-drain whatever the machine's speed; the long form kills every few
-seconds: `python -m chaos.kill_workers --url URL --messages 20000 --kill-every 3
-[--disrupt connections]`.
+seconds, while it keeps publishing for `--duration` seconds at `--rate` a second on
+top of the backlog: `python -m chaos.kill_workers --url URL --duration 600 --rate 500
+--kill-every 3 [--disrupt connections]`.
 """
 
 from __future__ import annotations
@@ -160,6 +161,21 @@ async def _cut_connections(engine: AsyncEngine) -> None:
                 pass  # it ended by itself meanwhile
 
 
+PUBLISH_BATCH = 100
+
+
+async def _keep_publishing(url: str, first: int, count: int, rate: int) -> None:
+    """Publish values first..first+count-1, `rate` a second, in batches of 100."""
+    if count <= 0:
+        return
+    async with SqlaBroker(url, logger=None) as publisher:
+        began = time.monotonic()
+        for start in range(first, first + count, PUBLISH_BATCH):
+            await publisher.publish_batch(*range(start, start + PUBLISH_BATCH), queue=QUEUE)
+            due = began + (start - first + PUBLISH_BATCH) / rate
+            await asyncio.sleep(max(0.0, due - time.monotonic()))  # the publishing schedule
+
+
 async def _prepare(engine: AsyncEngine, tables: QueueTables) -> None:
     async with engine.begin() as conn:
         await conn.run_sync(HANDLED.metadata.drop_all)
@@ -176,17 +192,21 @@ async def run_kill_workers(
     kill_at: Sequence[float] = (),
     kill_every: float | None = None,
     disrupt: str = "workers",
+    publish_seconds: float = 0.0,
+    rate: int = 1000,
     log_dir: Path,
     timeout: float = 600.0,
 ) -> KillReport:
     """Drain `messages` with `workers` processes, disrupting them (`disrupt`: "workers"
     or "connections") when each fraction of `kill_at` of the backlog has been handled,
-    or every `kill_every` seconds."""
+    or every `kill_every` seconds; meanwhile publish `rate` more a second for
+    `publish_seconds`."""
     # NullPool: the run's own connections live for one query, out of a cut's way
     engine = create_async_engine(url, poolclass=NullPool)
     tables = QueueTables()
     crew = Workers(url, log_dir)
     kills = 0
+    feeder: asyncio.Task[None] | None = None
     if disrupt == "connections" and engine.dialect.name not in _KILL_SESSIONS:
         raise ValueError(f"{engine.dialect.name} has no connections to cut")
 
@@ -203,12 +223,17 @@ async def run_kill_workers(
                 await publisher.publish_batch(
                     *range(start, min(messages, start + 1000)), queue=QUEUE
                 )
+        extra = int(publish_seconds * rate) // PUBLISH_BATCH * PUBLISH_BATCH
         began = time.monotonic()
         for _ in range(workers):
             await crew.start_one()
+        feeder = asyncio.create_task(_keep_publishing(url, messages, extra, rate))
+        messages += extra
         pending_kills = sorted(kill_at)
         next_kill = began + kill_every if kill_every else None
         while await _count(engine, tables.archive) < messages:
+            if feeder.done() and feeder.exception() is not None:
+                raise RuntimeError("publishing failed") from feeder.exception()
             if time.monotonic() - began > timeout:
                 raise TimeoutError(f"not drained within {timeout}s; logs in {log_dir}")
             if pending_kills and await _count(engine, HANDLED) >= pending_kills[0] * messages:
@@ -222,6 +247,7 @@ async def run_kill_workers(
             else:
                 await asyncio.sleep(POLL_SECONDS)  # a poll of another process's writes
         seconds = time.monotonic() - began
+        await feeder  # done: everything it published is archived
         await crew.stop_all()
 
         async with engine.connect() as conn:
@@ -251,6 +277,8 @@ async def run_kill_workers(
             tracebacks=tracebacks,
         )
     finally:
+        if feeder is not None and not feeder.done():
+            feeder.cancel()
         await crew.stop_all()
         async with engine.begin() as conn:
             await conn.run_sync(HANDLED.metadata.drop_all)
@@ -263,7 +291,10 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="a database with the queue tables")
-    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--messages", type=int, default=20_000, help="backlog at the start")
+    parser.add_argument("--duration", type=float, default=0.0,
+                        help="seconds to keep publishing (and killing) on top of the backlog")
+    parser.add_argument("--rate", type=int, default=1000, help="messages a second meanwhile")
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--kill-every", type=float, default=3.0, help="seconds between kills")
     parser.add_argument("--disrupt", choices=("workers", "connections"), default="workers",
@@ -274,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     report = asyncio.run(run_kill_workers(
         args.url, messages=args.messages, workers=args.workers,
         kill_every=args.kill_every, disrupt=args.disrupt, log_dir=args.log_dir,
+        publish_seconds=args.duration, rate=args.rate, timeout=args.duration + 600,
     ))
     table = Table(title=f"chaos ({args.disrupt}) on {masked(args.url)}")
     for name in ("value", "figure"):
