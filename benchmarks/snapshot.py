@@ -74,6 +74,7 @@ async def _drain(url: str, n: int, *, snapshot: bool, vacuum: bool) -> dict[str,
             await sampler
     drained["dead_tuples_max"] = max((s["dead"] for s in samples), default=None)
     drained["estimate_min"] = min((s["estimate"] for s in samples), default=None)
+    drained["dead_tuples_series"] = [s["dead"] for s in samples]  # one a second
     return drained
 
 
@@ -90,6 +91,7 @@ async def run_long_snapshot(target: Target, n: int, results: Results) -> None:
             SYSTEM, "snapshot", f"{name}_drain_msg_per_s", target.database, run["msg_per_s"],
             "msg/s", n=n, vacuums=run["vacuums"], vacuums_skipped=run["vacuums_skipped"],
             dead_tuples_max=run["dead_tuples_max"], row_estimate_min=run["estimate_min"],
+            dead_tuples_per_second=run["dead_tuples_series"],
         )
     results.add(SYSTEM, "snapshot", "held_over_plain", target.database,
                 held["msg_per_s"] / plain["msg_per_s"], "x", n=n)
