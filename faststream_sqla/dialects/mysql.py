@@ -14,6 +14,7 @@ from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.exceptions import MessageTooLargeError
 from faststream_sqla.schema import (
     INSERTED_COLUMNS,
+    MAX_KEY_LENGTH,
     PRIORITIES,
     Initial,
     MessageState,
@@ -213,6 +214,31 @@ class MySQLDialect(Dialect):
             getattr(dialect, "is_mariadb", False) and dialect.server_version_info >= (10, 5)
         )
         self.consecutive_ids = int(autoinc) <= 1
+        mariadb = bool(getattr(dialect, "is_mariadb", False))
+        version = dialect.server_version_info or (0,)
+        # JSON_TABLE: MariaDB 10.6, MySQL 8.0.4. The collation is the key columns' own
+        # (migration 0007): a JSON_TABLE column would otherwise compare case-blind.
+        self.json_table = version >= ((10, 6) if mariadb else (8, 0, 4))
+        self.key_collation = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
+
+    async def first_of_keys(
+        self, conn: AsyncConnection, queue: str, keys: Sequence[str]
+    ) -> list[int]:
+        """One descent of the ordering-key index per key, the keys travelling as one
+        JSON array: MIN(id) ... GROUP BY read every message of each key instead."""
+        if not self.json_table:
+            return await super().first_of_keys(conn, queue, keys)
+        m = self._q(conn, self.tables.message)
+        result = await conn.execute(
+            sa.text(
+                f"SELECT (SELECT m.id FROM {m} AS m WHERE m.queue = :queue"
+                " AND m.ordering_key = k.ordering_key ORDER BY m.id LIMIT 1)"
+                f" FROM JSON_TABLE(:keys, '$[*]' COLUMNS (ordering_key VARCHAR({MAX_KEY_LENGTH})"
+                f" CHARACTER SET utf8mb4 COLLATE {self.key_collation} PATH '$')) AS k"
+            ),
+            {"queue": queue, "keys": json.dumps(list(keys))},
+        )
+        return [message_id for message_id in result.scalars() if message_id is not None]
 
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
         async def run(sql: str, params: tuple[Any, ...]) -> Sequence[Sequence[Any]]:

@@ -348,6 +348,12 @@ class OutcomeFlusher(StoppableLoop):
         if len(pending) >= self.batch_size:
             self._full.set()
 
+    def write_soon(self) -> None:
+        """Write what is pending without gathering for flush_interval: another message
+        waits for one of these outcomes (the next of its ordering key)."""
+        if self.pending:
+            self._full.set()
+
     def add_all(self, outcomes: Iterable[Outcome]) -> None:
         self.pending.extend(outcomes)
         if self.pending:

@@ -401,6 +401,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         if error is not None and await self._held_for_outage((raw,), error):
             return
         self._flusher.add(self._outcome(raw, started, error))
+        if raw.ordering_key is not None:
+            # the key's next message is claimable only once this outcome is written
+            self._flusher.write_soon()
 
     async def _deliver(self, batch: list[ClaimedMessage]) -> None:
         """Run the handler on `batch`; its outcomes are handed to the flusher together at
@@ -429,6 +432,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 live = []
         settled += (self._outcome(raw, started, error) for raw in live)
         self._flusher.add_all(settled)
+        if any(raw.ordering_key is not None for raw in batch):
+            self._flusher.write_soon()  # as in _deliver_one
 
     async def _run_handler_in_time(
         self, message: ClaimedMessage | list[ClaimedMessage], live: Sequence[ClaimedMessage]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -192,3 +193,32 @@ class CuttableDatabase:
             await self.proxy.restore()
         else:
             self.away.rename(self.home)
+
+
+# -- logs ---------------------------------------------------------------------------
+class LogLines(logging.Handler):
+    """Every record a logger emits, for tests that count what was logged. (A broker's
+    logger does not propagate to the root, so pytest's caplog does not see it.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    @property
+    def messages(self) -> list[str]:
+        return [record.getMessage() for record in self.records]
+
+    def containing(self, text: str) -> list[logging.LogRecord]:
+        return [record for record in self.records if text in record.getMessage()]
+
+
+def captured_logger(name: str) -> tuple[logging.Logger, LogLines]:
+    """A logger to hand a broker (`SqlaBroker(..., logger=...)`) and what it logs."""
+    logger = logging.getLogger(name)
+    logger.setLevel(logging.INFO)
+    lines = LogLines()
+    logger.addHandler(lines)
+    return logger, lines

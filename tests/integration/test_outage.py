@@ -15,30 +15,10 @@ from faststream_sqla import MessageState, SqlaBroker
 from faststream_sqla.retry import NoRetryStrategy
 from faststream_sqla.schema import QueueTables
 
-from .helpers import FAST, CuttableDatabase, Recorder, rows, wait_until
+from .helpers import FAST, CuttableDatabase, Recorder, captured_logger, rows, wait_until
 
 MESSAGES = 40
 WORKERS = 4
-
-
-class Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def containing(self, text: str) -> list[logging.LogRecord]:
-        return [r for r in self.records if text in r.getMessage()]
-
-
-def _logger(name: str) -> tuple[logging.Logger, Records]:
-    logger = logging.getLogger(name)
-    logger.setLevel(logging.INFO)
-    records = Records()
-    logger.addHandler(records)
-    return logger, records
 
 
 async def test_workers_wait_out_an_outage_without_spending_attempts(
@@ -49,7 +29,7 @@ async def test_workers_wait_out_an_outage_without_spending_attempts(
     async with SqlaBroker(database.direct_url) as publisher:
         await publisher.publish_batch(*range(MESSAGES), queue="in")
 
-    logger, log = _logger(f"test.outage.{dialect_name}")
+    logger, log = captured_logger(f"test.outage.{dialect_name}")
     broker = SqlaBroker(database.url, logger=logger)
     started, go = Recorder(), asyncio.Event()
 

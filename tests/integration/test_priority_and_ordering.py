@@ -287,3 +287,23 @@ async def test_a_publish_that_races_the_archive_before_it_is_released_by_its_pub
 
         await wait_until(released)
     assert [r["id"] for r in await rows(engine, tables.archive)] == [head_id]
+
+
+async def test_keys_that_differ_in_case_or_trailing_spaces_are_different_keys(
+    database_url, engine, tables
+):
+    """MySQL and MariaDB compare text case-blind and ignore trailing spaces unless told
+    otherwise (migration 0007): the keys must compare as PostgreSQL and SQLite do."""
+    async with SqlaBroker(database_url) as broker:
+        ids = [
+            await broker.publish("same body", queue="q", idempotency_key=key)
+            for key in ("Key", "key", "key ")
+        ]
+        assert len(set(ids)) == 3
+        assert await broker.publish("same body", queue="q", idempotency_key="key ") == ids[2]
+        ordered = await broker.publish_batch(
+            Envelope(1, ordering_key="A"), Envelope(2, ordering_key="a"), queue="k"
+        )
+    # different keys: both first of their key, so neither waits behind the other
+    held = await rows(engine, tables.message, tables.message.c.id.in_(ordered))
+    assert {row["state"] for row in held} == {MessageState.PENDING}

@@ -3,29 +3,15 @@ connection, an outcome written again finds its own first write, not release-stuc
 
 from __future__ import annotations
 
-import logging
-
 from faststream_sqla import MessageState, SqlaBroker
 
-from .helpers import FAST, Recorder, rows, wait_until
-
-
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+from .helpers import FAST, Recorder, captured_logger, rows, wait_until
 
 
 async def test_an_outcome_written_again_after_a_lost_reply_is_not_blamed_on_release_stuck(
     database_url, dialect_name, engine, tables
 ):
-    logger = logging.getLogger(f"test.stale.{dialect_name}")
-    logger.setLevel(logging.INFO)
-    lines = Lines()
-    logger.addHandler(lines)
+    logger, lines = captured_logger(f"test.stale.{dialect_name}")
     broker = SqlaBroker(database_url, logger=logger)
     got = Recorder()
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import pytest
 import sqlalchemy as sa
@@ -16,7 +15,14 @@ from faststream_sqla.dialects.base import Outcome
 from faststream_sqla.schema import MessageState
 from faststream_sqla.vacuum import MIN_SETTLED_BETWEEN_VACUUMS, settled_between_vacuums
 
-from .helpers import FAST, Recorder, one_connection_engine, plain_message, prepared_dialect
+from .helpers import (
+    FAST,
+    Recorder,
+    captured_logger,
+    one_connection_engine,
+    plain_message,
+    prepared_dialect,
+)
 
 READY_SCAN = (
     "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT id FROM message WHERE queue = 'q' "
@@ -140,24 +146,12 @@ def test_the_interval_grows_with_the_square_root_of_the_table():
     assert settled_between_vacuums(100_000_000) == 400_000
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 async def test_no_vacuum_while_a_snapshot_keeps_every_dead_row(server_databases):
     """Issue 20, defect 8: under a long-held snapshot every vacuum removed nothing, and
     45 of them drove the row estimate to about 0 and the claims to a sort of every
     ready row. Now a vacuum runs only when the horizon has moved since the last one."""
     url = server_databases["postgresql"]
-    logger = logging.getLogger("test.vacuum.snapshot")
-    logger.setLevel(logging.INFO)
-    records = _Records()
-    logger.addHandler(records)
+    logger, records = captured_logger("test.vacuum.snapshot")
     broker = SqlaBroker(url, logger=logger)
     holder_engine = create_async_engine(url)
     try:
