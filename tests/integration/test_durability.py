@@ -222,6 +222,34 @@ async def test_queue_names_are_data_not_sql(database_url, engine, tables):
     assert row["queue"] == hostile
 
 
+async def test_queue_names_that_differ_in_case_or_trailing_spaces_are_different_queues(
+    database_url, engine, tables
+):
+    """MySQL and MariaDB compare text case-blind and ignore trailing spaces unless told
+    otherwise (migration 0008): queues must stay apart as on PostgreSQL and SQLite."""
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber("orders", **FAST)
+    async def handle(body: str, msg: SqlaMessage) -> None:
+        got.record((body, msg.queue))
+
+    async with broker:
+        await broker.start()
+        await broker.publish_batch("other case", queue="Orders")
+        await broker.publish_batch("trailing space", queue="orders ")
+        await broker.publish("mine", queue="orders")
+        await got.wait_for(1)
+
+        async def archived() -> bool:
+            return bool(await rows(engine, tables.archive))
+
+        await wait_until(archived)
+    assert got.calls == [("mine", "orders")]
+    left = await rows(engine, tables.message)
+    assert sorted(row["queue"] for row in left) == ["Orders", "orders "]
+
+
 # -- start-up checks ------------------------------------------------------------------
 
 
