@@ -88,11 +88,14 @@ class KillReport:
 
 
 class Workers:
-    """The worker processes, each started and waited for until it consumes."""
+    """The worker processes, each started and waited for until it consumes. A killed
+    one's replacement starts in the background, so the next kill is not held up by a
+    process start (a fast drain could otherwise end before the last kill)."""
 
     def __init__(self, url: str, log_dir: Path) -> None:
         self.url, self.log_dir = url, log_dir
         self.procs: list[asyncio.subprocess.Process] = []
+        self.starting: set[asyncio.Task[asyncio.subprocess.Process]] = set()
         self.started = 0
 
     async def start_one(self) -> asyncio.subprocess.Process:
@@ -110,10 +113,14 @@ class Workers:
         return proc
 
     async def kill_one(self, turn: int) -> None:
+        if not self.procs:  # every running one was killed: wait for a replacement
+            await asyncio.wait(self.starting, return_when=asyncio.FIRST_COMPLETED)
         victim = self.procs.pop(turn % len(self.procs))
         victim.send_signal(signal.SIGKILL)
         await victim.wait()
-        await self.start_one()
+        replacement = asyncio.create_task(self.start_one())
+        self.starting.add(replacement)
+        replacement.add_done_callback(self.starting.discard)
 
     def log_counts(self) -> tuple[int, int]:
         """Lines logged by every worker so far, and the tracebacks among them."""
@@ -125,6 +132,10 @@ class Workers:
         return lines, tracebacks
 
     async def stop_all(self) -> None:
+        failed = [
+            result for result in await asyncio.gather(*self.starting, return_exceptions=True)
+            if isinstance(result, BaseException)
+        ]
         for proc in self.procs:
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)
@@ -134,6 +145,8 @@ class Workers:
             except asyncio.TimeoutError:
                 proc.kill()
                 await proc.wait()
+        if failed:
+            raise RuntimeError(f"a replacement worker did not start; logs in {self.log_dir}") from failed[0]
 
 
 async def _count(engine: AsyncEngine, table: sa.Table, *where: sa.ColumnElement[bool]) -> int:
