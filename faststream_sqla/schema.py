@@ -81,6 +81,12 @@ class TableNames:
 #: SQLAlchemy dialect names of the databases without partial indexes
 MYSQL_FAMILY = ("mysql", "mariadb")
 
+
+def exact_collation(mariadb: bool) -> str:
+    """The MySQL/MariaDB collation under which queue names and keys compare as on
+    PostgreSQL and SQLite: byte for byte, trailing spaces included (revisions 0007, 0008)."""
+    return "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
+
 #: ready_at of a message that may not be claimed (in flight): the last DATETIME
 NOT_READY = datetime(9999, 12, 31, 23, 59, 59)
 

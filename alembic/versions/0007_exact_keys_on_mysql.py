@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from alembic import context, op
-from faststream_sqla.schema import MAX_KEY_LENGTH, TableNames
+from faststream_sqla.schema import MAX_KEY_LENGTH, TableNames, exact_collation
 
 revision: str = "0007"
 down_revision: str | Sequence[str] | None = "0006"
@@ -38,10 +38,9 @@ def _set_collation(exact: bool) -> None:
     dialect = op.get_context().dialect
     if dialect.name not in ("mysql", "mariadb"):
         return
-    if exact:
-        collation = "utf8mb4_nopad_bin" if getattr(dialect, "is_mariadb", False) else "utf8mb4_0900_bin"
-    else:
-        collation = "utf8mb4_general_ci"
+    collation = (
+        exact_collation(getattr(dialect, "is_mariadb", False)) if exact else "utf8mb4_general_ci"
+    )
     names = _names()
     for table in (names.message, names.archive):
         columns = ", ".join(

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from alembic import context, op
-from faststream_sqla.schema import MAX_QUEUE_NAME_LENGTH, TableNames
+from faststream_sqla.schema import MAX_QUEUE_NAME_LENGTH, TableNames, exact_collation
 
 revision: str = "0008"
 down_revision: str | Sequence[str] | None = "0007"
@@ -31,11 +31,9 @@ def _set_collation(exact: bool) -> None:
     dialect = op.get_context().dialect
     if dialect.name not in ("mysql", "mariadb"):
         return
-    if exact:
-        mariadb = getattr(dialect, "is_mariadb", False)
-        collation = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
-    else:
-        collation = "utf8mb4_general_ci"
+    collation = (
+        exact_collation(getattr(dialect, "is_mariadb", False)) if exact else "utf8mb4_general_ci"
+    )
     names: TableNames = context.config.attributes.get("table_names", TableNames())
     for table in (names.message, names.archive):
         op.execute(

@@ -237,8 +237,6 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         wakeups, health = self.config.wakeups, self.config.health
 
         def log(level: int, message: str) -> None:
-            if level <= logging.WARNING and health.is_down:
-                return  # its retries during an outage: the outage is logged once, by health
             self.config.logger.log(message, level, {"queue": "", "message_id": ""})
 
         listener = self.config.dialect.listener(

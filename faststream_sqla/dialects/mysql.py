@@ -20,6 +20,7 @@ from faststream_sqla.schema import (
     MessageState,
     QueueTables,
     archive_copy,
+    exact_collation,
 )
 
 from ._asyncmy import driver_transaction, error_code
@@ -219,7 +220,7 @@ class MySQLDialect(Dialect):
         # JSON_TABLE: MariaDB 10.6, MySQL 8.0.4. The collation is the key columns' own
         # (migration 0007): a JSON_TABLE column would otherwise compare case-blind.
         self.json_table = version >= ((10, 6) if mariadb else (8, 0, 4))
-        self.key_collation = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
+        self.key_collation = exact_collation(mariadb)
 
     async def first_of_keys(
         self, conn: AsyncConnection, queue: str, keys: Sequence[str]

@@ -240,7 +240,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         wakeups: WakeupHub,
         serializer: SerializerProto | None,
         codec: CodecProto | None,
-        health: DatabaseHealth | None = None,
+        health: DatabaseHealth,
     ) -> None:
         self._engine, self._dialect, self._wakeups = engine, dialect, wakeups
         self._health = health
@@ -367,8 +367,8 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         except Exception as e:
             if not self._dialect.is_unreachable(e):
                 raise
-            if self._health is not None:
-                self._health.noticed(e)  # logged once per outage, with its end
+            assert self._health is not None
+            self._health.noticed(e)  # logged once per outage, with its end
             # one error to catch, whichever driver failed and however
             msg = (
                 f"cannot reach the database at {masked(self._engine.url)} to publish to "

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from chaos.servers import free_port
 from faststream_sqla import MessageState, SqlaBroker
 from faststream_sqla.retry import NoRetryStrategy
 from faststream_sqla.schema import QueueTables
@@ -93,9 +93,7 @@ async def test_workers_wait_out_an_outage_without_spending_attempts(
 async def test_a_handler_that_cannot_reach_another_service_fails_as_usual(
     database_url, engine, tables
 ):
-    with socket.socket() as s:  # a port nothing listens on: connecting is refused
-        s.bind(("127.0.0.1", 0))
-        closed_port = s.getsockname()[1]
+    closed_port = free_port()  # nothing listens on it: connecting is refused
     broker = SqlaBroker(database_url)
     tried = Recorder()
 
