@@ -126,9 +126,10 @@ def _inspect(
 ) -> tuple[list[str], dict[str, list[str]], object]:
     inspector = sa.inspect(conn)
     existing = set(inspector.get_table_names())
-    missing = [t.name for t in (tables.message, tables.archive) if t.name not in existing]
+    ours = (*tables.live, tables.archive)
+    missing = [t.name for t in ours if t.name not in existing]
     lacking: dict[str, list[str]] = {}
-    for table in (tables.message, tables.archive):
+    for table in ours:
         if table.name in existing:
             found = {c["name"] for c in inspector.get_columns(table.name)}
             # Names only: MariaDB reflects JSON as LONGTEXT, types never compare cleanly.

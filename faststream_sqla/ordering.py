@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.dialects._claim import earlier_of_its_key
+from faststream_sqla.dialects._claim import earlier_of_its_key, keyed_messages
 from faststream_sqla.schema import MessageState
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ async def hold_behind_keys(
     waiting: list[int] = []
     for chunk in _chunks(keyed):
         found = await conn.execute(
-            sa.select(m.c.id).where(m.c.id.in_(chunk), earlier_of_its_key(m))
+            sa.select(m.c.id).where(m.c.id.in_(chunk), earlier_of_its_key(dialect.tables))
         )
         waiting += found.scalars()
     for chunk in _chunks(waiting):
@@ -79,7 +79,7 @@ async def release_first(dialect: Dialect, engine: AsyncEngine, ids: Sequence[int
                 sa.select(m.c.id).where(
                     m.c.id.in_(chunk),
                     m.c.state == MessageState.WAITING,
-                    ~earlier_of_its_key(m),
+                    ~earlier_of_its_key(dialect.tables),
                 )
             )
             released += await _release(conn, m, list(found.scalars()))
@@ -112,18 +112,19 @@ async def sweep(
     """Release the first message of the next KEYS_PER_SWEEP keys of `queue` (in key
     order, after `after`) where it waits. Returns how many were released and where the
     next sweep starts ("" once the last key was reached)."""
-    m = dialect.tables.message
+    k = keyed_messages(dialect.tables)
     async with dialect.own_transaction(engine) as conn:
         heads = (
             await conn.execute(
-                sa.select(m.c.ordering_key, sa.func.min(m.c.id))
-                .where(m.c.queue == queue, m.c.ordering_key > after)
-                .group_by(m.c.ordering_key)
-                .order_by(m.c.ordering_key)
+                sa.select(k.keys.c.ordering_key, sa.func.min(k.keys.c.id))
+                .select_from(k.source)
+                .where(k.keys.c.queue == queue, k.keys.c.ordering_key > after)
+                .group_by(k.keys.c.ordering_key)
+                .order_by(k.keys.c.ordering_key)
                 .limit(KEYS_PER_SWEEP)
             )
         ).all()
-        released = await _release(conn, m, [first for _, first in heads])
+        released = await _release(conn, dialect.tables.message, [first for _, first in heads])
     return released, heads[-1][0] if len(heads) == KEYS_PER_SWEEP else ""
 
 

@@ -72,6 +72,9 @@ class TableNames:
         if self.message == self.archive:
             msg = f"message and archive tables need different names, both are {self.message!r}"
             raise InvalidOptionError(msg)
+        if self.archive == keys_table_name(self.message):
+            msg = f"archive table {self.archive!r} would share its name with the keys table"
+            raise InvalidOptionError(msg)
         for value in (self.message, self.archive):
             if not value or not value.replace("_", "").isalnum() or len(value) > 48:
                 msg = f"table name {value!r} must be 1-48 letters, digits or underscores"
@@ -109,13 +112,30 @@ class QueueTables:
     metadata: sa.MetaData = field(init=False)
     message: sa.Table = field(init=False)
     archive: sa.Table = field(init=False)
+    #: MySQL and MariaDB only: the keys of the keyed messages (build_keys_table)
+    keys: sa.Table | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.metadata = sa.MetaData()
+        mysql_family = self.dialect in MYSQL_FAMILY
         self.message = build_message_table(
-            self.metadata, self.names.message, ready_at_column=self.dialect in MYSQL_FAMILY
+            self.metadata, self.names.message, ready_at_column=mysql_family
         )
         self.archive = build_archive_table(self.metadata, self.names.archive)
+        self.keys = build_keys_table(self.metadata, self.names.message) if mysql_family else None
+
+    @property
+    def key_index(self) -> sa.Table:
+        """The table whose indexes find messages by ordering or idempotency key: the
+        keys table where there is one, else the message table. Both have id, queue,
+        ordering_key and idempotency_key."""
+        return self.message if self.keys is None else self.keys
+
+    @property
+    def live(self) -> tuple[sa.Table, ...]:
+        """The tables that hold messages not yet archived: deleting a message deletes
+        its row from each (the keys table first)."""
+        return (self.message,) if self.keys is None else (self.keys, self.message)
 
     def for_dialect(self, dialect: str) -> QueueTables:
         """These tables as `dialect` holds them (self when that is the same shape)."""
@@ -282,7 +302,8 @@ def build_message_table(
         sa.Index(
             f"ix_{name}_ready", table.c.queue, table.c.priority, table.c.ready_at, table.c.id
         )
-        _key_indexes(table, name, partial=False)
+        # No key indexes here: without partial indexes they would hold an entry for
+        # every message, keyed or not; the keys table holds them (build_keys_table).
         return table
     # The claim walks (queue, next_attempt_at) in order and stops at LIMIT; in-flight
     # rows are left out of the index entirely.
@@ -308,8 +329,8 @@ def build_message_table(
 
 def _key_indexes(table: sa.Table, name: str, *, partial: bool) -> None:
     """The ordering-key index (a claim's check for an earlier message of the key) and
-    the idempotency-key unique index. Most messages have neither key: where partial
-    indexes exist they leave those rows out."""
+    the idempotency-key unique index, named after the message table `name`. Most
+    messages have neither key: where partial indexes exist they leave those rows out."""
     for column, index, unique, extra in (
         (table.c.ordering_key, f"ix_{name}_ordering", False, (table.c.id,)),
         (table.c.idempotency_key, f"ux_{name}_idempotency", True, ()),
@@ -319,6 +340,30 @@ def _key_indexes(table: sa.Table, name: str, *, partial: bool) -> None:
             keyed = column.isnot(None)
             where = {"postgresql_where": keyed, "sqlite_where": keyed}
         sa.Index(index, table.c.queue, column, *extra, unique=unique, **where)
+
+
+def keys_table_name(message: str) -> str:
+    return f"{message}_keys"
+
+
+def build_keys_table(metadata: sa.MetaData, message: str) -> sa.Table:
+    """MySQL and MariaDB: the ordering and idempotency keys of the messages that have
+    one, under the key indexes. Those databases have no partial indexes, so on the
+    message table the two indexes would hold an entry for every message, and keep it
+    up on every publish and archive. A publish writes a row here for each keyed
+    message, in its own transaction; the outcome that archives the message deletes
+    the row in the same statement as the message. Index names are per table there, so
+    the two keep the names they have on the message table elsewhere."""
+    table = sa.Table(
+        keys_table_name(message),
+        metadata,
+        sa.Column("id", Id, primary_key=True, autoincrement=False),  # the message's id
+        sa.Column("queue", MESSAGE_COLUMN["queue"].type, nullable=False),
+        sa.Column("ordering_key", MESSAGE_COLUMN["ordering_key"].type),
+        sa.Column("idempotency_key", MESSAGE_COLUMN["idempotency_key"].type),
+    )
+    _key_indexes(table, message, partial=False)
+    return table
 
 
 def build_archive_table(metadata: sa.MetaData, name: str) -> sa.Table:
@@ -358,6 +403,7 @@ __all__ = [
     "MessageState",
     "QueueTables",
     "TableNames",
+    "keys_table_name",
     "utc_now",
     "validate_queue_name",
 ]

@@ -60,7 +60,9 @@ async def _create_database(dialect: str) -> None:
     # a fresh schema per session: migrations may have changed since the last run
     engine = create_async_engine(server_database_url(dialect))
     async with engine.begin() as conn:
-        for table in ("message", "message_archive", "faststream_sqla_version", "handled"):
+        for table in (
+            "message_keys", "message", "message_archive", "faststream_sqla_version", "handled"
+        ):
             q = engine.dialect.identifier_preparer.quote(table)
             await conn.exec_driver_sql(f"DROP TABLE IF EXISTS {q}")
     await upgrade_schema(engine)
@@ -102,8 +104,8 @@ async def database_url(
     engine = create_async_engine(url)
     tables = QueueTables()
     async with engine.begin() as conn:
-        await conn.execute(tables.message.delete())
-        await conn.execute(tables.archive.delete())
+        for table in (*tables.for_dialect(engine.dialect.name).live, tables.archive):
+            await conn.execute(table.delete())
     await engine.dispose()
     yield url
 

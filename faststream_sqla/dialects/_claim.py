@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sqlalchemy as sa
 
 from faststream_sqla.clock import utc_now
+from faststream_sqla.schema import QueueTables
 
 
 def ready_predicate(m: sa.Table) -> sa.ColumnElement[bool]:
@@ -21,7 +24,9 @@ def claim_limit() -> sa.BindParameter[int]:
     return sa.bindparam("claim_limit", type_=sa.Integer())
 
 
-def ready_ids(m: sa.Table, priority: sa.ColumnElement[int], *extra: sa.ColumnElement) -> sa.Select:
+def ready_ids(
+    tables: QueueTables, priority: sa.ColumnElement[int], *extra: sa.ColumnElement
+) -> sa.Select:
     """Ids (and `extra` columns) of one queue's ready messages of one `priority`, oldest
     first, up to :claim_limit. Each dialect takes the priorities highest first
     (`schema.PRIORITIES`) and stops at the limit.
@@ -31,6 +36,7 @@ def ready_ids(m: sa.Table, priority: sa.ColumnElement[int], *extra: sa.ColumnEle
     priority: with priority in the index but not pinned, a claim would walk every not
     yet due message of the higher priorities before reaching a due one.
     """
+    m = tables.message
     if "ready_at" in m.c:
         # MySQL's tables: ready_at is next_attempt_at while the message may be claimed
         # and far in the future otherwise (schema.READY_AT_SQL); its index is the
@@ -47,35 +53,61 @@ def ready_ids(m: sa.Table, priority: sa.ColumnElement[int], *extra: sa.ColumnEle
             m.c.priority == priority,
             *eligible,
             due <= utc_now(),
-            first_of_its_key(m),
+            first_of_its_key(tables),
         )
         .order_by(due, m.c.id)
         .limit(claim_limit())
     )
 
 
-def earlier_of_its_key(m: sa.Table) -> sa.Exists:
-    """An earlier message (lower id) of the row's ordering key is still in the table
-    (waiting, in flight or retrying), read without a lock: a locked one still counts."""
-    earlier = m.alias("earlier")
-    blocked = sa.select(sa.literal_column("1")).select_from(earlier).where(
-        earlier.c.queue == m.c.queue,
-        earlier.c.ordering_key == m.c.ordering_key,
-        earlier.c.id < m.c.id,
+@dataclass(frozen=True)
+class KeyedMessages:
+    """Where a statement finds messages by ordering or idempotency key: `keys` has id,
+    queue, ordering_key and idempotency_key under the key indexes, `message` is the
+    message row itself (the same alias where the message table holds the indexes), and
+    `source` is what to select from."""
+
+    source: sa.FromClause
+    keys: sa.FromClause
+    message: sa.FromClause
+
+
+def keyed_messages(tables: QueueTables, name: str = "k") -> KeyedMessages:
+    if tables.keys is None:
+        m = tables.message.alias(name)
+        return KeyedMessages(m, m, m)
+    k = tables.keys.alias(name)
+    # Joined to its message: only a key whose message is still there counts, so a
+    # message deleted by hand without its key row cannot hold its key for good.
+    m = tables.message.alias(f"{name}_message")
+    return KeyedMessages(k.join(m, m.c.id == k.c.id), k, m)
+
+
+def earlier_of_its_key(tables: QueueTables) -> sa.Exists:
+    """An earlier message (lower id) of the message row's ordering key is still in the
+    table (waiting, in flight or retrying), read without a lock: a locked one still
+    counts."""
+    m = tables.message
+    earlier = keyed_messages(tables, "earlier")
+    blocked = sa.select(sa.literal_column("1")).select_from(earlier.source).where(
+        earlier.keys.c.queue == m.c.queue,
+        earlier.keys.c.ordering_key == m.c.ordering_key,
+        earlier.keys.c.id < m.c.id,
     )
-    if "ready_at" in m.c:
-        # MariaDB judged the queue's prefix of the ready index the better way in: a
-        # walk of the queue's every row per keyed candidate.
-        blocked = blocked.with_hint(earlier, f"FORCE INDEX (ix_{m.name}_ordering)")
+    if tables.keys is not None:
+        # MariaDB judged the queue's prefix of an index the better way in: a walk of
+        # the queue's every row per keyed candidate.
+        blocked = blocked.with_hint(earlier.keys, f"FORCE INDEX (ix_{m.name}_ordering)")
     return blocked.exists()
 
 
-def first_of_its_key(m: sa.Table) -> sa.ColumnElement[bool]:
+def first_of_its_key(tables: QueueTables) -> sa.ColumnElement[bool]:
     """The message has no ordering key, or no earlier message of its key is still in
     the table. Settled messages leave the table, so the next one of a key becomes
     claimable when the one before it settles, and two of one key are never claimed
     together."""
-    return sa.or_(m.c.ordering_key.is_(None), ~earlier_of_its_key(m))
+    m = tables.message
+    return sa.or_(m.c.ordering_key.is_(None), ~earlier_of_its_key(tables))
 
 
 def priority_literal(level: int) -> sa.ColumnElement[int]:

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
-from faststream_sqla.dialects._claim import active_count
+from faststream_sqla.dialects._claim import active_count, keyed_messages
 from faststream_sqla.schema import (
     CLAIM_COUNTERS,
     CLAIMED_COLUMNS,
@@ -324,11 +324,16 @@ class Dialect(abc.ABC):
         """The id and payload of each message of `queue` that holds one of `keys`.
         `latest`: read the newest committed rows even inside an older snapshot (after
         losing a race to a publisher that committed since)."""
-        m = self.tables.message
+        k = keyed_messages(self.tables)
         found: dict[str, tuple[int, bytes]] = {}
         for start in range(0, len(keys), KEYS_PER_READ):
-            stmt = sa.select(m.c.id, m.c.idempotency_key, m.c.payload).where(
-                m.c.queue == queue, m.c.idempotency_key.in_(keys[start : start + KEYS_PER_READ])
+            stmt = (
+                sa.select(k.keys.c.id, k.keys.c.idempotency_key, k.message.c.payload)
+                .select_from(k.source)
+                .where(
+                    k.keys.c.queue == queue,
+                    k.keys.c.idempotency_key.in_(keys[start : start + KEYS_PER_READ]),
+                )
             )
             result = await conn.execute(self.latest_rows(stmt) if latest else stmt)
             found.update((key, (message_id, bytes(payload))) for message_id, key, payload in result)
@@ -339,11 +344,12 @@ class Dialect(abc.ABC):
     ) -> list[int]:
         """The id of the first message (lowest id) of each ordering key of `queue` that
         has one, from the ordering-key index."""
-        m = self.tables.message
+        k = keyed_messages(self.tables)
         result = await conn.execute(
-            sa.select(sa.func.min(m.c.id))
-            .where(m.c.queue == queue, m.c.ordering_key.in_(keys))
-            .group_by(m.c.ordering_key)
+            sa.select(sa.func.min(k.keys.c.id))
+            .select_from(k.source)
+            .where(k.keys.c.queue == queue, k.keys.c.ordering_key.in_(keys))
+            .group_by(k.keys.c.ordering_key)
         )
         return list(result.scalars())
 

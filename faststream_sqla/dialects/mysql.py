@@ -57,6 +57,7 @@ READ_DENIED_CODES = {1142, 1143}
 # room for the statement text and the other columns of a row
 PACKET_HEADROOM = 64 * 1024
 DEFAULT_MAX_PACKET = 16 * 1024 * 1024
+KEY_ROWS_PER_INSERT = 1000
 
 _INITIAL_SQL = {
     Initial.NOW: "UTC_TIMESTAMP(6)",
@@ -140,8 +141,9 @@ async def _apply_outcome_statements(
     states = {o.state for o in outcomes}  # one pass, not one per half
     changed = 0
     if not states.isdisjoint(TERMINAL):
-        await cursor.execute(archive.sql, archive.arguments(params))
-        changed += await cursor.execute(delete.sql, delete.arguments(params)) or 0
+        # counted by the archive copy: the delete's count includes the key rows
+        changed += await cursor.execute(archive.sql, archive.arguments(params)) or 0
+        await cursor.execute(delete.sql, delete.arguments(params))
     if not states.issubset(TERMINAL):
         changed += await cursor.execute(requeue.sql, requeue.arguments(params)) or 0
     return changed
@@ -159,6 +161,8 @@ class MySQLDialect(Dialect):
     def __init__(self, tables: QueueTables) -> None:
         super().__init__(tables)
         m = tables.message
+        assert tables.keys is not None, "MySQL's tables hold the keys apart"
+        self._keys = tables.keys
         # Read the rows under SKIP LOCKED as they will stand once claimed (the delivery
         # counted, acquired_at the server clock read with them), then flip them: the
         # rows need no rebuilding, and both statements agree on acquired_at.
@@ -179,7 +183,8 @@ class MySQLDialect(Dialect):
         # until the claim's commit, a moment later.
         self._lock_ready = sa.union_all(
             *(
-                ready_ids(m, priority_literal(level), *columns).with_for_update(skip_locked=True)
+                ready_ids(tables, priority_literal(level), *columns)
+                .with_for_update(skip_locked=True)
                 for level in PRIORITIES
             )
         ).order_by(
@@ -229,13 +234,15 @@ class MySQLDialect(Dialect):
         JSON array: MIN(id) ... GROUP BY read every message of each key instead."""
         if not self.json_table:
             return await super().first_of_keys(conn, queue, keys)
+        k = self._q(conn, self._keys)
         m = self._q(conn, self.tables.message)
         result = await conn.execute(
             sa.text(
-                f"SELECT (SELECT m.id FROM {m} AS m WHERE m.queue = :queue"
-                " AND m.ordering_key = k.ordering_key ORDER BY m.id LIMIT 1)"
+                f"SELECT (SELECT k.id FROM {k} AS k JOIN {m} AS m ON m.id = k.id"
+                " WHERE k.queue = :queue AND k.ordering_key = wanted.ordering_key"
+                " ORDER BY k.id LIMIT 1)"
                 f" FROM JSON_TABLE(:keys, '$[*]' COLUMNS (ordering_key VARCHAR({MAX_KEY_LENGTH})"
-                f" CHARACTER SET utf8mb4 COLLATE {self.key_collation} PATH '$')) AS k"
+                f" CHARACTER SET utf8mb4 COLLATE {self.key_collation} PATH '$')) AS wanted"
             ),
             {"queue": queue, "keys": json.dumps(list(keys))},
         )
@@ -246,7 +253,7 @@ class MySQLDialect(Dialect):
             result = await conn.exec_driver_sql(sql, params)
             return result.all() if result.returns_rows else []
 
-        return await self._insert(self._q(conn, self.tables.message), run, rows)
+        return await self._insert(conn, run, rows)
 
     async def insert_committed(
         self, engine: AsyncEngine, rows: Sequence[NewMessage], *, relaxed: bool = False
@@ -258,13 +265,14 @@ class MySQLDialect(Dialect):
                 await cursor.execute(sql, params)
                 return await cursor.fetchall() or []
 
-            return await self._insert(self._q(engine, self.tables.message), run, rows)
+            return await self._insert(engine, run, rows)
 
     async def _insert(
-        self, m: str, run: RunStatement, rows: Sequence[NewMessage]
+        self, bind: AsyncEngine | AsyncConnection, run: RunStatement, rows: Sequence[NewMessage]
     ) -> list[int]:
         """Multi-row inserts are one packet each: split a batch so every chunk fits
         max_allowed_packet, and refuse a single message that never can."""
+        m = self._q(bind, self.tables.message)
         limit = self.max_packet - PACKET_HEADROOM
         sizes = [len(row.payload) * 2 + 512 for row in rows]  # binary is sent escaped
         for row, row_size in zip(rows, sizes, strict=True):
@@ -286,7 +294,28 @@ class MySQLDialect(Dialect):
             size += row_size
         if chunk:
             ids += await self._insert_chunk(m, run, chunk)
+        await self._insert_keys(self._q(bind, self._keys), run, rows, ids)
         return ids
+
+    async def _insert_keys(
+        self, k: str, run: RunStatement, rows: Sequence[NewMessage], ids: Sequence[int]
+    ) -> None:
+        """The keyed messages' rows of the keys table (schema.build_keys_table), in the
+        insert's transaction: a key another publisher holds fails here, and the whole
+        publish with it, as the message table's own unique index would elsewhere."""
+        keyed = [
+            (message_id, row.queue, row.ordering_key, row.idempotency_key)
+            for row, message_id in zip(rows, ids, strict=True)
+            if row.ordering_key is not None or row.idempotency_key is not None
+        ]
+        # a thousand rows of the longest keys stay far below any max_allowed_packet
+        for start in range(0, len(keyed), KEY_ROWS_PER_INSERT):
+            chunk = keyed[start : start + KEY_ROWS_PER_INSERT]
+            await run(
+                f"INSERT INTO {k} (id, queue, ordering_key, idempotency_key) VALUES "
+                + ", ".join(["(%s, %s, %s, %s)"] * len(chunk)),
+                tuple(value for row in chunk for value in row),
+            )
 
     async def _insert_chunk(
         self, m: str, run: RunStatement, rows: Sequence[NewMessage]
@@ -366,6 +395,7 @@ class MySQLDialect(Dialect):
         # reads, waiting on every row an open outbox transaction had just inserted.
         m = self._q(engine, self.tables.message)
         a = self._q(engine, self.tables.archive)
+        k = self._q(engine, self._keys)
         match = f"m.id = o.id AND m.{TOKEN_COLUMN} = o.token AND m.state = 'PROCESSING'"
         columns, values = archive_copy({
             "state": _STATE, "attempts_count": "o.attempts",
@@ -377,8 +407,11 @@ INSERT INTO {a} ({", ".join(columns)}, archived_at)
 SELECT {", ".join(values)}, UTC_TIMESTAMP(6)
 FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
 WHERE {_ARCHIVED}"""
+        # The key rows of keyed messages go with them; for the others the join finds
+        # nothing in a keys table that holds only keyed messages.
         delete = f"""
-DELETE m FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
+DELETE m, k FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
+LEFT JOIN {k} AS k ON k.id = m.id
 WHERE {_ARCHIVED}"""
         requeue = f"""
 UPDATE {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}

@@ -180,7 +180,7 @@ class PostgresDialect(Dialect):
             sa.column("level", sa.SmallInteger()), name="levels", literal_binds=True
         ).data([(level,) for level in PRIORITIES])
         per_level = (
-            ready_ids(m, levels.c.level).with_for_update(skip_locked=True).lateral("level_ready")
+            ready_ids(tables, levels.c.level).with_for_update(skip_locked=True).lateral("level_ready")
         )
         ready = (
             sa.select(per_level.c.id)

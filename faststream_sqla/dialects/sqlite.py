@@ -110,13 +110,14 @@ def _delete_sql(message: str, rows: int) -> str:
     )
 
 
-def ready_by_priority(m: sa.Table) -> sa.Select:
+def ready_by_priority(tables: QueueTables) -> sa.Select:
     """The ids a claim takes: each priority's ready rows (`ready_ids`), highest priority
     first, up to the limit. SQLite wants a compound's ORDER BY and LIMIT outside it, so
     each priority's range is a subquery."""
+    m = tables.message
 
     def level(priority: int) -> sa.Select:
-        rows = ready_ids(m, priority_literal(priority), m.c.priority, m.c.next_attempt_at)
+        rows = ready_ids(tables, priority_literal(priority), m.c.priority, m.c.next_attempt_at)
         sub = rows.subquery(f"priority_{priority}")
         return sa.select(sub.c.id, sub.c.priority, sub.c.next_attempt_at)
 
@@ -313,7 +314,7 @@ class SQLiteDialect(Dialect):
     def _claim_statements(self, engine: AsyncEngine) -> tuple[str, str, Any]:
         if self._claim_sql is None:
             m = self._q(engine, self.tables.message)
-            ready = ready_by_priority(self.tables.message).compile(dialect=engine.dialect)
+            ready = ready_by_priority(self.tables).compile(dialect=engine.dialect)
             # The claimed rows come back as one JSON document: fetching rows one by one
             # takes the GIL back once per row, the hand-off in_driver_thread avoids.
             # The returned values are those the UPDATE below writes.

@@ -77,8 +77,8 @@ async def one_connection_engine(url: str) -> AsyncIterator[AsyncEngine]:
     engine = create_async_engine(url, pool_size=1, max_overflow=0)
     tables = QueueTables()
     async with engine.begin() as conn:
-        await conn.execute(tables.message.delete())
-        await conn.execute(tables.archive.delete())
+        for table in (*tables.for_dialect(engine.dialect.name).live, tables.archive):
+            await conn.execute(table.delete())
     try:
         yield engine
     finally:

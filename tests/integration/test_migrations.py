@@ -69,7 +69,7 @@ def test_script_location_holds_the_scripts() -> None:
     location = Path(script_location())
     assert (location / "env.py").is_file()
     assert (location / "versions" / "0001_initial.py").is_file()
-    assert HEAD_REVISION == "0008"
+    assert HEAD_REVISION == "0009"
 
 
 async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
@@ -99,24 +99,28 @@ async def test_migration_matches_schema_py(engine: AsyncEngine, dialect_name: st
 
     indexes = {}
     async with engine.connect() as conn:
-        for table in (tables.message, tables.archive):
+        for table in (*tables.live, tables.archive):
             found = await conn.run_sync(lambda c, t=table: sa.inspect(c).get_indexes(t.name))
-            indexes.update({i["name"]: i["column_names"] for i in found})
-    message_indexes = (
-        # no partial indexes: one index on the generated ready_at serves both
-        {"ix_message_ready": ["queue", "priority", "ready_at", "id"]}
-        if dialect_name == "mysql"
-        else {
-            "ix_message_claim": ["queue", "priority", "next_attempt_at", "id"],
-            "ix_message_stuck": ["queue", "acquired_at"],
-        }
-    ) | {
+            indexes.update({(table.name, i["name"]): i["column_names"] for i in found})
+    key_indexes = {
         "ix_message_ordering": ["queue", "ordering_key", "id"],
         "ux_message_idempotency": ["queue", "idempotency_key"],
     }
+    message_indexes = (
+        # no partial indexes: one index on the generated ready_at serves both, and the
+        # key indexes are on the keys table, which holds only keyed messages
+        {("message", "ix_message_ready"): ["queue", "priority", "ready_at", "id"]}
+        | {("message_keys", name): columns for name, columns in key_indexes.items()}
+        if dialect_name == "mysql"
+        else {
+            ("message", "ix_message_claim"): ["queue", "priority", "next_attempt_at", "id"],
+            ("message", "ix_message_stuck"): ["queue", "acquired_at"],
+        }
+        | {("message", name): columns for name, columns in key_indexes.items()}
+    )
     assert indexes == {
         **message_indexes,
-        "ix_message_archive_queue_archived": ["queue", "archived_at"],
+        ("message_archive", "ix_message_archive_queue_archived"): ["queue", "archived_at"],
     }
 
 
