@@ -16,6 +16,8 @@ from faststream_sqla.exceptions import (
     SchemaMissingError,
     SchemaOutdatedError,
     SqlaBrokerError,
+    UnknownMessageError,
+    UnknownQueueError,
 )
 from faststream_sqla.annotations import SqlaMessage
 from faststream_sqla.migrations import upgrade_schema
@@ -39,6 +41,8 @@ __all__ = (
     "SchemaMissingError",
     "SchemaOutdatedError",
     "SqlaBrokerError",
+    "UnknownMessageError",
+    "UnknownQueueError",
     "Envelope",
     "MessageState",
     "SqlaBroker",

@@ -49,6 +49,14 @@ class DatabaseUnreachableError(SqlaBrokerError, ConnectionError):
     (the driver's own error is chained as the cause)."""
 
 
+class UnknownMessageError(SqlaBrokerError, LookupError):
+    """No message with that id is queued or archived."""
+
+
+class UnknownQueueError(SqlaBrokerError, LookupError):
+    """No message of that queue is queued or archived."""
+
+
 class QueueFullError(SqlaBrokerError):
     """A publish would take a queue past its `max_queue_size`; nothing was written."""
 

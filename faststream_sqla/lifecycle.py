@@ -78,7 +78,7 @@ def after_attempt(
         state = MessageState.COMPLETED if decision is AckStatus.ACKED else MessageState.FAILED
         return Outcome(
             message.id, message.token, state, attempts, message.deliveries_count,
-            first, started, None, last_error,
+            first, started, None, last_error, message.keyed,
         )
 
     finished = to_aware(finished_at)
@@ -97,11 +97,11 @@ def after_attempt(
     if next_at is None:
         return Outcome(
             message.id, message.token, MessageState.FAILED, attempts,
-            message.deliveries_count, first, started, None, last_error,
+            message.deliveries_count, first, started, None, last_error, message.keyed,
         )
     return Outcome(
         message.id, message.token, MessageState.RETRYABLE, attempts,
-        message.deliveries_count, first, started, _naive(next_at), last_error,
+        message.deliveries_count, first, started, _naive(next_at), last_error, message.keyed,
     )
 
 
@@ -112,7 +112,7 @@ def completed(message: ClaimedMessage, started_at: datetime) -> Outcome:
     return Outcome(
         message.id, message.token, MessageState.COMPLETED,
         message.attempts_count + 1, message.deliveries_count,
-        message.first_attempt_at or started_at, started_at, None, None,
+        message.first_attempt_at or started_at, started_at, None, None, message.keyed,
     )
 
 
@@ -134,6 +134,7 @@ def settled_unhandled(
         first_attempt_at=_naive(message.first_attempt_at),
         last_attempt_at=_naive(message.last_attempt_at),
         last_error=last_error,
+        keyed=message.keyed,
     )
 
 
@@ -166,4 +167,5 @@ def released(message: ClaimedMessage, *, started: bool) -> Outcome:
         deliveries_count=message.deliveries_count - (0 if started else 1),
         first_attempt_at=_naive(message.first_attempt_at),
         last_attempt_at=_naive(message.last_attempt_at),
+        keyed=message.keyed,
     )

@@ -56,12 +56,18 @@ class ClaimedMessage:
     expires_at: datetime | None = None
     priority: int = 0
     ordering_key: str | None = None
+    idempotency_key: str | None = None
     claimed_at_monotonic: float = 0.0
     # the handler's decision, filled while it runs
     decision: AckStatus | None = None
     nack_delay: float | None = None
     #: set for messages handed out by get_one()/iteration, where no worker settles them
     settle: Callable[[ClaimedMessage], Awaitable[None]] | None = field(default=None, repr=False)
+
+    @property
+    def keyed(self) -> bool:
+        """Has an ordering or idempotency key (on MySQL, a row in the keys table)."""
+        return self.ordering_key is not None or self.idempotency_key is not None
 
     @property
     def token(self) -> int:

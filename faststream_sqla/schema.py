@@ -41,6 +41,8 @@ class MessageState(str, enum.Enum):
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     EXPIRED = "EXPIRED"  # past its expires_at before a handler got it: never handled
+    #: archive only: copied back to the queue by a redrive or replay (faststream_sqla.admin)
+    REDRIVEN = "REDRIVEN"
 
 
 # Portable column types. BigInteger ids do not auto-increment on SQLite, so they
@@ -210,12 +212,16 @@ MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
     # Messages of one ordering key are claimed one at a time, in id order: a claim
     # passes over a message while an earlier one of its key is still in this table.
     MessageColumn("ordering_key", sa.String(MAX_KEY_LENGTH), published_as="ordering_key"),
+    # Unique per queue among the messages in this table (ux_<table>_idempotency).
+    # Claimed: an outcome must know whether its message has a key row to delete (MySQL).
+    MessageColumn("idempotency_key", sa.String(MAX_KEY_LENGTH),
+                  published_as="idempotency_key"),
     MessageColumn("state", State, nullable=False, initial="'PENDING'", claimed=False,
                   settled=True),
     MessageColumn("last_error", ErrorText, claimed=False, settled=True),
-    # Unique per queue among the messages in this table (ux_<table>_idempotency).
-    MessageColumn("idempotency_key", sa.String(MAX_KEY_LENGTH), claimed=False,
-                  published_as="idempotency_key"),
+    # The archived message a redrive or replay copied this one from (its archive row
+    # points back with redriven_to).
+    MessageColumn("redriven_from", Id, claimed=False, published_as="redriven_from"),
 )
 MESSAGE_COLUMN = {c.name: c for c in MESSAGE_COLUMNS}
 #: the columns a claim returns, in `ClaimedMessage` order
@@ -373,8 +379,14 @@ def build_archive_table(metadata: sa.MetaData, name: str) -> sa.Table:
         sa.Column("id", Id, primary_key=True, autoincrement=False),
         *_columns(ARCHIVED_COLUMNS),
         sa.Column("archived_at", Timestamp, nullable=False),
+        # REDRIVEN rows: the id of the message they were copied back to the queue as
+        sa.Column("redriven_to", Id),
     )
-    sa.Index(f"ix_{name}_queue_archived", table.c.queue, table.c.archived_at)
+    # The state second: a dead-letter page, a replay by state or a prune is one range
+    # per queue and state, however many rows of other states surround it.
+    sa.Index(
+        f"ix_{name}_queue_state", table.c.queue, table.c.state, table.c.archived_at
+    )
     return table
 
 

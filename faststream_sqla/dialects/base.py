@@ -80,6 +80,7 @@ class NewMessage:
     priority: int = 0
     ordering_key: str | None = None
     idempotency_key: str | None = None
+    redriven_from: int | None = None  # set by redrive and replay only
 
 
 @dataclass(slots=True)
@@ -100,6 +101,9 @@ class Outcome:
     last_attempt_at: datetime | None = None
     next_attempt_at: datetime | None = None
     last_error: str | None = None
+    #: the message has an ordering or idempotency key: archiving it also deletes its
+    #: key row where the keys have a table of their own (MySQL)
+    keyed: bool = False
 
     @property
     def archives(self) -> bool:

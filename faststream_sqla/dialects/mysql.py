@@ -130,19 +130,22 @@ def _mark_processing_sql(table: str, rows: int) -> str:
 
 async def _apply_outcome_statements(
     cursor: Any,
-    statements: tuple[DriverStatement, DriverStatement, DriverStatement],
+    statements: tuple[DriverStatement, DriverStatement, DriverStatement, DriverStatement],
     outcomes: Sequence[Outcome],
 ) -> int:
-    """Run an (archive, delete, requeue) trio over one outcome document, skipping the
-    half a batch does not need; returns the rows changed. The caller owns the
-    transaction, so the archive copy and the delete commit together."""
-    archive, delete, requeue = statements
+    """Run the (archive, delete or delete_keyed, requeue) statements over one outcome
+    document, skipping the half a batch does not need; returns the messages changed.
+    The caller owns the transaction, so the archive copy and the delete commit
+    together."""
+    archive, delete, delete_keyed, requeue = statements
     params = {"outcomes": outcomes_document(outcomes)}
     states = {o.state for o in outcomes}  # one pass, not one per half
     changed = 0
     if not states.isdisjoint(TERMINAL):
-        # counted by the archive copy: the delete's count includes the key rows
+        # counted by the archive copy: the keyed delete's count includes the key rows
         changed += await cursor.execute(archive.sql, archive.arguments(params)) or 0
+        if any(o.keyed for o in outcomes):
+            delete = delete_keyed
         await cursor.execute(delete.sql, delete.arguments(params))
     if not states.issubset(TERMINAL):
         changed += await cursor.execute(requeue.sql, requeue.arguments(params)) or 0
@@ -375,18 +378,18 @@ class MySQLDialect(Dialect):
 
     def _statements(
         self, engine: AsyncEngine
-    ) -> tuple[DriverStatement, DriverStatement, DriverStatement]:
-        """The (archive, delete, requeue) trio of _apply_outcome_statements."""
-        archive, delete, requeue = (
+    ) -> tuple[DriverStatement, DriverStatement, DriverStatement, DriverStatement]:
+        """The statements of _apply_outcome_statements."""
+        archive, delete, delete_keyed, requeue = (
             self._on_driver.get(
                 name,
                 engine.dialect,
                 lambda name=name: sa.text(self._outcome_sql(engine)[name]),
                 ("outcomes",),
             )
-            for name in ("archive", "delete", "requeue")
+            for name in ("archive", "delete", "delete_keyed", "requeue")
         )
-        return archive, delete, requeue
+        return archive, delete, delete_keyed, requeue
 
     def _outcome_sql(self, engine: AsyncEngine) -> dict[str, str]:
         # Text, not Core: JSON_TABLE as a join source has no Core construct. The outcome
@@ -407,9 +410,12 @@ INSERT INTO {a} ({", ".join(columns)}, archived_at)
 SELECT {", ".join(values)}, UTC_TIMESTAMP(6)
 FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
 WHERE {_ARCHIVED}"""
-        # The key rows of keyed messages go with them; for the others the join finds
-        # nothing in a keys table that holds only keyed messages.
         delete = f"""
+DELETE m FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
+WHERE {_ARCHIVED}"""
+        # A batch with keyed messages deletes their key rows in the same statement (a
+        # multi-table delete costs more than the plain one, so only then).
+        delete_keyed = f"""
 DELETE m, k FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
 LEFT JOIN {k} AS k ON k.id = m.id
 WHERE {_ARCHIVED}"""
@@ -420,7 +426,10 @@ SET m.state = {_STATE}, m.attempts_count = o.attempts, m.deliveries_count = o.de
     m.next_attempt_at = COALESCE({_time("next_us")}, m.next_attempt_at),
     m.last_error = COALESCE(o.error, m.last_error), m.acquired_at = NULL
 WHERE {_REQUEUED}"""
-        return {"archive": archive, "delete": delete, "requeue": requeue}
+        return {
+            "archive": archive, "delete": delete, "delete_keyed": delete_keyed,
+            "requeue": requeue,
+        }
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         statements = self._statements(engine)

@@ -10,7 +10,12 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 
 from faststream_sqla import Envelope, SqlaBroker
-from faststream_sqla.migrations import current_revision, downgrade_schema, upgrade_schema
+from faststream_sqla.migrations import (
+    HEAD_REVISION,
+    current_revision,
+    downgrade_schema,
+    upgrade_schema,
+)
 
 from .helpers import FAST, Recorder, rows
 
@@ -29,7 +34,7 @@ async def test_only_keyed_messages_have_key_rows_and_settling_removes_them(
 
     async with broker:
         await broker.connect()
-        plain, ordered, once, both = await broker.publish_batch(
+        _, ordered, once, both = await broker.publish_batch(
             Envelope("plain"),
             Envelope("ordered", ordering_key="o"),
             Envelope("once", idempotency_key="i"),
@@ -96,7 +101,7 @@ async def test_upgrading_to_the_keys_table_keeps_queued_keys(engine, tables, dia
                      "state": "PENDING" if body == b"first" else "WAITING"},
                 )
         await upgrade_schema(engine)
-        assert await current_revision(engine) == "0009"
+        assert await current_revision(engine) == HEAD_REVISION
         here = tables.for_dialect(engine.dialect.name)
         keyed = await rows(engine, here.key_index)
         assert [(r["ordering_key"], r["idempotency_key"]) for r in keyed] == [

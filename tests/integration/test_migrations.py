@@ -69,7 +69,7 @@ def test_script_location_holds_the_scripts() -> None:
     location = Path(script_location())
     assert (location / "env.py").is_file()
     assert (location / "versions" / "0001_initial.py").is_file()
-    assert HEAD_REVISION == "0009"
+    assert HEAD_REVISION == "0010"
 
 
 async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
@@ -120,7 +120,7 @@ async def test_migration_matches_schema_py(engine: AsyncEngine, dialect_name: st
     )
     assert indexes == {
         **message_indexes,
-        ("message_archive", "ix_message_archive_queue_archived"): ["queue", "archived_at"],
+        ("message_archive", "ix_message_archive_queue_state"): ["queue", "state", "archived_at"],
     }
 
 

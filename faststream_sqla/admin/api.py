@@ -1,0 +1,302 @@
+"""`QueueAdmin`: every operation on a running queue, for the command line, the
+dashboard and the metrics collector. It returns dataclasses and raises typed errors;
+it never prints or exits."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+
+from typing_extensions import Self
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from faststream_sqla.dialects import Dialect, dialect_for
+from faststream_sqla.dialects.base import reading
+from faststream_sqla.exceptions import InvalidOptionError, UnknownMessageError, UnknownQueueError
+from faststream_sqla.migrations import check_schema
+from faststream_sqla.schema import (
+    DEFAULT_ARCHIVE_TABLE,
+    DEFAULT_MESSAGE_TABLE,
+    MessageState,
+    QueueTables,
+    TableNames,
+    validate_queue_name,
+)
+from faststream_sqla.urls import parse_url
+
+from . import archive, dead_letters, messages, queues
+from .archive import PRUNE_BATCH
+from .dead_letters import MOVE_BATCH
+from .models import (
+    DeadLetterPage,
+    DeadLetterSummary,
+    MessageDetails,
+    MoveResult,
+    Progress,
+    QueueStats,
+)
+
+#: counts stop here by default (models.Count): enough to tell a backlog, and a cost that
+#: does not grow with it
+DEFAULT_EXACT_UP_TO = 10_000
+MAX_PAGE = 1000
+#: states a replay takes by default: every final outcome
+REPLAYABLE = (MessageState.COMPLETED, MessageState.FAILED, MessageState.EXPIRED)
+
+
+class QueueAdmin:
+    """Operations on the queues of one database.
+
+    `engine`: an `AsyncEngine` (kept open) or a URL (an engine of our own, closed by
+    `close()` or on leaving `async with`). Every call checks the schema first, once.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine | str | sa.URL,
+        *,
+        message_table: str = DEFAULT_MESSAGE_TABLE,
+        archive_table: str = DEFAULT_ARCHIVE_TABLE,
+        exact_up_to: int = DEFAULT_EXACT_UP_TO,
+    ) -> None:
+        if not isinstance(exact_up_to, int) or not 1 <= exact_up_to <= 10_000_000:
+            msg = f"exact_up_to must be an int from 1 to 10,000,000, got {exact_up_to!r}"
+            raise InvalidOptionError(msg)
+        self._owned = not isinstance(engine, AsyncEngine)
+        self.engine = engine if isinstance(engine, AsyncEngine) else create_async_engine(
+            parse_url(engine)
+        )
+        self.exact_up_to = exact_up_to
+        names = TableNames(message_table, archive_table)
+        self.dialect: Dialect = dialect_for(self.engine, QueueTables(names))
+        self.dialect.configure_engine(self.engine, owned=self._owned)
+        self._ready = False
+
+    @property
+    def tables(self) -> QueueTables:
+        return self.dialect.tables
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owned:
+            await self.engine.dispose()
+
+    async def _prepare(self) -> None:
+        if not self._ready:
+            await check_schema(self.engine, self.tables)
+            await self.dialect.prepare(self.engine)
+            self._ready = True
+
+    # -- looking ---------------------------------------------------------------------
+
+    async def queue_names(self) -> list[str]:
+        """Every queue with a queued or archived message."""
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            return await queues.queue_names(conn, self.tables)
+
+    async def queues(self, names: Sequence[str] | None = None) -> list[QueueStats]:
+        """Figures per queue (all queues, or `names`)."""
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            if names is None:
+                names = await queues.queue_names(conn, self.tables)
+            else:
+                for name in names:
+                    await self._known_queue(conn, name)
+            return [
+                await queues.queue_stats(conn, self.tables, name, self.exact_up_to)
+                for name in names
+            ]
+
+    async def inspect(self, message_id: int) -> MessageDetails:
+        """One message, queued or archived."""
+        await self._prepare()
+        found = await messages.find_message(self.dialect, self.engine, _id(message_id))
+        if found is None:
+            raise UnknownMessageError(f"no message {message_id} in the queue or the archive")
+        return found
+
+    async def dead_letters(
+        self,
+        *,
+        queue: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> DeadLetterPage:
+        """Archived FAILED and EXPIRED messages, newest first, `limit` a page; pass a
+        page's `next_page` as `after` for the next."""
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise InvalidOptionError(f"limit must be an int from 1 to {MAX_PAGE}, got {limit!r}")
+        dead_letters.time_range(since, until)
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            names = await self._queues_or_one(conn, queue)
+            return await dead_letters.dead_letter_page(
+                conn, self.tables, names, since=since, until=until, limit=limit, after=after
+            )
+
+    async def dead_letter_summary(self, *, queue: str | None = None) -> list[DeadLetterSummary]:
+        """Per queue with dead letters: how many, oldest, newest, most common errors."""
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            names = await self._queues_or_one(conn, queue)
+            found = [
+                await dead_letters.dead_letter_summary(conn, self.tables, name, self.exact_up_to)
+                for name in names
+            ]
+        return [summary for summary in found if summary is not None]
+
+    # -- changing --------------------------------------------------------------------
+
+    async def purge(self, queue: str, *, progress: Progress | None = None) -> int:
+        """Delete the queue's waiting messages (never those in flight); how many went."""
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            await self._known_queue(conn, queue)
+        return await messages.purge_queue(self.dialect, self.engine, queue, progress)
+
+    async def redrive(
+        self,
+        *,
+        ids: Collection[int] | None = None,
+        queue: str | None = None,
+        all_queues: bool = False,
+        progress: Progress | None = None,
+        batch_size: int = MOVE_BATCH,
+    ) -> MoveResult:
+        """Dead letters back to their queues as new PENDING messages: by `ids`, every one
+        of a `queue`, or every one of `all_queues`. The archive rows become REDRIVEN."""
+        chosen = [ids is not None, queue is not None, all_queues]
+        if sum(chosen) != 1:
+            msg = "redrive takes exactly one of: ids, a queue, or all_queues=True"
+            raise InvalidOptionError(msg)
+        _batch_size(batch_size)
+        await self._prepare()
+        dead = (MessageState.FAILED, MessageState.EXPIRED)
+        if ids is not None:
+            return await dead_letters.move_ids(
+                self.dialect, self.engine, _ids(ids), dead, progress, batch_size
+            )
+        async with reading(self.engine) as conn:
+            names = await self._queues_or_one(conn, queue)
+        return await dead_letters.move_ranges(
+            self.dialect, self.engine, names, dead, None, None, progress, batch_size
+        )
+
+    async def replay(
+        self,
+        *,
+        ids: Collection[int] | None = None,
+        queue: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        states: Collection[MessageState | str] | None = None,
+        progress: Progress | None = None,
+        batch_size: int = MOVE_BATCH,
+    ) -> MoveResult:
+        """Archived messages in any final state back to their queues, as redrive does:
+        by `ids`, or a `queue`'s within [since, until), optionally only `states`."""
+        if (ids is None) == (queue is None):
+            raise InvalidOptionError("replay takes exactly one of: ids or a queue")
+        if ids is not None and (since or until):
+            raise InvalidOptionError("a replay by ids takes no time range")
+        dead_letters.time_range(since, until)
+        chosen = _states(states)
+        _batch_size(batch_size)
+        await self._prepare()
+        if ids is not None:
+            return await dead_letters.move_ids(
+                self.dialect, self.engine, _ids(ids), chosen, progress, batch_size
+            )
+        async with reading(self.engine) as conn:
+            names = await self._queues_or_one(conn, queue)
+        return await dead_letters.move_ranges(
+            self.dialect, self.engine, names, chosen, since, until, progress, batch_size
+        )
+
+    async def prune_archive(
+        self,
+        older_than: timedelta,
+        *,
+        batch_size: int = PRUNE_BATCH,
+        progress: Progress | None = None,
+    ) -> int:
+        """Delete archive rows archived longer ago than `older_than`; how many went."""
+        if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
+            raise InvalidOptionError(f"older_than must be a positive timedelta, got {older_than!r}")
+        _batch_size(batch_size)
+        await self._prepare()
+        return await archive.prune_archive(
+            self.dialect, self.engine, older_than.total_seconds(),
+            batch_size=batch_size, progress=progress,
+        )
+
+    # -- helpers ---------------------------------------------------------------------
+
+    async def _known_queue(self, conn: sa.ext.asyncio.AsyncConnection, queue: str) -> None:
+        validate_queue_name(queue)
+        if not await queues.queue_exists(conn, self.tables, queue):
+            raise UnknownQueueError(f"no queue {queue!r}: no message of it is queued or archived")
+
+    async def _queues_or_one(
+        self, conn: sa.ext.asyncio.AsyncConnection, queue: str | None
+    ) -> list[str]:
+        if queue is None:
+            return await queues.queue_names(conn, self.tables, live=False)
+        await self._known_queue(conn, queue)
+        return [queue]
+
+
+#: rows per transaction of a redrive, replay or prune, at most
+MAX_BATCH = 10_000
+
+
+def _batch_size(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH:
+        msg = f"batch_size must be an int from 1 to {MAX_BATCH:,}, got {value!r}"
+        raise InvalidOptionError(msg)
+
+
+def _id(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"a message id is a positive int, got {value!r}")
+    return value
+
+
+def _ids(values: Collection[int]) -> list[int]:
+    ids = [_id(v) for v in values]
+    if not ids:
+        raise InvalidOptionError("no message ids given")
+    return ids
+
+
+def _states(states: Collection[MessageState | str] | None) -> tuple[MessageState, ...]:
+    if states is None:
+        return REPLAYABLE
+    chosen = []
+    for state in states:
+        try:
+            value = MessageState(state)
+        except ValueError:
+            value = None
+        if value not in REPLAYABLE:
+            names = ", ".join(s.value for s in REPLAYABLE)
+            raise InvalidOptionError(f"cannot replay state {state!r}: choose from {names}")
+        chosen.append(value)
+    if not chosen:
+        raise InvalidOptionError("no states given")
+    return tuple(dict.fromkeys(chosen))

@@ -1,0 +1,148 @@
+"""What the admin API returns: plain dataclasses, times aware UTC, ready for JSON
+(`to_json`)."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+#: called as work advances: (done so far, total if known)
+Progress = Callable[[int, "int | None"], None]
+
+
+@dataclass(frozen=True)
+class Count:
+    """A count that stops at a cap so its cost does not grow with the table: `value` is
+    exact when `exact`, else a lower bound (the cap: "at least this many")."""
+
+    value: int
+    exact: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.value:,}" if self.exact else f"{self.value:,}+"
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    #: due now: a claim may take them (new messages, and retries whose time came)
+    ready: Count
+    #: published with a delay, not yet due
+    scheduled: Count
+    processing: Count
+    #: failed an attempt, waiting out their backoff (RETRYABLE, not yet due)
+    retrying: Count
+    #: behind an earlier message of their ordering key (WAITING)
+    waiting: Count
+    failed_last_hour: Count
+    #: seconds since the oldest ready message became due; None when none is ready
+    oldest_ready_age: float | None
+    #: messages archived (any outcome) in the last minute
+    handled_last_minute: Count
+
+
+@dataclass(frozen=True)
+class MessageDetails:
+    """One message, live (`archived` False) or archived."""
+
+    id: int
+    queue: str
+    state: str
+    archived: bool
+    headers: dict[str, Any]
+    payload: bytes
+    correlation_id: str | None
+    priority: int
+    ordering_key: str | None
+    idempotency_key: str | None
+    attempts_count: int
+    deliveries_count: int
+    created_at: datetime
+    first_attempt_at: datetime | None
+    last_attempt_at: datetime | None
+    expires_at: datetime | None
+    last_error: str | None
+    #: live messages only
+    next_attempt_at: datetime | None = None
+    acquired_at: datetime | None = None
+    #: archived messages only
+    archived_at: datetime | None = None
+    #: the audit trail of redrive and replay
+    redriven_from: int | None = None
+    redriven_to: int | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """An archived message that did not complete: FAILED or EXPIRED."""
+
+    id: int
+    queue: str
+    state: str
+    attempts_count: int
+    archived_at: datetime
+    last_error: str | None
+    correlation_id: str | None
+
+
+@dataclass(frozen=True)
+class DeadLetterPage:
+    items: list[DeadLetter]
+    #: pass as `after` for the next page; None on the last one
+    next_page: str | None
+
+
+@dataclass(frozen=True)
+class ErrorCount:
+    error: str
+    count: int
+
+
+@dataclass(frozen=True)
+class DeadLetterSummary:
+    queue: str
+    count: Count
+    oldest: datetime
+    newest: datetime
+    #: the most common first lines of last_error among the newest dead letters
+    #: (`SAMPLE_SIZE` of them), most common first
+    common_errors: list[ErrorCount] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MoveResult:
+    """What a redrive or replay did: `moved` maps each archived id to its new message's
+    id."""
+
+    moved: dict[int, int]
+    #: ids asked for by id that were not moved, with why
+    skipped: dict[int, str] = field(default_factory=dict)
+
+
+def to_json(value: Any) -> Any:
+    """`value` (a result of this API, or a list of them) as JSON-ready data: times in
+    ISO 8601, payloads base64 (and as text when they are UTF-8)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            if isinstance(item, bytes):
+                out[f"{f.name}_base64"] = base64.b64encode(item).decode()
+                try:
+                    out[f"{f.name}_text"] = item.decode()
+                except UnicodeDecodeError:
+                    out[f"{f.name}_text"] = None
+            else:
+                out[f.name] = to_json(item)
+        return out
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value

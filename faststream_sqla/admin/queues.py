@@ -1,0 +1,188 @@
+"""Which queues exist and how each is doing, from index ranges and bounded counts only:
+the cost does not grow with the backlog (docs/architecture.md, "Operating the queue")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from faststream_sqla.clock import to_aware, utc_now
+from faststream_sqla.dialects._claim import ready_predicate
+from faststream_sqla.schema import NOT_READY, PRIORITIES, MessageState, QueueTables
+
+from .models import Count, QueueStats
+
+#: states an archive row keeps for good after handling
+HANDLED = (MessageState.COMPLETED, MessageState.FAILED, MessageState.EXPIRED)
+DEAD = (MessageState.FAILED, MessageState.EXPIRED)
+
+
+def _state(state: MessageState) -> sa.ColumnElement[str]:
+    # literal, as in the claim: the partial indexes match only visible literals
+    return sa.literal_column(f"'{state.value}'")
+
+
+def live_ranges(tables: QueueTables) -> list[tuple[sa.ColumnElement[bool], ...]]:
+    """Predicates whose indexes, between them, hold every live message with the queue
+    first: the claim, stuck and ordering-key partial indexes (WAITING messages all have
+    a key), or MySQL's one ready index."""
+    m = tables.message
+    if "ready_at" in m.c:
+        return [()]
+    return [
+        (ready_predicate(m),),
+        (m.c.state == _state(MessageState.PROCESSING),),
+        (m.c.ordering_key.isnot(None),),
+    ]
+
+
+async def queue_names(
+    conn: AsyncConnection, tables: QueueTables, *, live: bool = True, archived: bool = True
+) -> list[str]:
+    """Every queue with a live (if `live`) or archived (if `archived`) message, in name
+    order: a skip scan, one index probe per queue and index."""
+    m, a = tables.message, tables.archive
+    found: set[str] = set()
+    sources = [(m, w) for w in live_ranges(tables)] if live else []
+    for table, where in sources + ([(a, ())] if archived else []):
+        after = ""
+        while True:
+            name = await conn.scalar(
+                sa.select(sa.func.min(table.c.queue)).where(*where, table.c.queue > after)
+            )
+            if name is None:
+                break
+            found.add(name)
+            after = name
+    return sorted(found)
+
+
+async def queue_exists(conn: AsyncConnection, tables: QueueTables, queue: str) -> bool:
+    m, a = tables.message, tables.archive
+    probes = [
+        sa.select(sa.literal_column("1")).where(*where, m.c.queue == queue).limit(1)
+        for where in live_ranges(tables)
+    ] + [sa.select(sa.literal_column("1")).where(a.c.queue == queue).limit(1)]
+    for probe in probes:
+        if await conn.scalar(probe) is not None:
+            return True
+    return False
+
+
+def capped_count(query: sa.Select, cap: int) -> sa.ScalarSelect[int]:
+    """count(*) of `query`'s rows, stopping at `cap`."""
+    return sa.select(sa.func.count()).select_from(query.limit(cap).subquery()).scalar_subquery()
+
+
+def _count(value: int, cap: int) -> Count:
+    return Count(value, exact=value < cap)
+
+
+async def queue_stats(
+    conn: AsyncConnection, tables: QueueTables, queue: str, cap: int
+) -> QueueStats:
+    m, a = tables.message, tables.archive
+    one = sa.literal_column("1")
+    in_queue = m.c.queue == queue
+    # The priorities as an IN list: each kind below is a few ranges of the claim index
+    # (priority comes second in it), not a walk of the queue's whole prefix.
+    levels = m.c.priority.in_([sa.literal_column(str(p)) for p in PRIORITIES])
+    if "ready_at" in m.c:
+        due = m.c.ready_at
+        claimable = (in_queue, levels, m.c.ready_at < NOT_READY)
+        in_flight = (in_queue, levels, m.c.ready_at == NOT_READY)
+        processing = (*in_flight, m.c.state == _state(MessageState.PROCESSING))
+        waiting = (*in_flight, m.c.state == _state(MessageState.WAITING))
+    else:
+        due = m.c.next_attempt_at
+        claimable = (in_queue, levels, ready_predicate(m))
+        processing = (in_queue, m.c.state == _state(MessageState.PROCESSING))
+        waiting = (in_queue, m.c.ordering_key.isnot(None),
+                   m.c.state == _state(MessageState.WAITING))
+    # Not yet due: delayed publishes (PENDING) and retries waiting out their backoff
+    # (RETRYABLE), told apart in one bounded sample of that range.
+    later = sa.select(m.c.state).where(*claimable, due > utc_now()).limit(cap).subquery()
+    counted = await conn.execute(
+        sa.select(later.c.state, sa.func.count()).group_by(later.c.state)
+    )
+    split = {state: n for state, n in counted}
+    later_exact = sum(split.values()) < cap
+    figures = (
+        await conn.execute(
+            sa.select(
+                capped_count(sa.select(one).where(*claimable, due <= utc_now()), cap),
+                capped_count(sa.select(one).where(*processing), cap),
+                capped_count(sa.select(one).where(*waiting), cap),
+                capped_count(
+                    sa.select(one).where(
+                        a.c.queue == queue,
+                        a.c.state == _state(MessageState.FAILED),
+                        a.c.archived_at >= utc_now(-3600),
+                    ),
+                    cap,
+                ),
+                capped_count(
+                    sa.select(one).where(
+                        a.c.queue == queue,
+                        a.c.state.in_([_state(s) for s in HANDLED]),
+                        a.c.archived_at >= utc_now(-60),
+                    ),
+                    cap,
+                ),
+            )
+        )
+    ).one()
+    ready_n, processing_n, waiting_n, failed_n, handled_n = figures
+    return QueueStats(
+        queue=queue,
+        ready=_count(ready_n, cap),
+        scheduled=Count(split.get(MessageState.PENDING, 0), exact=later_exact),
+        processing=_count(processing_n, cap),
+        retrying=Count(split.get(MessageState.RETRYABLE, 0), exact=later_exact),
+        waiting=_count(waiting_n, cap),
+        failed_last_hour=_count(failed_n, cap),
+        oldest_ready_age=await _oldest_ready_age(conn, tables, queue),
+        handled_last_minute=_count(handled_n, cap),
+    )
+
+
+async def _oldest_ready_age(
+    conn: AsyncConnection, tables: QueueTables, queue: str
+) -> float | None:
+    """Seconds since the longest-waiting due message became due: the first entry of each
+    priority's range of the claim index."""
+    m = tables.message
+    due = m.c.ready_at if "ready_at" in m.c else m.c.next_attempt_at
+    eligible = [] if "ready_at" in m.c else [ready_predicate(m)]
+    firsts: Sequence[sa.Select] = [
+        sa.select(due.label("due"))
+        .where(m.c.queue == queue, m.c.priority == sa.literal_column(str(p)), *eligible)
+        .order_by(due)
+        .limit(1)
+        for p in PRIORITIES
+    ]
+    # each branch its own subquery: SQLite wants a compound's LIMIT outside it
+    branches = [sa.select(b.subquery().c.due) for b in firsts]
+    every = sa.union_all(*branches).subquery()
+    row = (
+        await conn.execute(
+            sa.select(sa.func.min(every.c.due), utc_now()).where(every.c.due <= utc_now())
+        )
+    ).one()
+    oldest, now = row
+    if oldest is None:
+        return None
+    return max(0.0, (_as_datetime(now) - _as_datetime(oldest)).total_seconds())
+
+
+def _as_datetime(value: object) -> datetime:
+    """A database time as an aware datetime (SQLite returns text from raw SQL)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    assert isinstance(value, datetime)
+    aware = to_aware(value)
+    assert aware is not None
+    return aware

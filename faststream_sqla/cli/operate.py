@@ -1,0 +1,369 @@
+"""`faststream-sqla queues|inspect|purge|dlq|replay|archive`: the running queues, through
+`faststream_sqla.admin` (the commands only parse, confirm, draw and exit)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from faststream_sqla.admin import QueueAdmin, to_json
+from faststream_sqla.admin.dead_letters import first_line
+from faststream_sqla.admin.models import MoveResult
+from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
+
+from .common import ArchiveTable, MessageTable, Url, app, err, names_of, out, run, usage_error
+
+T = TypeVar("T")
+
+dlq = typer.Typer(help="Dead letters: messages that failed or expired.", no_args_is_help=True)
+app.add_typer(dlq, name="dlq")
+archive_app = typer.Typer(help="The archive of settled messages.", no_args_is_help=True)
+app.add_typer(archive_app, name="archive")
+
+Json = Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+Since = Annotated[
+    str | None,
+    typer.Option(help="From this time: ISO 8601 (UTC unless it says otherwise) or an age: 2h."),
+]
+Until = Annotated[str | None, typer.Option(help="Before this time: as --since.")]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: the longest duration accepted: anything longer is a typo
+MAX_DURATION = timedelta(days=3650)
+
+
+def parse_duration(text: str, option: str) -> timedelta:
+    match = _DURATION.match(text)
+    if match is None:
+        usage_error(f"{option}: {text!r} is not a duration; write e.g. 90s, 15m, 12h, 30d or 2w")
+    value = timedelta(seconds=float(match.group(1)) * _UNIT[match.group(2)])
+    if not timedelta(0) < value <= MAX_DURATION:
+        usage_error(f"{option}: {text!r} must be more than 0 and at most 3650d")
+    return value
+
+
+def parse_time(text: str | None, option: str) -> datetime | None:
+    """An ISO 8601 time (naive means UTC) or an age (`2h`: two hours ago)."""
+    if text is None:
+        return None
+    if _DURATION.match(text):
+        return datetime.now(timezone.utc) - parse_duration(text, option)
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        usage_error(f"{option}: {text!r} is neither an ISO 8601 time nor an age like 2h")
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def time_range(since: str | None, until: str | None) -> tuple[datetime | None, datetime | None]:
+    start, end = parse_time(since, "--since"), parse_time(until, "--until")
+    if start is not None and end is not None and start >= end:
+        usage_error(
+            f"the time range is the wrong way round: --since {since} is not before --until {until}"
+        )
+    return start, end
+
+
+def with_admin(
+    url: str, message_table: str, archive_table: str,
+    action: Callable[[QueueAdmin], Awaitable[T]],
+) -> T:
+    names = names_of(message_table, archive_table)
+
+    async def go(engine: AsyncEngine) -> T:
+        admin = QueueAdmin(engine, message_table=names.message, archive_table=names.archive)
+        return await action(admin)
+
+    return run(url, go)
+
+
+def print_json(value: Any) -> None:
+    typer.echo(json.dumps(to_json(value), indent=2))
+
+
+@contextmanager
+def progress_bar(label: str, json_output: bool) -> Iterator[Callable[[int, int | None], None]]:
+    """A progress bar on stderr (stdout stays clean for --json) and its callback; it
+    leaves the screen when done, the command then prints its result."""
+    bar = Progress(
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True, disable=json_output,
+    )
+    with bar:
+        task = bar.add_task(label, total=None)
+
+        def advance(done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield advance
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _time(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+# -- looking -------------------------------------------------------------------------
+
+
+@app.command()
+def queues(
+    url: Url,
+    queue: Annotated[list[str] | None, typer.Option(help="Only this queue (repeatable).")] = None,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """Per queue: messages by state, failures, oldest ready age, handled per minute."""
+    stats = with_admin(url, message_table, archive_table, lambda a: a.queues(queue or None))
+    if json_output:
+        return print_json(stats)
+    if not stats:
+        out.print("No queues: no message is queued or archived.")
+        return None
+    table = Table("queue", "ready", "scheduled", "in flight", "retrying", "waiting",
+                  "failed 1h", "oldest ready", "done 1m")
+    for s in stats:
+        table.add_row(escape(s.queue), str(s.ready), str(s.scheduled), str(s.processing),
+                      str(s.retrying), str(s.waiting), str(s.failed_last_hour),
+                      _age(s.oldest_ready_age), str(s.handled_last_minute))
+    out.print(table)
+    return None
+
+
+@app.command()
+def inspect(
+    url: Url,
+    message_id: Annotated[int, typer.Argument(metavar="ID", help="The message id.")],
+    body: Annotated[bool, typer.Option("--body", help="Print the whole body.")] = False,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """One message, queued or archived."""
+    found = with_admin(url, message_table, archive_table, lambda a: a.inspect(message_id))
+    if json_output:
+        return print_json(found)
+    text = found.payload.decode(errors="replace")
+    preview = text if body or len(text) <= 200 else text[:200] + f"... ({len(found.payload)} bytes)"
+    where = "archive" if found.archived else "queue"
+    rows = [
+        ("id", str(found.id)), ("queue", found.queue), ("state", f"{found.state} (in the {where})"),
+        ("priority", str(found.priority)), ("ordering key", found.ordering_key or "-"),
+        ("idempotency key", found.idempotency_key or "-"),
+        ("correlation id", found.correlation_id or "-"),
+        ("attempts", str(found.attempts_count)), ("deliveries", str(found.deliveries_count)),
+        ("created", _time(found.created_at)), ("first attempt", _time(found.first_attempt_at)),
+        ("last attempt", _time(found.last_attempt_at)), ("expires", _time(found.expires_at)),
+    ]
+    if found.archived:
+        rows.append(("archived", _time(found.archived_at)))
+    else:
+        rows += [("next attempt", _time(found.next_attempt_at)),
+                 ("acquired", _time(found.acquired_at))]
+    if found.redriven_from is not None:
+        rows.append(("moved back from", f"archived message {found.redriven_from}"))
+    if found.redriven_to is not None:
+        rows.append(("moved back as", f"message {found.redriven_to}"))
+    rows += [("headers", json.dumps(found.headers)), ("last error", found.last_error or "-"),
+             ("body", preview)]
+    table = Table(show_header=False, box=None)
+    for name, value in rows:
+        table.add_row(f"[bold]{name}[/]", escape(value))
+    out.print(table)
+    return None
+
+
+@dlq.command("list")
+def dlq_list(
+    url: Url,
+    queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
+    since: Since = None,
+    until: Until = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Messages per page.")] = 50,
+    after: Annotated[str | None, typer.Option(help="The next-page token a page printed.")] = None,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """Dead letters, newest first, a page at a time."""
+    start, end = time_range(since, until)
+    page = with_admin(
+        url, message_table, archive_table,
+        lambda a: a.dead_letters(queue=queue, since=start, until=end, limit=limit, after=after),
+    )
+    if json_output:
+        return print_json(page)
+    if not page.items:
+        out.print("No dead letters.")
+        return None
+    table = Table("id", "queue", "state", "attempts", "archived", "error")
+    for d in page.items:
+        table.add_row(str(d.id), escape(d.queue), d.state, str(d.attempts_count),
+                      _time(d.archived_at), escape(first_line(d.last_error))[:120])
+    out.print(table)
+    if page.next_page is not None:
+        out.print(f"More: --after {page.next_page}")
+    return None
+
+
+@dlq.command("summary")
+def dlq_summary(
+    url: Url,
+    queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """Per queue: how many dead letters, the oldest, the newest, the commonest errors."""
+    found = with_admin(
+        url, message_table, archive_table, lambda a: a.dead_letter_summary(queue=queue)
+    )
+    if json_output:
+        return print_json(found)
+    if not found:
+        out.print("No dead letters.")
+        return None
+    table = Table("queue", "dead letters", "oldest", "newest", "most common errors")
+    for s in found:
+        errors = "\n".join(f"{e.count} x {escape(e.error)[:100]}" for e in s.common_errors)
+        table.add_row(escape(s.queue), str(s.count), _time(s.oldest), _time(s.newest), errors)
+    out.print(table)
+    return None
+
+
+# -- changing ------------------------------------------------------------------------
+
+
+@app.command()
+def purge(
+    url: Url,
+    queue: Annotated[str, typer.Argument(help="The queue to empty.")],
+    yes: Yes = False,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """Delete a queue's waiting messages (never those being handled)."""
+    if not yes:
+        typer.confirm(f"Delete every waiting message of queue {queue!r}?", abort=True)
+    with progress_bar("purging", json_output) as advance:
+        deleted = with_admin(
+            url, message_table, archive_table, lambda a: a.purge(queue, progress=advance)
+        )
+    if json_output:
+        return print_json({"queue": queue, "deleted": deleted})
+    out.print(f"Deleted {deleted:,} waiting messages of queue {escape(queue)}.")
+    return None
+
+
+def _report_moves(result: MoveResult, json_output: bool, verb: str) -> None:
+    if json_output:
+        return print_json(result)
+    out.print(f"{verb} {len(result.moved):,} messages.")
+    for old, reason in result.skipped.items():
+        out.print(f"Not moved: {old}: {reason}")
+    return None
+
+
+@dlq.command("redrive")
+def dlq_redrive(
+    url: Url,
+    ids: Annotated[
+        list[int] | None, typer.Argument(metavar="[ID]...", help="Dead letters by id.")
+    ] = None,
+    queue: Annotated[str | None, typer.Option(help="Every dead letter of this queue.")] = None,
+    all_queues: Annotated[bool, typer.Option("--all", help="Every dead letter.")] = False,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """Dead letters back to their queue as new messages (the archive marks them REDRIVEN)."""
+    if sum([bool(ids), queue is not None, all_queues]) != 1:
+        usage_error("give message ids, --queue NAME or --all (exactly one)")
+    with progress_bar("redriving", json_output) as advance:
+        result = with_admin(
+            url, message_table, archive_table,
+            lambda a: a.redrive(ids=ids or None, queue=queue, all_queues=all_queues,
+                                progress=advance),
+        )
+    _report_moves(result, json_output, "Redrove")
+
+
+@app.command()
+def replay(
+    url: Url,
+    ids: Annotated[
+        list[int] | None, typer.Argument(metavar="[ID]...", help="Archived messages by id.")
+    ] = None,
+    queue: Annotated[str | None, typer.Option(help="Archived messages of this queue.")] = None,
+    since: Since = None,
+    until: Until = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(help="Only this final state (repeatable): COMPLETED, FAILED, EXPIRED."),
+    ] = None,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """Archived messages in any final state back to their queue, as redrive does."""
+    if bool(ids) == (queue is not None):
+        usage_error("give message ids or --queue NAME (exactly one)")
+    start, end = time_range(since, until)
+    states = [s.upper() for s in state] if state else None
+    with progress_bar("replaying", json_output) as advance:
+        result = with_admin(
+            url, message_table, archive_table,
+            lambda a: a.replay(ids=ids or None, queue=queue, since=start, until=end,
+                               states=states, progress=advance),
+        )
+    _report_moves(result, json_output, "Replayed")
+
+
+@archive_app.command("prune")
+def archive_prune(
+    url: Url,
+    older_than: Annotated[str, typer.Option(help="Age of the rows to delete, e.g. 30d.")],
+    batch_size: Annotated[
+        int, typer.Option(min=1, max=10_000, help="Rows per transaction.")
+    ] = 1000,
+    yes: Yes = False,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """Delete archive rows older than --older-than, in batches (safe while workers run)."""
+    age = parse_duration(older_than, "--older-than")
+    if not yes:
+        typer.confirm(f"Delete every archived message older than {older_than}?", abort=True)
+    with progress_bar("pruning", json_output) as advance:
+        deleted = with_admin(
+            url, message_table, archive_table,
+            lambda a: a.prune_archive(age, batch_size=batch_size, progress=advance),
+        )
+    if json_output:
+        return print_json({"deleted": deleted, "older_than_seconds": age.total_seconds()})
+    out.print(f"Deleted {deleted:,} archived messages older than {older_than}.")
+    return None
