@@ -13,6 +13,7 @@ from .models import (
     QueueStats,
     to_json,
 )
+from .partitions import PartitionReport
 
 __all__ = [
     "Count",
@@ -22,6 +23,7 @@ __all__ = [
     "ErrorCount",
     "MessageDetails",
     "MoveResult",
+    "PartitionReport",
     "Progress",
     "QueueAdmin",
     "QueueStats",

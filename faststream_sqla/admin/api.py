@@ -27,7 +27,7 @@ from faststream_sqla.schema import (
 )
 from faststream_sqla.urls import parse_url
 
-from . import archive, dead_letters, messages, queues
+from . import archive, dead_letters, messages, partitions, queues
 from .archive import PRUNE_BATCH
 from .dead_letters import MOVE_BATCH
 from .models import (
@@ -243,6 +243,24 @@ class QueueAdmin:
         return await archive.prune_archive(
             self.dialect, self.engine, older_than.total_seconds(),
             batch_size=batch_size, progress=progress,
+        )
+
+    async def partition_archive(self, *, months_ahead: int = 3) -> partitions.PartitionReport:
+        """PostgreSQL: make the archive partitioned by month of archived_at, keeping its
+        rows (once; a partitioned archive is left as it is)."""
+        await self._prepare()
+        return await partitions.partition_archive(
+            self.engine, self.tables, months_ahead=months_ahead
+        )
+
+    async def maintain_archive(
+        self, *, months_ahead: int = 3, retention: timedelta | None = None
+    ) -> partitions.PartitionReport:
+        """PostgreSQL, partitioned archive: create the coming months' partitions and drop
+        those whose month ended more than `retention` ago."""
+        await self._prepare()
+        return await partitions.maintain_partitions(
+            self.engine, self.tables, months_ahead=months_ahead, retention=retention
         )
 
     # -- helpers ---------------------------------------------------------------------

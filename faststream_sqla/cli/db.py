@@ -27,6 +27,13 @@ def upgrade(
     revision: Annotated[str, typer.Option(help="Target revision.")] = "head",
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+    partition_archive: Annotated[
+        bool,
+        typer.Option(
+            "--partition-archive",
+            help="PostgreSQL: also partition the archive by month (docs/operations.md).",
+        ),
+    ] = False,
 ) -> None:
     """Create the tables or bring them up to date (safe to run on every deploy)."""
     names = names_of(message_table, archive_table)
@@ -34,6 +41,10 @@ def upgrade(
 
     async def action(engine: AsyncEngine) -> str | None:
         await upgrade_schema(engine, revision=revision, **kw)
+        if partition_archive:
+            from faststream_sqla.admin import QueueAdmin
+
+            await QueueAdmin(engine, **kw).partition_archive()
         return await current_revision(engine, **kw)
 
     out.print(f"Tables {names.message}, {names.archive} at revision {run(url, action)}.")

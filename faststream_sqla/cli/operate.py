@@ -367,3 +367,57 @@ def archive_prune(
         return print_json({"deleted": deleted, "older_than_seconds": age.total_seconds()})
     out.print(f"Deleted {deleted:,} archived messages older than {older_than}.")
     return None
+
+
+MonthsAhead = Annotated[
+    int, typer.Option(min=0, max=24, help="Months of partitions to create ahead of now.")
+]
+
+
+@archive_app.command("partition")
+def archive_partition(
+    url: Url,
+    months_ahead: MonthsAhead = 3,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """PostgreSQL: partition the archive by month, keeping its rows (stop workers first)."""
+    report = with_admin(
+        url, message_table, archive_table,
+        lambda a: a.partition_archive(months_ahead=months_ahead),
+    )
+    if json_output:
+        return print_json(report)
+    if report.created:
+        out.print(f"The archive is partitioned by month: {', '.join(report.created)}.")
+    else:
+        out.print("The archive was already partitioned.")
+    return None
+
+
+@archive_app.command("maintain")
+def archive_maintain(
+    url: Url,
+    months_ahead: MonthsAhead = 3,
+    retention: Annotated[
+        str | None, typer.Option(help="Drop the months that ended longer ago, e.g. 365d.")
+    ] = None,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """PostgreSQL, partitioned archive: create the coming months, drop those past
+    --retention. Run it daily (cron)."""
+    keep = parse_duration(retention, "--retention") if retention is not None else None
+    report = with_admin(
+        url, message_table, archive_table,
+        lambda a: a.maintain_archive(months_ahead=months_ahead, retention=keep),
+    )
+    if json_output:
+        return print_json(report)
+    out.print(
+        f"Created {len(report.created)} partitions, dropped {len(report.dropped)}; "
+        f"months kept: {', '.join(report.months) or 'none'}."
+    )
+    return None

@@ -134,3 +134,26 @@ async def test_an_unreachable_database_is_one_line_without_the_password(args):
     result = await cli(url, *args, code=1)
     assert "hunter2" not in result.output and "***" in result.output
     assert len([line for line in result.output.splitlines() if line.strip()]) == 1
+
+
+async def test_archive_partition_commands(database_url, dialect_name, engine):
+    if dialect_name != "postgresql":
+        for args in (["archive", "partition"], ["archive", "maintain"]):
+            result = await cli(database_url, *args, code=1)
+            assert "archive partitions are a PostgreSQL feature" in result.output
+        return
+    from .test_archive_partitions import _unpartition
+
+    try:
+        refused = await cli(database_url, "archive", "maintain", code=1)
+        assert "is not partitioned; run: faststream-sqla archive partition" in refused.output
+        made = await cli_json(database_url, "archive", "partition", "--months-ahead", "1")
+        assert made["partitioned"] and len(made["created"]) == 2  # this month and the next
+        kept = await cli_json(
+            database_url, "archive", "maintain", "--retention", "400d", "--months-ahead", "1"
+        )
+        assert kept["created"] == [] and kept["months"] == made["created"]
+        bad = await cli(database_url, "archive", "maintain", "--retention", "forever", code=2)
+        assert "not a duration" in bad.output
+    finally:
+        await _unpartition(engine)
