@@ -43,7 +43,7 @@ from .common import (
 
 SCENARIOS = (
     "raw", "pipeline", "drain", "drain-batch", "publish", "latency", "scale", "sustained",
-    "processes", "server-cost", "options", "snapshot", "sqlbroker", "pgqueuer",
+    "processes", "server-cost", "options", "snapshot", "admin", "sqlbroker", "pgqueuer",
 )
 ALIASES = {"peers": ("sqlbroker", "pgqueuer"), "drain": ("drain", "drain-batch")}
 
@@ -79,6 +79,9 @@ FULL: dict[str, Any] = {
     "options_publish": 20_000,      # messages per publish_batch(1000) run, keyed or not
     "options_fast_single": 1_000,   # sequential publish() calls, fast_publish or not
     "snapshot_n": 1_000_000,        # snapshot: drained with and without a held snapshot
+    "admin_small": 10_000,          # admin: reads with this many queued and archived ...
+    "admin_big": 1_000_000,         # ... against this many (ratio big/small)
+    "admin_moved": 100_000,         # admin: rows redriven, then pruned
 }
 QUICK: dict[str, Any] = {
     **FULL,
@@ -109,6 +112,9 @@ QUICK: dict[str, Any] = {
     "options_publish": 2_000,
     "options_fast_single": 100,
     "snapshot_n": 3_000,
+    "admin_small": 1_000,
+    "admin_big": 20_000,
+    "admin_moved": 2_000,
 }
 
 
@@ -218,7 +224,7 @@ async def timed(
 
 
 async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
-    from . import options, ours, pairs, pipeline, processes, raw, server_cost, snapshot
+    from . import admin, options, ours, pairs, pipeline, processes, raw, server_cost, snapshot
 
     sz = args.sizes
     results = Results()
@@ -305,6 +311,10 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
     if "snapshot" in scen:
         for job in each("snapshot", lambda t: snapshot.run_long_snapshot(
                 t, sz["snapshot_n"], results)):
+            await job
+    if "admin" in scen:
+        for job in each("admin", lambda t: admin.run_admin(
+                t, sz["admin_small"], sz["admin_big"], sz["admin_moved"], results)):
             await job
     if "server-cost" in scen:
         for job in each("server-cost", lambda t: server_cost.run_server_cost(

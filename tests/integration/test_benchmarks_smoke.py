@@ -40,6 +40,10 @@ EXPECTED = [
             ("faststream-sqla", "scale", "peak_rss_big_backlog_mib"),
             ("faststream-sqlbroker", "drain", "msg_per_s"),
             ("faststream-sqla", "drain", "over_paired_sqlbroker"),
+            ("faststream-sqla", "admin", "queues_big_over_small"),
+            ("faststream-sqla", "admin", "dead_letter_page_big_over_small"),
+            ("faststream-sqla", "admin", "redrive_rows_per_s"),
+            ("faststream-sqla", "admin", "prune_rows_per_s"),
         )
     ),
     *(
