@@ -41,7 +41,7 @@ from .models import (
 
 #: counts stop here by default (models.Count): enough to tell a backlog, and a cost that
 #: does not grow with it
-DEFAULT_EXACT_UP_TO = 10_000
+DEFAULT_EXACT_UP_TO = 5_000
 MAX_PAGE = 1000
 #: states a replay takes by default: every final outcome
 REPLAYABLE = (MessageState.COMPLETED, MessageState.FAILED, MessageState.EXPIRED)

@@ -34,6 +34,8 @@ from .queues import DEAD, capped_count
 SAMPLE_SIZE = 1000
 #: archive rows moved per transaction by a redrive or replay
 MOVE_BATCH = 500
+#: archive rows one marking statement names (three bound values each)
+MARK_ROWS = 500
 
 
 def _literal(state: MessageState) -> sa.ColumnElement[str]:
@@ -248,12 +250,16 @@ async def move_batch(
         return {}
     new_ids = await dialect.insert_messages(conn, [_copy(row) for row in rows])
     moved = {row.id: new_id for row, new_id in zip(rows, new_ids, strict=True)}
-    await conn.execute(
-        sa.update(a)
-        .where(a.c.id == sa.bindparam("old_id"))
-        .values(state=MessageState.REDRIVEN, redriven_to=sa.bindparam("new_id")),
-        [{"old_id": old, "new_id": new} for old, new in moved.items()],
-    )
+    # One UPDATE per MARK_ROWS (CASE id WHEN old THEN new ...): a statement per row
+    # would be a round trip each on drivers without pipelined executemany.
+    pairs = list(moved.items())
+    for start in range(0, len(pairs), MARK_ROWS):
+        chunk = dict(pairs[start : start + MARK_ROWS])
+        await conn.execute(
+            sa.update(a)
+            .where(a.c.id.in_(list(chunk)))
+            .values(state=MessageState.REDRIVEN, redriven_to=sa.case(chunk, value=a.c.id))
+        )
     return moved
 
 
