@@ -184,18 +184,8 @@ class QueueAdmin:
         if sum(chosen) != 1:
             msg = "redrive takes exactly one of: ids, a queue, or all_queues=True"
             raise InvalidOptionError(msg)
-        _batch_size(batch_size)
-        await self._prepare()
         dead = (MessageState.FAILED, MessageState.EXPIRED)
-        if ids is not None:
-            return await dead_letters.move_ids(
-                self.dialect, self.engine, _ids(ids), dead, progress, batch_size
-            )
-        async with reading(self.engine) as conn:
-            names = await self._queues_or_one(conn, queue)
-        return await dead_letters.move_ranges(
-            self.dialect, self.engine, names, dead, None, None, progress, batch_size
-        )
+        return await self._move(ids, queue, dead, None, None, progress, batch_size)
 
     async def replay(
         self,
@@ -216,16 +206,29 @@ class QueueAdmin:
             raise InvalidOptionError("a replay by ids takes no time range")
         dead_letters.time_range(since, until)
         chosen = _states(states)
+        return await self._move(ids, queue, chosen, since, until, progress, batch_size)
+
+    async def _move(
+        self,
+        ids: Collection[int] | None,
+        queue: str | None,
+        states: Collection[MessageState],
+        since: datetime | None,
+        until: datetime | None,
+        progress: Progress | None,
+        batch_size: int,
+    ) -> MoveResult:
+        """Redrive and replay: `ids`, else every row of `queue` (None: of every queue)."""
         _batch_size(batch_size)
         await self._prepare()
         if ids is not None:
             return await dead_letters.move_ids(
-                self.dialect, self.engine, _ids(ids), chosen, progress, batch_size
+                self.dialect, self.engine, _ids(ids), states, progress, batch_size
             )
         async with reading(self.engine) as conn:
             names = await self._queues_or_one(conn, queue)
         return await dead_letters.move_ranges(
-            self.dialect, self.engine, names, chosen, since, until, progress, batch_size
+            self.dialect, self.engine, names, states, since, until, progress, batch_size
         )
 
     async def prune_archive(
