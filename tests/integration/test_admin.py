@@ -264,3 +264,33 @@ async def test_prune_deletes_only_old_archive_rows(database_url, engine, dialect
     assert sorted(r["id"] for r in await rows(engine, a)) == sorted(ids[3:])
     with pytest.raises(InvalidOptionError, match="positive timedelta"):
         await admin.prune_archive(timedelta(0))
+
+
+async def test_prune_runs_beside_draining_workers(database_url, engine, dialect, admin, tables):
+    """Prune's short transactions and the workers' archive writes do not get in each
+    other's way: every message is handled and archived, and only the old rows go."""
+    a = tables.archive
+    async with SqlaBroker(database_url) as broker:
+        await broker.connect()
+        await broker.publish_batch(*[str(i) for i in range(300)], queue="old")
+    old_ids = await fail(dialect, engine, "old", 300)
+    async with engine.begin() as conn:
+        await conn.execute(
+            sa.update(a).where(a.c.id.in_(old_ids)).values(archived_at=datetime(2020, 1, 1))
+        )
+    got = Recorder()
+    broker = SqlaBroker(database_url)
+
+    @broker.subscriber("live", **FAST)
+    async def handle(body: str) -> None:
+        got.record(body)
+
+    async with broker:
+        await broker.connect()
+        await broker.publish_batch(*[str(i) for i in range(200)], queue="live")
+        await broker.start()
+        pruned = await admin.prune_archive(timedelta(days=30), batch_size=10)
+        assert len(await got.wait_for(200)) == 200
+    assert pruned == 300
+    left = await rows(engine, a)
+    assert len(left) == 200 and {r["queue"] for r in left} == {"live"}
