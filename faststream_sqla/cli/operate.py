@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.admin import QueueAdmin, to_json
@@ -110,6 +110,16 @@ def progress_bar(label: str, json_output: bool) -> Iterator[Callable[[int, int |
         yield advance
 
 
+def listing(*headers: str, first: list[str] | None = None) -> Table:
+    """A table whose cells fold rather than cut, its first column (queue names, ids) as
+    wide as its longest value: a name must show whole on a narrow terminal."""
+    width = max((len(value) for value in first or ()), default=0) or None
+    return Table(
+        Column(headers[0], min_width=width, overflow="fold"),
+        *(Column(h, overflow="fold") for h in headers[1:]),
+    )
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -142,8 +152,8 @@ def queues(
     if not stats:
         out.print("No queues: no message is queued or archived.")
         return None
-    table = Table("queue", "ready", "scheduled", "in flight", "retrying", "waiting",
-                  "failed 1h", "oldest ready", "done 1m")
+    table = listing("queue", "ready", "scheduled", "in flight", "retrying", "waiting",
+                    "failed 1h", "oldest ready", "done 1m", first=[s.queue for s in stats])
     for s in stats:
         table.add_row(escape(s.queue), str(s.ready), str(s.scheduled), str(s.processing),
                       str(s.retrying), str(s.waiting), str(s.failed_last_hour),
@@ -218,7 +228,7 @@ def dlq_list(
     if not page.items:
         out.print("No dead letters.")
         return None
-    table = Table("id", "queue", "state", "attempts", "archived", "error")
+    table = listing("id", "queue", "state", "attempts", "archived", "error")
     for d in page.items:
         table.add_row(str(d.id), escape(d.queue), d.state, str(d.attempts_count),
                       _time(d.archived_at), escape(first_line(d.last_error))[:120])
@@ -245,7 +255,8 @@ def dlq_summary(
     if not found:
         out.print("No dead letters.")
         return None
-    table = Table("queue", "dead letters", "oldest", "newest", "most common errors")
+    table = listing("queue", "dead letters", "oldest", "newest", "most common errors",
+                    first=[s.queue for s in found])
     for s in found:
         errors = "\n".join(f"{e.count} x {escape(e.error)[:100]}" for e in s.common_errors)
         table.add_row(escape(s.queue), str(s.count), _time(s.oldest), _time(s.newest), errors)
