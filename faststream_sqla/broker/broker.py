@@ -191,7 +191,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             raise DatabaseUnreachableError(msg) from e
         if self._connection_kwargs["validate_schema"]:
             try:
-                await check_schema(engine, self.config.tables)
+                await check_schema(engine, dialect.tables)
             except Exception:
                 if owned:
                     await engine.dispose()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
 import sqlalchemy as sa
 
 from faststream_sqla import Envelope, SqlaBroker
@@ -125,3 +126,25 @@ async def test_upgrading_to_the_keys_table_keeps_queued_keys(engine, tables, dia
         async with engine.begin() as conn:
             for table in tables.for_dialect(engine.dialect.name).live:
                 await conn.execute(table.delete())
+
+
+async def test_the_start_up_check_wants_the_keys_table_where_there_is_one(
+    database_url, engine, tables, dialect_name
+):
+    from faststream_sqla import SchemaMissingError
+
+    here = tables.for_dialect(engine.dialect.name)
+    if here.keys is None:  # PostgreSQL, SQLite: no keys table to want
+        assert dialect_name != "mysql"
+        async with SqlaBroker(database_url) as broker:
+            await broker.connect()
+        return
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql("RENAME TABLE message_keys TO message_keys_away")
+    try:
+        with pytest.raises(SchemaMissingError, match="message_keys do not exist"):
+            async with SqlaBroker(database_url) as broker:
+                await broker.connect()
+    finally:
+        async with engine.begin() as conn:
+            await conn.exec_driver_sql("RENAME TABLE message_keys_away TO message_keys")
