@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -46,7 +46,9 @@ def _numbers(dialect: str, n: int) -> str:
     )
 
 
-def _sql(dialect: str) -> dict[str, str]:
+def _sql(dialect: str, dead_every: int = 50) -> dict[str, str]:
+    """The fill statements; one archived row in `dead_every` is FAILED."""
+
     def mod(n: int) -> str:
         # MySQL's driver reads % as a placeholder even without parameters
         return f"MOD(g.x, {n})" if dialect == "mysql" else f"(g.x % {n})"
@@ -66,7 +68,7 @@ def _sql(dialect: str) -> dict[str, str]:
         minus = f"strftime('%Y-%m-%d %H:%M:%f000', 'now', '-' || {mod(43200)} || ' minutes')"
         text = f"'q' || {mod(QUEUES)}"
         headers, payload = "'{}'", "X'78'"
-    dead = f"{mod(50)} = 0"
+    dead = f"{mod(dead_every)} = 0"
     return {
         "queued": (
             "INSERT INTO message (queue, headers, payload, attempts_count, deliveries_count, "
@@ -149,24 +151,16 @@ async def run_admin(target: Target, small: int, big: int, moved: int, results: R
         await clear_ours(target.url)
         async with engine.begin() as conn:
             await conn.exec_driver_sql(
-                _sql(db)["archived"]
-                .replace("{numbers}", _numbers(db, moved))
-                .replace("THEN 'FAILED' ELSE 'COMPLETED' END", "THEN 'FAILED' ELSE 'FAILED' END")
+                _sql(db, dead_every=1)["archived"].replace("{numbers}", _numbers(db, moved))
             )
         async with QueueAdmin(engine) as admin:
             started = time.perf_counter()
             result = await admin.redrive(all_queues=True)
             redrive_s = time.perf_counter() - started
             assert len(result.moved) == moved, (len(result.moved), moved)
-            async with engine.begin() as conn:
-                # every archive row becomes old: prune all of them
-                await conn.execute(sa.text(
-                    "UPDATE message_archive SET archived_at = created_at - "
-                    + ("INTERVAL '40 days'" if db == "postgresql" else
-                       "INTERVAL 40 DAY" if db == "mysql" else "0")
-                ) if db != "sqlite" else sa.text(
-                    "UPDATE message_archive SET archived_at = '2000-01-01 00:00:00.000000'"
-                ))
+            async with engine.begin() as conn:  # every archive row old: prune them all
+                archive = admin.tables.archive
+                await conn.execute(sa.update(archive).values(archived_at=datetime(2000, 1, 1)))
             started = time.perf_counter()
             pruned = await admin.prune_archive(timedelta(days=30))
             prune_s = time.perf_counter() - started

@@ -20,6 +20,15 @@ class InvalidOptionError(SqlaBrokerError, ValueError):
     """An option was given a value it cannot take."""
 
 
+def require_whole(name: str, value: object, high: int, *, low: int = 1) -> int:
+    """`value`, if it is an int (not a bool) from `low` to `high`; else
+    InvalidOptionError naming the option and its bounds."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        msg = f"{name} must be an integer from {low} to {high:,}, got {value!r}"
+        raise InvalidOptionError(msg)
+    return value
+
+
 class InvalidQueueNameError(InvalidOptionError):
     """A queue name is empty, too long or not a string."""
 

@@ -45,6 +45,10 @@ class MessageState(str, enum.Enum):
     REDRIVEN = "REDRIVEN"
 
 
+#: archive states of messages that did not complete: the dead letters
+DEAD_STATES = (MessageState.FAILED, MessageState.EXPIRED)
+
+
 # Portable column types. BigInteger ids do not auto-increment on SQLite, so they
 # become INTEGER (the rowid alias) there; payloads must hold 16 MiB everywhere
 # (MEDIUMBLOB stops one byte short); MySQL DATETIME needs fsp=6 for sub-second times.

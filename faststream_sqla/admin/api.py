@@ -4,6 +4,7 @@ it never prints or exits."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -15,10 +16,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from faststream_sqla.dialects import Dialect, dialect_for
 from faststream_sqla.dialects.base import reading
-from faststream_sqla.exceptions import InvalidOptionError, UnknownMessageError, UnknownQueueError
+from faststream_sqla.dialects.base import TERMINAL
+from faststream_sqla.exceptions import (
+    InvalidOptionError,
+    UnknownMessageError,
+    UnknownQueueError,
+    require_whole,
+)
 from faststream_sqla.migrations import check_schema
 from faststream_sqla.schema import (
     DEFAULT_ARCHIVE_TABLE,
+    DEAD_STATES,
     DEFAULT_MESSAGE_TABLE,
     MessageState,
     QueueTables,
@@ -44,7 +52,7 @@ from .models import (
 DEFAULT_EXACT_UP_TO = 5_000
 MAX_PAGE = 1000
 #: states a replay takes by default: every final outcome
-REPLAYABLE = (MessageState.COMPLETED, MessageState.FAILED, MessageState.EXPIRED)
+REPLAYABLE = TERMINAL
 
 
 class QueueAdmin:
@@ -62,9 +70,7 @@ class QueueAdmin:
         archive_table: str = DEFAULT_ARCHIVE_TABLE,
         exact_up_to: int = DEFAULT_EXACT_UP_TO,
     ) -> None:
-        if not isinstance(exact_up_to, int) or not 1 <= exact_up_to <= 10_000_000:
-            msg = f"exact_up_to must be an int from 1 to 10,000,000, got {exact_up_to!r}"
-            raise InvalidOptionError(msg)
+        require_whole("exact_up_to", exact_up_to, 10_000_000)
         self._owned = not isinstance(engine, AsyncEngine)
         self.engine = engine if isinstance(engine, AsyncEngine) else create_async_engine(
             parse_url(engine)
@@ -73,7 +79,9 @@ class QueueAdmin:
         names = TableNames(message_table, archive_table)
         self.dialect: Dialect = dialect_for(self.engine, QueueTables(names))
         self.dialect.configure_engine(self.engine, owned=self._owned)
-        self._ready = False
+        self._checked = False
+        self._prepared = False
+        self._first_call = asyncio.Lock()  # concurrent first calls check the schema once
 
     @property
     def tables(self) -> QueueTables:
@@ -92,11 +100,18 @@ class QueueAdmin:
         if self._owned:
             await self.engine.dispose()
 
-    async def _prepare(self) -> None:
-        if not self._ready:
-            await check_schema(self.engine, self.tables)
-            await self.dialect.prepare(self.engine)
-            self._ready = True
+    async def _prepare(self, *, writes: bool = False) -> None:
+        """The schema checked, once; before the first write, the dialect's own start-up
+        reads too (MySQL's insert settings), which reads alone do not need."""
+        if self._checked and (self._prepared or not writes):
+            return
+        async with self._first_call:
+            if not self._checked:
+                await check_schema(self.engine, self.tables)
+                self._checked = True
+            if writes and not self._prepared:
+                await self.dialect.prepare(self.engine)
+                self._prepared = True
 
     # -- looking ---------------------------------------------------------------------
 
@@ -139,8 +154,7 @@ class QueueAdmin:
     ) -> DeadLetterPage:
         """Archived FAILED and EXPIRED messages, newest first, `limit` a page; pass a
         page's `next_page` as `after` for the next."""
-        if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-            raise InvalidOptionError(f"limit must be an int from 1 to {MAX_PAGE}, got {limit!r}")
+        require_whole("limit", limit, MAX_PAGE)
         dead_letters.time_range(since, until)
         await self._prepare()
         async with reading(self.engine) as conn:
@@ -164,7 +178,7 @@ class QueueAdmin:
 
     async def purge(self, queue: str, *, progress: Progress | None = None) -> int:
         """Delete the queue's waiting messages (never those in flight); how many went."""
-        await self._prepare()
+        await self._prepare(writes=True)
         async with reading(self.engine) as conn:
             await self._known_queue(conn, queue)
         return await messages.purge_queue(self.dialect, self.engine, queue, progress)
@@ -184,8 +198,7 @@ class QueueAdmin:
         if sum(chosen) != 1:
             msg = "redrive takes exactly one of: ids, a queue, or all_queues=True"
             raise InvalidOptionError(msg)
-        dead = (MessageState.FAILED, MessageState.EXPIRED)
-        return await self._move(ids, queue, dead, None, None, progress, batch_size)
+        return await self._move(ids, queue, DEAD_STATES, None, None, progress, batch_size)
 
     async def replay(
         self,
@@ -220,7 +233,7 @@ class QueueAdmin:
     ) -> MoveResult:
         """Redrive and replay: `ids`, else every row of `queue` (None: of every queue)."""
         _batch_size(batch_size)
-        await self._prepare()
+        await self._prepare(writes=True)
         if ids is not None:
             return await dead_letters.move_ids(
                 self.dialect, self.engine, _ids(ids), states, progress, batch_size
@@ -242,7 +255,7 @@ class QueueAdmin:
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
             raise InvalidOptionError(f"older_than must be a positive timedelta, got {older_than!r}")
         _batch_size(batch_size)
-        await self._prepare()
+        await self._prepare(writes=True)
         return await archive.prune_archive(
             self.dialect, self.engine, older_than.total_seconds(),
             batch_size=batch_size, progress=progress,
@@ -251,7 +264,7 @@ class QueueAdmin:
     async def partition_archive(self, *, months_ahead: int = 3) -> partitions.PartitionReport:
         """PostgreSQL: make the archive partitioned by month of archived_at, keeping its
         rows (once; a partitioned archive is left as it is)."""
-        await self._prepare()
+        await self._prepare(writes=True)
         return await partitions.partition_archive(
             self.engine, self.tables, months_ahead=months_ahead
         )
@@ -261,7 +274,7 @@ class QueueAdmin:
     ) -> partitions.PartitionReport:
         """PostgreSQL, partitioned archive: create the coming months' partitions and drop
         those whose month ended more than `retention` ago."""
-        await self._prepare()
+        await self._prepare(writes=True)
         return await partitions.maintain_partitions(
             self.engine, self.tables, months_ahead=months_ahead, retention=retention
         )
@@ -287,9 +300,7 @@ MAX_BATCH = 10_000
 
 
 def _batch_size(value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH:
-        msg = f"batch_size must be an int from 1 to {MAX_BATCH:,}, got {value!r}"
-        raise InvalidOptionError(msg)
+    require_whole("batch_size", value, MAX_BATCH)
 
 
 def _id(value: object) -> int:

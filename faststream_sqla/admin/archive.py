@@ -8,15 +8,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from faststream_sqla.clock import utc_now
 from faststream_sqla.dialects import Dialect
 from faststream_sqla.dialects.base import reading
+from faststream_sqla.dialects._claim import state_literal
+from faststream_sqla.dialects.base import TERMINAL
 from faststream_sqla.schema import MessageState
 
 from .models import Progress
-from .queues import queue_names
+from .queues import queue_names, start_progress
 
 #: every state an archive row can have
-ARCHIVE_STATES = (
-    MessageState.COMPLETED, MessageState.FAILED, MessageState.EXPIRED, MessageState.REDRIVEN
-)
+ARCHIVE_STATES = (*TERMINAL, MessageState.REDRIVEN)
 PRUNE_BATCH = 1000
 
 
@@ -35,14 +35,10 @@ async def prune_archive(
     cutoff = utc_now(-older_than_seconds)
     async with reading(engine) as conn:
         queues = await queue_names(conn, dialect.tables, live=False)
-        ranges = [(q, s) for q in queues for s in ARCHIVE_STATES]
-        total = 0
-        for queue, state in ranges:
-            total += await conn.scalar(
-                sa.select(sa.func.count()).select_from(a).where(*_old(a, queue, state, cutoff))
-            ) or 0
-    if progress is not None:
-        progress(0, total)
+    ranges = [(q, s) for q in queues for s in ARCHIVE_STATES]
+    total = await start_progress(
+        engine, a, [_old(a, queue, state, cutoff) for queue, state in ranges], progress
+    )
     deleted = 0
     for queue, state in ranges:
         while True:
@@ -72,6 +68,6 @@ def _old(
 ) -> tuple[sa.ColumnElement[bool], ...]:
     return (
         a.c.queue == queue,
-        a.c.state == sa.literal_column(f"'{state.value}'"),
+        a.c.state == state_literal(state),
         a.c.archived_at < cutoff,
     )

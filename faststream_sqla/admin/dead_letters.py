@@ -15,9 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import to_aware, to_naive_utc
 from faststream_sqla.dialects import Dialect
+from faststream_sqla.dialects._claim import state_literal as _literal
 from faststream_sqla.dialects.base import NewMessage, reading
 from faststream_sqla.exceptions import InvalidOptionError, UnknownMessageError
-from faststream_sqla.schema import MessageState, QueueTables
+from faststream_sqla.parser import load_headers
+from faststream_sqla.schema import DEAD_STATES, MessageState, QueueTables
 
 from .models import (
     Count,
@@ -28,7 +30,7 @@ from .models import (
     MoveResult,
     Progress,
 )
-from .queues import DEAD, capped_count
+from .queues import capped_count, start_progress
 
 #: dead letters a summary reads for its most common errors, newest first
 SAMPLE_SIZE = 1000
@@ -36,10 +38,6 @@ SAMPLE_SIZE = 1000
 MOVE_BATCH = 500
 #: archive rows one marking statement names (three bound values each)
 MARK_ROWS = 500
-
-
-def _literal(state: MessageState) -> sa.ColumnElement[str]:
-    return sa.literal_column(f"'{state.value}'")
 
 
 def first_line(error: str | None) -> str:
@@ -98,7 +96,7 @@ async def dead_letter_page(
                a.c.last_error, a.c.correlation_id)
     found: list[DeadLetter] = []
     for queue in queues:
-        for state in DEAD:
+        for state in DEAD_STATES:
             rows = await conn.execute(
                 sa.select(*columns)
                 .where(a.c.queue == queue, a.c.state == _literal(state), *where)
@@ -133,7 +131,7 @@ async def dead_letter_summary(
     oldest: datetime | None = None
     newest: datetime | None = None
     errors: list[tuple[datetime, str | None]] = []
-    for state in DEAD:
+    for state in DEAD_STATES:
         in_range = (a.c.queue == queue, a.c.state == _literal(state))
         count += await conn.scalar(sa.select(capped_count(sa.select(one).where(*in_range), cap)))
         ends = (
@@ -148,7 +146,7 @@ async def dead_letter_summary(
         ).one()
         if ends[0] is None:
             continue
-        first, last = to_aware(_as_time(ends[0])), to_aware(_as_time(ends[1]))
+        first, last = to_aware(ends[0]), to_aware(ends[1])
         oldest = first if oldest is None or first < oldest else oldest  # type: ignore[operator]
         newest = last if newest is None or last > newest else newest  # type: ignore[operator]
         errors += list(
@@ -172,10 +170,6 @@ async def dead_letter_summary(
         newest=newest,
         common_errors=[ErrorCount(error, n) for error, n in common],
     )
-
-
-def _as_time(value: Any) -> datetime:
-    return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
 # -- moving archived messages back ----------------------------------------------------
@@ -225,7 +219,7 @@ async def check_ids(
 def _copy(row: Any) -> NewMessage:
     """A new PENDING message from an archive row: attempts and deliveries start again
     (the insert's defaults), idempotency key and expiry are cleared, the rest kept."""
-    headers = row.headers if isinstance(row.headers, dict) else json.loads(row.headers or "{}")
+    headers = load_headers(row.headers)
     return NewMessage(
         queue=row.queue,
         headers=headers,
@@ -312,17 +306,12 @@ async def move_ranges(
     a = dialect.tables.archive
     where = _in_range(a, since, until)
     ranges = [(queue, state) for queue in queues for state in states]
-    total = 0
-    async with reading(engine) as conn:
-        for queue, state in ranges:
-            total += await conn.scalar(
-                sa.select(sa.func.count()).select_from(a).where(
-                    a.c.queue == queue, a.c.state == _literal(state), *where
-                )
-            ) or 0
+    total = await start_progress(
+        engine, a,
+        [(a.c.queue == queue, a.c.state == _literal(state), *where) for queue, state in ranges],
+        progress,
+    )
     moved: dict[int, int] = {}
-    if progress is not None:
-        progress(0, total)
     for queue, state in ranges:
         while True:
             async with dialect.own_transaction(engine) as conn:

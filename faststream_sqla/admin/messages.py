@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -11,21 +9,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from faststream_sqla.clock import to_aware
 from faststream_sqla.dialects import Dialect
 from faststream_sqla.dialects._claim import ready_predicate
+from faststream_sqla.dialects._claim import state_literal as _literal
+from faststream_sqla.parser import load_headers
 from faststream_sqla.dialects.base import reading
 from faststream_sqla.schema import MessageState
 
 from .models import MessageDetails, Progress
+from .queues import start_progress
 
 #: the states purge removes: waiting for a handler, never in flight
 PURGED = (MessageState.PENDING, MessageState.RETRYABLE, MessageState.WAITING)
 #: rows per purge transaction
 PURGE_BATCH = 1000
-
-
-def _headers(value: Any) -> dict[str, Any]:
-    if isinstance(value, str | bytes):
-        value = json.loads(value)
-    return dict(value or {})
 
 
 async def find_message(
@@ -47,7 +42,7 @@ async def find_message(
         queue=row["queue"],
         state=state.value if isinstance(state, MessageState) else str(state),
         archived=archived,
-        headers=_headers(row["headers"]),
+        headers=load_headers(row["headers"]),
         payload=bytes(row["payload"]),
         correlation_id=row["correlation_id"],
         priority=row["priority"],
@@ -55,7 +50,7 @@ async def find_message(
         idempotency_key=row["idempotency_key"],
         attempts_count=row["attempts_count"],
         deliveries_count=row["deliveries_count"],
-        created_at=_aware(row["created_at"]),
+        created_at=to_aware(row["created_at"]),  # type: ignore[arg-type]
         first_attempt_at=to_aware(row["first_attempt_at"]),
         last_attempt_at=to_aware(row["last_attempt_at"]),
         expires_at=to_aware(row["expires_at"]),
@@ -66,12 +61,6 @@ async def find_message(
         redriven_from=row["redriven_from"],
         redriven_to=row["redriven_to"] if archived else None,
     )
-
-
-def _aware(value: Any) -> Any:
-    aware = to_aware(value)
-    assert aware is not None
-    return aware
 
 
 def _purge_ranges(dialect: Dialect) -> list[tuple[sa.ColumnElement[bool], ...]]:
@@ -87,10 +76,6 @@ def _purge_ranges(dialect: Dialect) -> list[tuple[sa.ColumnElement[bool], ...]]:
     ]
 
 
-def _literal(state: MessageState) -> sa.ColumnElement[str]:
-    return sa.literal_column(f"'{state.value}'")
-
-
 async def purge_queue(
     dialect: Dialect, engine: AsyncEngine, queue: str, progress: Progress | None = None
 ) -> int:
@@ -99,15 +84,10 @@ async def purge_queue(
     many went."""
     m = dialect.tables.message
     ranges = _purge_ranges(dialect)
-    async with reading(engine) as conn:
-        total = 0
-        for where in ranges:
-            total += await conn.scalar(
-                sa.select(sa.func.count()).select_from(m).where(m.c.queue == queue, *where)
-            ) or 0
+    total = await start_progress(
+        engine, m, [(m.c.queue == queue, *where) for where in ranges], progress
+    )
     deleted = 0
-    if progress is not None:
-        progress(0, total)
     for where in ranges:
         while True:
             async with dialect.own_transaction(engine) as conn:

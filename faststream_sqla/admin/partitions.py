@@ -20,7 +20,7 @@ from datetime import date, datetime, timedelta, timezone
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, require_whole
 from faststream_sqla.schema import QueueTables
 
 MAX_MONTHS_AHEAD = 24
@@ -190,8 +190,4 @@ async def maintain_partitions(
 
 
 def _check_months(months_ahead: object) -> None:
-    if isinstance(months_ahead, bool) or not isinstance(months_ahead, int) or not (
-        0 <= months_ahead <= MAX_MONTHS_AHEAD
-    ):
-        msg = f"months_ahead must be an int from 0 to {MAX_MONTHS_AHEAD}, got {months_ahead!r}"
-        raise InvalidOptionError(msg)
+    require_whole("months_ahead", months_ahead, MAX_MONTHS_AHEAD, low=0)

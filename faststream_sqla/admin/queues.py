@@ -4,39 +4,16 @@ the cost does not grow with the backlog (docs/architecture.md, "Operating the qu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import to_aware, utc_now
-from faststream_sqla.dialects._claim import ready_predicate
+from faststream_sqla.dialects._claim import live_ranges, ready_predicate, state_literal
+from faststream_sqla.dialects.base import TERMINAL, reading
 from faststream_sqla.schema import NOT_READY, PRIORITIES, MessageState, QueueTables
 
-from .models import Count, QueueStats
-
-#: states an archive row keeps for good after handling
-HANDLED = (MessageState.COMPLETED, MessageState.FAILED, MessageState.EXPIRED)
-DEAD = (MessageState.FAILED, MessageState.EXPIRED)
-
-
-def _state(state: MessageState) -> sa.ColumnElement[str]:
-    # literal, as in the claim: the partial indexes match only visible literals
-    return sa.literal_column(f"'{state.value}'")
-
-
-def live_ranges(tables: QueueTables) -> list[tuple[sa.ColumnElement[bool], ...]]:
-    """Predicates whose indexes, between them, hold every live message with the queue
-    first: the claim, stuck and ordering-key partial indexes (WAITING messages all have
-    a key), or MySQL's one ready index."""
-    m = tables.message
-    if "ready_at" in m.c:
-        return [()]
-    return [
-        (ready_predicate(m),),
-        (m.c.state == _state(MessageState.PROCESSING),),
-        (m.c.ordering_key.isnot(None),),
-    ]
+from .models import Count, Progress, QueueStats
 
 
 async def queue_names(
@@ -46,7 +23,7 @@ async def queue_names(
     order: a skip scan, one index probe per queue and index."""
     m, a = tables.message, tables.archive
     found: set[str] = set()
-    sources = [(m, w) for w in live_ranges(tables)] if live else []
+    sources = [(m, w) for w in live_ranges(m, apart=False).values()] if live else []
     for table, where in sources + ([(a, ())] if archived else []):
         after = ""
         while True:
@@ -63,18 +40,33 @@ async def queue_names(
 async def queue_exists(conn: AsyncConnection, tables: QueueTables, queue: str) -> bool:
     m, a = tables.message, tables.archive
     probes = [
-        sa.select(sa.literal_column("1")).where(*where, m.c.queue == queue).limit(1)
-        for where in live_ranges(tables)
-    ] + [sa.select(sa.literal_column("1")).where(a.c.queue == queue).limit(1)]
-    for probe in probes:
-        if await conn.scalar(probe) is not None:
-            return True
-    return False
+        sa.select(sa.literal_column("1")).where(*where, m.c.queue == queue).limit(1).exists()
+        for where in live_ranges(m, apart=False).values()
+    ] + [sa.select(sa.literal_column("1")).where(a.c.queue == queue).limit(1).exists()]
+    return bool(await conn.scalar(sa.select(sa.or_(*probes))))
 
 
 def capped_count(query: sa.Select, cap: int) -> sa.ScalarSelect[int]:
     """count(*) of `query`'s rows, stopping at `cap`."""
     return sa.select(sa.func.count()).select_from(query.limit(cap).subquery()).scalar_subquery()
+
+
+async def start_progress(
+    engine: AsyncEngine,
+    table: sa.Table,
+    ranges: Sequence[Sequence[sa.ColumnElement[bool]]],
+    progress: Progress | None,
+) -> int | None:
+    """Tell `progress` the work ahead: the rows of `ranges`, counted only when someone
+    is listening (a count reads every row the work will touch)."""
+    if progress is None:
+        return None
+    async with reading(engine) as conn:
+        total = 0
+        for where in ranges:
+            total += await conn.scalar(sa.select(sa.func.count()).select_from(table).where(*where)) or 0
+    progress(0, total)
+    return total
 
 
 def _count(value: int, cap: int) -> Count:
@@ -94,14 +86,14 @@ async def queue_stats(
         due = m.c.ready_at
         claimable = (in_queue, levels, m.c.ready_at < NOT_READY)
         in_flight = (in_queue, levels, m.c.ready_at == NOT_READY)
-        processing = (*in_flight, m.c.state == _state(MessageState.PROCESSING))
-        waiting = (*in_flight, m.c.state == _state(MessageState.WAITING))
+        processing = (*in_flight, m.c.state == state_literal(MessageState.PROCESSING))
+        waiting = (*in_flight, m.c.state == state_literal(MessageState.WAITING))
     else:
         due = m.c.next_attempt_at
         claimable = (in_queue, levels, ready_predicate(m))
-        processing = (in_queue, m.c.state == _state(MessageState.PROCESSING))
+        processing = (in_queue, m.c.state == state_literal(MessageState.PROCESSING))
         waiting = (in_queue, m.c.ordering_key.isnot(None),
-                   m.c.state == _state(MessageState.WAITING))
+                   m.c.state == state_literal(MessageState.WAITING))
     # Not yet due: delayed publishes (PENDING) and retries waiting out their backoff
     # (RETRYABLE), told apart in one bounded sample of that range.
     later = sa.select(m.c.state).where(*claimable, due > utc_now()).limit(cap).subquery()
@@ -119,7 +111,7 @@ async def queue_stats(
                 capped_count(
                     sa.select(one).where(
                         a.c.queue == queue,
-                        a.c.state == _state(MessageState.FAILED),
+                        a.c.state == state_literal(MessageState.FAILED),
                         a.c.archived_at >= utc_now(-3600),
                     ),
                     cap,
@@ -127,7 +119,7 @@ async def queue_stats(
                 capped_count(
                     sa.select(one).where(
                         a.c.queue == queue,
-                        a.c.state.in_([_state(s) for s in HANDLED]),
+                        a.c.state.in_([state_literal(s) for s in TERMINAL]),
                         a.c.archived_at >= utc_now(-60),
                     ),
                     cap,
@@ -175,14 +167,4 @@ async def _oldest_ready_age(
     oldest, now = row
     if oldest is None:
         return None
-    return max(0.0, (_as_datetime(now) - _as_datetime(oldest)).total_seconds())
-
-
-def _as_datetime(value: object) -> datetime:
-    """A database time as an aware datetime (SQLite returns text from raw SQL)."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    assert isinstance(value, datetime)
-    aware = to_aware(value)
-    assert aware is not None
-    return aware
+    return max(0.0, (to_aware(now) - to_aware(oldest)).total_seconds())  # type: ignore[operator]

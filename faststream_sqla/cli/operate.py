@@ -17,8 +17,11 @@ from rich.table import Column, Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.admin import QueueAdmin, to_json
+from faststream_sqla.admin.api import MAX_BATCH, MAX_PAGE
+from faststream_sqla.admin.archive import PRUNE_BATCH
 from faststream_sqla.admin.dead_letters import first_line
 from faststream_sqla.admin.models import MoveResult
+from faststream_sqla.admin.partitions import MAX_MONTHS_AHEAD
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
 from .common import ArchiveTable, MessageTable, Url, app, err, names_of, out, run, usage_error
@@ -211,7 +214,7 @@ def dlq_list(
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
     since: Since = None,
     until: Until = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000, help="Messages per page.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_PAGE, help="Messages per page.")] = 50,
     after: Annotated[str | None, typer.Option(help="The next-page token a page printed.")] = None,
     json_output: Json = False,
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
@@ -358,8 +361,8 @@ def archive_prune(
     url: Url,
     older_than: Annotated[str, typer.Option(help="Age of the rows to delete, e.g. 30d.")],
     batch_size: Annotated[
-        int, typer.Option(min=1, max=10_000, help="Rows per transaction.")
-    ] = 1000,
+        int, typer.Option(min=1, max=MAX_BATCH, help="Rows per transaction.")
+    ] = PRUNE_BATCH,
     yes: Yes = False,
     json_output: Json = False,
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
@@ -381,7 +384,7 @@ def archive_prune(
 
 
 MonthsAhead = Annotated[
-    int, typer.Option(min=0, max=24, help="Months of partitions to create ahead of now.")
+    int, typer.Option(min=0, max=MAX_MONTHS_AHEAD, help="Months of partitions to make ahead.")
 ]
 
 

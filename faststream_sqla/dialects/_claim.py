@@ -7,13 +7,36 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from faststream_sqla.clock import utc_now
-from faststream_sqla.schema import QueueTables
+from faststream_sqla.schema import MessageState, QueueTables
+
+
+def state_literal(state: MessageState) -> sa.ColumnElement[str]:
+    """A state as a literal, not a bound parameter: PostgreSQL and SQLite only use a
+    partial index when the query's predicate visibly matches the index's."""
+    return sa.literal_column(f"'{state.value}'")
 
 
 def ready_predicate(m: sa.Table) -> sa.ColumnElement[bool]:
-    # Literal states, not bound parameters: PostgreSQL and SQLite only use the partial
-    # claim index when the query's predicate visibly matches the index's.
-    return m.c.state.in_([sa.literal_column("'PENDING'"), sa.literal_column("'RETRYABLE'")])
+    return m.c.state.in_([state_literal(MessageState.PENDING), state_literal(MessageState.RETRYABLE)])
+
+
+def live_ranges(
+    m: sa.Table, *, apart: bool = True
+) -> dict[str, tuple[sa.ColumnElement[bool], ...]]:
+    """Predicates whose indexes, between them, hold every live message with the queue
+    first: claimable (the claim index), in flight (the stuck index) and waiting behind
+    an ordering key (the ordering-key index: WAITING messages all have a key). MySQL's
+    one ready index holds all three: one range, "all". `apart`: no message in two
+    ranges (for counting); without it the waiting range is the ordering-key index's
+    own predicate, which a probe for any live row reads without visiting the table."""
+    if "ready_at" in m.c:
+        return {"all": ()}
+    keyed = m.c.ordering_key.isnot(None)
+    return {
+        "ready": (ready_predicate(m),),
+        "processing": (m.c.state == state_literal(MessageState.PROCESSING),),
+        "waiting": (keyed, m.c.state == state_literal(MessageState.WAITING)) if apart else (keyed,),
+    }
 
 
 #: the parameters `ready_ids` binds, given on every claim
@@ -130,12 +153,11 @@ def active_count(m: sa.Table) -> sa.Select:
         )
         return sa.select(sa.func.count()).select_from(found).scalar_subquery()
 
-    if "ready_at" in m.c:
-        return sa.select(probe())
-    processing = m.c.state == sa.literal_column("'PROCESSING'")
-    # messages waiting behind their ordering key: in the ordering-key index only
-    waiting = (m.c.ordering_key.isnot(None), m.c.state == sa.literal_column("'WAITING'"))
-    return sa.select(probe(ready_predicate(m)) + probe(processing) + probe(*waiting))
+    probes = [probe(*where) for where in live_ranges(m).values()]
+    total = probes[0]
+    for more in probes[1:]:
+        total = total + more
+    return sa.select(total)
 
 
 def claimed_columns(m: sa.Table, *, headers_as_text: bool = False) -> list[sa.ColumnElement]:

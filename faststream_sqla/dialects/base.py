@@ -82,6 +82,11 @@ class NewMessage:
     idempotency_key: str | None = None
     redriven_from: int | None = None  # set by redrive and replay only
 
+    @property
+    def keyed(self) -> bool:
+        """Has an ordering or idempotency key (on MySQL, a row in the keys table)."""
+        return self.ordering_key is not None or self.idempotency_key is not None
+
 
 @dataclass(slots=True)
 class Outcome:

@@ -297,11 +297,15 @@ class MySQLDialect(Dialect):
             size += row_size
         if chunk:
             ids += await self._insert_chunk(m, run, chunk)
-        await self._insert_keys(self._q(bind, self._keys), run, rows, ids)
+        await self._insert_keys(bind, run, rows, ids)
         return ids
 
     async def _insert_keys(
-        self, k: str, run: RunStatement, rows: Sequence[NewMessage], ids: Sequence[int]
+        self,
+        bind: AsyncEngine | AsyncConnection,
+        run: RunStatement,
+        rows: Sequence[NewMessage],
+        ids: Sequence[int],
     ) -> None:
         """The keyed messages' rows of the keys table (schema.build_keys_table), in the
         insert's transaction: a key another publisher holds fails here, and the whole
@@ -309,8 +313,11 @@ class MySQLDialect(Dialect):
         keyed = [
             (message_id, row.queue, row.ordering_key, row.idempotency_key)
             for row, message_id in zip(rows, ids, strict=True)
-            if row.ordering_key is not None or row.idempotency_key is not None
+            if row.keyed
         ]
+        if not keyed:
+            return
+        k = self._q(bind, self._keys)
         # a thousand rows of the longest keys stay far below any max_allowed_packet
         for start in range(0, len(keyed), KEY_ROWS_PER_INSERT):
             chunk = keyed[start : start + KEY_ROWS_PER_INSERT]

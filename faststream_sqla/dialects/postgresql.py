@@ -30,7 +30,7 @@ from faststream_sqla.schema import (
 
 from ._asyncpg import driver_connection
 from ._pool import check_in
-from ._claim import CLAIM_PARAMETERS, claim_limit, claimed_columns, ready_ids
+from ._claim import CLAIM_PARAMETERS, claim_limit, claimed_columns, ready_ids, state_literal
 from ._compiled import DriverStatement, DriverStatements
 from .base import (
     CLAIM_COUNTERS,
@@ -201,7 +201,7 @@ class PostgresDialect(Dialect):
             sa.update(m)
             .where(m.c.id == sa.any_(ready_array), sa.exists(sa.select(relaxed)))
             .values(
-                state=sa.literal_column(f"'{MessageState.PROCESSING.value}'"),
+                state=state_literal(MessageState.PROCESSING),
                 **{name: m.c[name] + 1 for name in CLAIM_COUNTERS},
                 acquired_at=utc_now(),
             )

@@ -15,7 +15,7 @@ from faststream._internal.constants import EMPTY
 from faststream.middlewares import AckPolicy
 
 from faststream_sqla.broker.config import SqlaBrokerConfig
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, require_whole
 from faststream_sqla.retry import ExponentialBackoffWithJitterRetryStrategy, RetryStrategy
 from faststream_sqla.subscriber.claim_size import buffer_capacity
 
@@ -66,11 +66,6 @@ class ConsumeOptions:
         # Every option has bounds: a value that cannot work (a claim size past the
         # database's integers, a busy-looping interval, a lease of centuries) fails here,
         # when the subscriber is built, not in every claim later.
-        def whole(name: str, value: object, high: int) -> None:
-            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
-                msg = f"{name} must be an integer from 1 to {high:,}, got {value!r}"
-                raise InvalidOptionError(msg)
-
         def seconds(name: str, value: object, low: float, high: float, *, above: bool = False) -> None:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             ok = ok and math.isfinite(value) and (value > low if above else value >= low)
@@ -79,10 +74,10 @@ class ConsumeOptions:
                 msg = f"{name} must be {bound} and at most {high:g} seconds, got {value!r}"
                 raise InvalidOptionError(msg)
 
-        whole("max_workers", self.max_workers, MAX_WORKERS)
-        whole("fetch_batch_size", self.fetch_batch_size, MAX_CLAIM)
+        require_whole("max_workers", self.max_workers, MAX_WORKERS)
+        require_whole("fetch_batch_size", self.fetch_batch_size, MAX_CLAIM)
         if self.max_fetch_batch_size is not None:
-            whole("max_fetch_batch_size", self.max_fetch_batch_size, MAX_CLAIM)
+            require_whole("max_fetch_batch_size", self.max_fetch_batch_size, MAX_CLAIM)
             if self.max_fetch_batch_size < self.fetch_batch_size:
                 msg = (
                     f"max_fetch_batch_size ({self.max_fetch_batch_size}) must not be "
@@ -90,7 +85,7 @@ class ConsumeOptions:
                 )
                 raise InvalidOptionError(msg)
         if self.max_deliveries is not None:
-            whole("max_deliveries", self.max_deliveries, MAX_DELIVERIES)
+            require_whole("max_deliveries", self.max_deliveries, MAX_DELIVERIES)
         if not isinstance(self.retry_strategy, RetryStrategy):
             msg = f"retry_strategy must be a RetryStrategy, got {self.retry_strategy!r}"
             raise InvalidOptionError(msg)
