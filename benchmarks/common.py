@@ -137,7 +137,9 @@ async def ensure_server_databases(database: str) -> None:
 
 
 #: MySQL and MariaDB also have message_keys (dropped first, though nothing refers to it)
-OUR_TABLES = ("message_keys", "message", "message_archive", "faststream_sqla_version")
+OUR_TABLES = (
+    "message_keys", "message_controls", "message", "message_archive", "faststream_sqla_version"
+)
 
 
 async def reset_our_schema(url: str) -> None:

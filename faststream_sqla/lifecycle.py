@@ -69,6 +69,8 @@ def after_attempt(
     an unsettled message is never silently dropped. An acknowledged attempt does not
     look at `finished_at`.
     """
+    if message.deferred:
+        return deferred(message, started_at=started_at, finished_at=finished_at)
     attempts = message.attempts_count + 1
     started = _naive(started_at)
     first = _naive(message.first_attempt_at) or started
@@ -102,6 +104,20 @@ def after_attempt(
     return Outcome(
         message.id, message.token, MessageState.RETRYABLE, attempts,
         message.deliveries_count, first, started, _naive(next_at), last_error, message.keyed,
+    )
+
+
+def deferred(message: ClaimedMessage, *, started_at: datetime, finished_at: datetime) -> Outcome:
+    """Deferred by its handler (SqlaMessage.defer): PENDING again after the delay, with
+    the attempt count it came with and its last error kept; only the handler's run is
+    recorded (last_attempt_at), and the state it saved."""
+    finished = _naive(finished_at)
+    assert finished is not None
+    delay = min(message.nack_delay or 0.0, MAX_RETRY_DELAY_SECONDS)
+    return Outcome(
+        message.id, message.token, MessageState.PENDING, message.attempts_count,
+        message.deliveries_count, _naive(message.first_attempt_at), _naive(started_at),
+        finished + timedelta(seconds=delay), None, message.keyed, message.new_state,
     )
 
 

@@ -126,7 +126,7 @@ def _inspect(
 ) -> tuple[list[str], dict[str, list[str]], object]:
     inspector = sa.inspect(conn)
     existing = set(inspector.get_table_names())
-    ours = (*tables.live, tables.archive)
+    ours = (*tables.live, tables.archive, tables.controls)
     missing = [t.name for t in ours if t.name not in existing]
     lacking: dict[str, list[str]] = {}
     for table in ours:
@@ -151,10 +151,15 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
     )
     fix = f"run: {upgrade_command(engine, tables.names)}"
     if revision == HEAD_REVISION:
-        # Migrated by us: the archive exists, though a producer granted nothing on it
-        # (docs/security.md) does not see it on MariaDB.
-        missing = [name for name in missing if name != tables.names.archive]
-        lacking.pop(tables.names.archive, None)
+        # Migrated by us: the archive and the controls exist, though a producer granted
+        # nothing on them (docs/security.md) does not see them on MariaDB.
+        unseen = {tables.archive.name, tables.controls.name}
+        missing = [name for name in missing if name not in unseen]
+        for name in unseen:
+            lacking.pop(name, None)
+    elif revision is not _UNVERSIONED:
+        # an older revision: tables added since are for the upgrade to create
+        missing = [n for n in missing if n in (tables.message.name, tables.archive.name)]
     if missing:
         raise SchemaMissingError(f"table(s) {', '.join(missing)} do not exist; {fix}")
     if revision is _UNVERSIONED or revision == HEAD_REVISION:

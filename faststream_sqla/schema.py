@@ -64,6 +64,9 @@ State = sa.Enum(
     validate_strings=True,
 )
 Headers = sa.JSON()
+#: the same storage as Payload, but a type of its own: claims pass it through as the
+#: driver returns it (None for most messages) and SqlaMessage.saved_state converts it
+SavedState = sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 ErrorText = sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
 
 
@@ -78,9 +81,10 @@ class TableNames:
         if self.message == self.archive:
             msg = f"message and archive tables need different names, both are {self.message!r}"
             raise InvalidOptionError(msg)
-        if self.archive == keys_table_name(self.message):
-            msg = f"archive table {self.archive!r} would share its name with the keys table"
-            raise InvalidOptionError(msg)
+        for derived in (keys_table_name(self.message), controls_table_name(self.message)):
+            if self.archive == derived:
+                msg = f"archive table {self.archive!r} would share its name with {derived!r}"
+                raise InvalidOptionError(msg)
         for value in (self.message, self.archive):
             if not value or not value.replace("_", "").isalnum() or len(value) > 48:
                 msg = f"table name {value!r} must be 1-48 letters, digits or underscores"
@@ -120,6 +124,8 @@ class QueueTables:
     archive: sa.Table = field(init=False)
     #: MySQL and MariaDB only: the keys of the keyed messages (build_keys_table)
     keys: sa.Table | None = field(init=False)
+    #: what operators set per queue (build_controls_table)
+    controls: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:
         self.metadata = sa.MetaData()
@@ -129,6 +135,7 @@ class QueueTables:
         )
         self.archive = build_archive_table(self.metadata, self.names.archive)
         self.keys = build_keys_table(self.metadata, self.names.message) if mysql_family else None
+        self.controls = build_controls_table(self.metadata, self.names.message)
 
     @property
     def key_index(self) -> sa.Table:
@@ -220,6 +227,9 @@ MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
     # Claimed: an outcome must know whether its message has a key row to delete (MySQL).
     MessageColumn("idempotency_key", sa.String(MAX_KEY_LENGTH),
                   published_as="idempotency_key"),
+    # What a handler saved when it deferred the message (SqlaMessage.defer): the next
+    # delivery reads it. Tagged bytes (message.encode_saved_state); not archived.
+    MessageColumn("saved_state", SavedState, archived=False),
     MessageColumn("state", State, nullable=False, initial="'PENDING'", claimed=False,
                   settled=True),
     MessageColumn("last_error", ErrorText, claimed=False, settled=True),
@@ -376,6 +386,30 @@ def build_keys_table(metadata: sa.MetaData, message: str) -> sa.Table:
     return table
 
 
+def controls_table_name(message: str) -> str:
+    return f"{message}_controls"
+
+
+#: the `channel` of a control row that applies to its whole queue
+WHOLE_QUEUE = ""
+
+
+def build_controls_table(metadata: sa.MetaData, message: str) -> sa.Table:
+    """What operators set per queue, read by every consumer of the queue: whether its
+    claims are paused. One row per (queue, channel); the channel `WHOLE_QUEUE` stands
+    for the queue itself (channels, per-queue limits and breakers will add columns
+    here). A queue without a row runs normally."""
+    return sa.Table(
+        controls_table_name(message),
+        metadata,
+        sa.Column("queue", MESSAGE_COLUMN["queue"].type, primary_key=True),
+        sa.Column("channel", sa.String(MAX_KEY_LENGTH), primary_key=True,
+                  server_default=sa.text("''")),
+        sa.Column("paused", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("updated_at", Timestamp, nullable=False),
+    )
+
+
 def build_archive_table(metadata: sa.MetaData, name: str) -> sa.Table:
     table = sa.Table(
         name,
@@ -419,6 +453,7 @@ __all__ = [
     "MessageState",
     "QueueTables",
     "TableNames",
+    "controls_table_name",
     "keys_table_name",
     "utc_now",
     "validate_queue_name",

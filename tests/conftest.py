@@ -61,7 +61,8 @@ async def _create_database(dialect: str) -> None:
     engine = create_async_engine(server_database_url(dialect))
     async with engine.begin() as conn:
         for table in (
-            "message_keys", "message", "message_archive", "faststream_sqla_version", "handled"
+            "message_keys", "message_controls", "message", "message_archive",
+            "faststream_sqla_version", "handled",
         ):
             q = engine.dialect.identifier_preparer.quote(table)
             await conn.exec_driver_sql(f"DROP TABLE IF EXISTS {q}")

@@ -143,6 +143,7 @@ def _field(position: int) -> str:
 _SENT_CLAIM_COLUMNS = tuple(c for c in CLAIMED_COLUMNS if c not in SHARED_CLAIM_COLUMNS)
 _COUNT_CLAIM = ", ".join(f"{name} = {name} + 1" for name in CLAIM_COUNTERS)
 _SENT_PAYLOAD = _SENT_CLAIM_COLUMNS.index("payload")  # sent as hex: JSON has no bytes
+_SENT_STATE = _SENT_CLAIM_COLUMNS.index("saved_state")  # the same, or null
 _SHARED_POSITIONS = sorted((CLAIMED_COLUMNS.index(n), n) for n in SHARED_CLAIM_COLUMNS)
 
 
@@ -321,6 +322,8 @@ class SQLiteDialect(Dialect):
             # What all rows share (the queue asked for, the claim's time) comes once.
             values = ", ".join(
                 "hex(payload)" if name == "payload"
+                else "CASE WHEN saved_state IS NULL THEN NULL ELSE hex(saved_state) END"
+                if name == "saved_state"
                 else f"{name} + 1" if name in CLAIM_COUNTERS
                 else name
                 for name in _SENT_CLAIM_COLUMNS
@@ -356,6 +359,8 @@ class SQLiteDialect(Dialect):
         rows = json.loads(document)
         for row in rows:
             row[_SENT_PAYLOAD] = bytes.fromhex(row[_SENT_PAYLOAD])
+            if row[_SENT_STATE] is not None:
+                row[_SENT_STATE] = bytes.fromhex(row[_SENT_STATE])
             for position, name in _SHARED_POSITIONS:  # ascending: each lands in place
                 row.insert(position, shared[name])
         # Aggregate order is unspecified in SQLite; stored times are text that sorts.

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from faststream_sqla import ordering
 from faststream_sqla.dialects.base import Outcome, with_retries
+from faststream_sqla.message import KEEP_STATE
 from faststream_sqla.parser import claimed_from_row
 
 from .claim_size import ClaimSizer
@@ -414,9 +415,13 @@ class OutcomeFlusher(StoppableLoop):
 
         tries = 0
 
+        saving = [o for o in batch if o.saved_state is not KEEP_STATE]
+
         async def write() -> int:
             nonlocal tries
             tries += 1
+            if saving:  # deferrals' states first: a crash between leaves state, no outcome
+                await self.dialect.save_states(self.engine, saving)
             return await self.dialect.write_outcomes(self.engine, batch)
 
         try:

@@ -19,7 +19,7 @@ from faststream.message import AckStatus
 from faststream_sqla import lifecycle, ordering
 from faststream_sqla.dialects.base import Outcome, with_retries
 from faststream_sqla.exceptions import HandlerTimeoutError, InvalidOptionError, RetryAfter
-from faststream_sqla.message import ClaimedMessage, validate_delay
+from faststream_sqla.message import KEEP_STATE, ClaimedMessage, validate_delay
 from faststream_sqla.parser import SqlaBatchParser, SqlaParser, claimed_from_row
 from faststream_sqla.publisher.fake import SqlaFakePublisher
 from faststream_sqla.schema import validate_queue_name
@@ -541,6 +541,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         dialect, engine = self._outer_config.dialect, self._outer_config.engine
 
         async def write() -> int:
+            if outcome.saved_state is not KEEP_STATE:
+                await dialect.save_states(engine, [outcome])
             return await dialect.write_outcomes(engine, [outcome])
 
         await with_retries(dialect, write)
