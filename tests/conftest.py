@@ -105,7 +105,8 @@ async def database_url(
     engine = create_async_engine(url)
     tables = QueueTables()
     async with engine.begin() as conn:
-        for table in (*tables.for_dialect(engine.dialect.name).live, tables.archive):
+        live = tables.for_dialect(engine.dialect.name).live
+        for table in (*live, tables.archive, tables.controls):
             await conn.execute(table.delete())
     await engine.dispose()
     yield url

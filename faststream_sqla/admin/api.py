@@ -35,7 +35,7 @@ from faststream_sqla.schema import (
 )
 from faststream_sqla.urls import parse_url
 
-from . import archive, dead_letters, messages, partitions, queues
+from . import archive, controls, dead_letters, messages, partitions, queues
 from .archive import PRUNE_BATCH
 from .dead_letters import MOVE_BATCH
 from .models import (
@@ -174,7 +174,28 @@ class QueueAdmin:
             ]
         return [summary for summary in found if summary is not None]
 
+    async def paused_queues(self) -> list[str]:
+        """The queues whose claims are paused (`pause_queue`)."""
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            return await controls.paused_queues(conn, self.tables)
+
     # -- changing --------------------------------------------------------------------
+
+    async def pause_queue(self, queue: str) -> bool:
+        """Stop every consumer of `queue`, in every process, from claiming its messages,
+        within a few seconds (each reads the controls every `CONTROL_INTERVAL`); what
+        they hold already is handled and settled as usual. Publishing goes on. A queue
+        may be paused before it has messages. Whether it was running before."""
+        validate_queue_name(queue)
+        await self._prepare(writes=True)
+        return await controls.set_paused(self.engine, self.tables, queue, True)
+
+    async def resume_queue(self, queue: str) -> bool:
+        """Let the consumers of `queue` claim again; whether it was paused."""
+        validate_queue_name(queue)
+        await self._prepare(writes=True)
+        return await controls.set_paused(self.engine, self.tables, queue, False)
 
     async def purge(self, queue: str, *, progress: Progress | None = None) -> int:
         """Delete the queue's waiting messages (never those in flight); how many went."""

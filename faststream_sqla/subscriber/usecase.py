@@ -26,6 +26,7 @@ from faststream_sqla.schema import validate_queue_name
 
 from .loops import (
     DELIVERIES_PER_YIELD,
+    ControlWatcher,
     Fetcher,
     LeaseKeeper,
     OutcomeFlusher,
@@ -166,13 +167,18 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             interval=opts.release_stuck_timeout / 3, log=self._log,
             health=self._outer_config.health,
         )
-        self._loops = [self._flusher, releaser, leases]
+        watcher = ControlWatcher(
+            engine=engine, dialect=dialect, queues=self.queues, fetcher=self._fetcher,
+            wake=self._wake, log=self._log, health=self._outer_config.health,
+        )
+        self._loops = [self._flusher, releaser, leases, watcher]
         self._outer_config.wakeups.register(self.queues, self._wake)
         self._tasks = [
             self._spawn(self._fetcher.run(), "fetch"),
             self._spawn(self._flusher.run(), "flush"),
             self._spawn(releaser.run(), "release-stuck"),
             self._spawn(leases.run(), "leases"),
+            self._spawn(watcher.run(), "controls"),
         ]
         self._workers = [self._spawn(self._work(), f"worker-{i}") for i in range(opts.max_workers)]
         self._running = {}
