@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Iterator, Mapping
 
 import pytest
@@ -112,7 +113,9 @@ class ServerDatabases(Mapping[str, str]):
                 pytrace=False,
             )
         if dialect not in self._ready:
-            asyncio.run(_create_database(dialect))
+            # on a thread of its own: async fixtures ask from inside their event loop
+            with ThreadPoolExecutor(1) as thread:
+                thread.submit(asyncio.run, _create_database(dialect)).result()
             self._ready[dialect] = server_database_url(dialect)
         return self._ready[dialect]
 
