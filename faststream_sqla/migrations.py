@@ -17,8 +17,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from .connecting import create_engine, ensure_reachable
 from .dialects.base import reading
 from .exceptions import SchemaMissingError, SchemaOutdatedError
 from .schema import VERSION_TABLE, QueueTables, TableNames
@@ -57,8 +58,9 @@ def _config(connection: Connection, names: TableNames) -> Config:
 async def _run(
     engine: AsyncEngine | str, fn: Callable[[Connection], T], *, reads_only: bool = False
 ) -> T:
-    eng = create_async_engine(engine) if isinstance(engine, str) else engine
+    eng = create_engine(engine) if isinstance(engine, str) else engine
     try:
+        await ensure_reachable(eng)  # a wrong URL is one typed error, not a driver's trace
         # a read never waits behind a writer (see dialects.base.reading)
         async with (reading(eng) if reads_only else eng.connect()) as conn, conn.begin():
             return await conn.run_sync(fn)

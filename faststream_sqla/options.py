@@ -22,14 +22,15 @@ class DeliveryOptionArgs(TypedDict, total=False):
 
     #: aware datetime before which the message is not delivered
     next_attempt_at: datetime | None
-    #: seconds (or a timedelta) from now on the database clock; instead of next_attempt_at
-    delay: float | timedelta | None
+    #: seconds, a timedelta or a duration string ("5s", "1m") from now on the database
+    #: clock; instead of next_attempt_at
+    delay: float | timedelta | str | None
     #: aware datetime after which the message is never handed to a handler (archived
     #: EXPIRED instead)
     expires_at: datetime | None
-    #: seconds (or a timedelta) from now, on the publishing process's clock; instead of
-    #: expires_at
-    ttl: float | timedelta | None
+    #: seconds, a timedelta or a duration string from now, on the publishing process's
+    #: clock; instead of expires_at
+    ttl: float | timedelta | str | None
     #: 0-10, higher first (default 0)
     priority: int | None
     #: messages of one key are handled one at a time, in publish order
@@ -45,9 +46,9 @@ class DeliveryOptions:
     when the rows are built, before anything is written)."""
 
     next_attempt_at: datetime | None = None
-    delay: float | timedelta | None = None
+    delay: float | timedelta | str | None = None
     expires_at: datetime | None = None
-    ttl: float | timedelta | None = None
+    ttl: float | timedelta | str | None = None
     priority: int | None = None
     ordering_key: str | None = None
     idempotency_key: str | None = None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from fast_depends import Provider, dependency_provider
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from typing_extensions import Unpack, override
 
 from faststream._internal.broker import BrokerUsecase
@@ -22,14 +22,15 @@ from faststream.response.publish_type import PublishType
 from faststream.specification.schema import BrokerSpec
 
 from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.connecting import create_engine, ensure_reachable, unreachable
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import NotificationListener, reading
-from faststream_sqla.exceptions import DatabaseUnreachableError, InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.migrations import check_schema
 from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelope
 from faststream_sqla.publisher.producer import QueueLimits, SqlaProducer
-from faststream_sqla.response import Connection, SqlaPublishCommand
+from faststream_sqla.response import Connection, SqlaPublishCommand, check_batch_arguments
 from faststream_sqla.schema import QueueTables, TableNames
 from faststream_sqla.urls import masked, parse_url
 from faststream_sqla.vacuum import MessageTableVacuum
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
     from faststream._internal.basic_types import LoggerProto, SendableMessage
     from faststream._internal.parser import CodecProto
-    from faststream._internal.types import BrokerMiddleware, CustomCallable
+    from faststream._internal.types import BrokerMiddleware, CustomCallable, IdGenerator
     from faststream.security import BaseSecurity
     from faststream.specification.schema.extra import Tag, TagDict
 
@@ -79,6 +80,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         middlewares: Sequence[BrokerMiddleware[Any, Any]] = (),
         routers: Iterable[SqlaRegistrator] = (),
         ack_policy: AckPolicy = EMPTY,
+        id_generator: IdGenerator = gen_cor_id,
         # AsyncAPI
         specification_url: str | None = None,
         protocol: str | None = None,
@@ -106,6 +108,10 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             msg = f"fast_publish must be True or False, got {fast_publish!r}"
             raise InvalidOptionError(msg)
         producer.fast_publish = fast_publish
+        if not callable(id_generator):
+            msg = f"id_generator must be a function returning a str, got {id_generator!r}"
+            raise InvalidOptionError(msg)
+        producer.id_generator = id_generator
         tables = QueueTables(
             TableNames(message=message_table, archive=archive_table),
             dialect=url.get_backend_name(),
@@ -133,7 +139,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
                 broker_dependencies=dependencies,
                 graceful_timeout=graceful_timeout,
                 ack_policy=ack_policy,
-                id_generator=gen_cor_id,
+                id_generator=id_generator,
                 extra_context={"broker": self},
             ),
             specification=BrokerSpec(
@@ -162,17 +168,9 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
     async def _connect(self) -> AsyncEngine:
         target = self._connection_kwargs["url_or_engine"]
         owned = not isinstance(target, AsyncEngine)
-        if owned:
-            try:
-                engine = create_async_engine(target, **self._connection_kwargs["engine_options"])
-            except (ImportError, sa.exc.ArgumentError, sa.exc.InvalidRequestError) as e:
-                msg = (
-                    f"cannot use {masked(self.url)}: {e}. Use an async driver: "
-                    "postgresql+asyncpg://, mysql+asyncmy:// or sqlite+aiosqlite:///"
-                )
-                raise InvalidOptionError(msg) from e
-        else:
-            engine = target
+        engine = (
+            create_engine(target, **self._connection_kwargs["engine_options"]) if owned else target
+        )
         try:
             dialect = dialect_for(engine, self.config.tables)
         except InvalidOptionError:
@@ -181,14 +179,15 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             raise
         dialect.configure_engine(engine, owned=owned)
         try:
-            async with reading(engine) as conn:
-                await conn.execute(sa.text("SELECT 1"))
-            await dialect.prepare(engine)
-        except Exception as e:
+            await ensure_reachable(engine)
+            try:
+                await dialect.prepare(engine)
+            except Exception as e:
+                raise unreachable(engine.url, e) from e
+        except Exception:
             if owned:
                 await engine.dispose()
-            msg = f"cannot reach the database at {masked(self.url)}: {e}"
-            raise DatabaseUnreachableError(msg) from e
+            raise
         if self._connection_kwargs["validate_schema"]:
             try:
                 await check_schema(engine, dialect.tables)
@@ -334,8 +333,10 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         """Store many messages in one statement, all or none; returns their ids in order.
 
         The call's headers and options apply to every message; an `Envelope` item adds
-        headers and options of its own.
+        headers and options of its own. Without `correlation_id` each message gets its
+        own, made from one `id_generator()` value per call.
         """
+        check_batch_arguments(messages)
         if not messages:
             return []
         cmd = SqlaPublishCommand(

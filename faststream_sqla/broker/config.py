@@ -56,6 +56,9 @@ class SqlaBrokerConfig(BrokerConfig):
     default_driver_annotations: UnderlyingDriverAnnotations = field(
         default_factory=_driver_annotations
     )
+    #: set while TestSqlaBroker runs the broker in memory: its fake producer calls the
+    #: handlers, so subscribers started meanwhile run no loops
+    in_memory: bool = field(default=False, init=False)
     _engine: AsyncEngine | None = field(default=None, init=False, repr=False)
     _dialect: Dialect | None = field(default=None, init=False, repr=False)
 

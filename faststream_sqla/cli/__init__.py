@@ -1,8 +1,8 @@
-"""`faststream-sqla` command line: the schema (`db`) and the running queues."""
+"""`faststream-sqla` command line: the schema (`db`), the running queues, and publishing."""
 
 from __future__ import annotations
 
-from . import control, db, operate  # noqa: F401 - each registers its commands on the app
+from . import control, db, operate, publish  # noqa: F401 - each registers its commands on the app
 from .common import app
 
 

@@ -134,7 +134,10 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         for queue in self.queues:  # router prefixes are known only now
             validate_queue_name(queue)
         await super().start()
-        if self.calls:
+        if self._outer_config.in_memory:  # TestSqlaBroker: started after the broker
+            for call in self.calls:
+                call.handler.set_test()
+        elif self.calls:
             self._start_loops()
         self._post_start()
 

@@ -14,11 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from faststream_sqla import MessageState, SqlaBroker
 
-from ..conftest import DIALECTS
+from ..conftest import on_servers
 from .helpers import FAST, Recorder, captured_logger, rows, wait_until
 
 SECURITY_PAGE = Path(__file__).resolve().parents[2] / "docs" / "security.md"
-SERVERS = [d for d in ("postgresql", "mysql") if d in DIALECTS]
 DOC_NAME = {"postgresql": "postgresql", "mysql": "mariadb"}
 PASSWORD = "change-me"  # as the page writes it
 
@@ -76,7 +75,7 @@ class Roles:
                     await conn.execute(sa.text(statement))
 
 
-@pytest.fixture(params=SERVERS)
+@pytest.fixture(params=on_servers())
 async def roles(request, server_databases) -> AsyncIterator[Roles]:
     server = request.param
     url = sa.make_url(server_databases[server])

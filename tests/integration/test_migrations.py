@@ -244,10 +244,6 @@ runner = CliRunner()
 
 def test_cli_upgrade_and_current(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
-    result = runner.invoke(app, ["db", "current", "--url", url])
-    assert result.exit_code == 0, result.output
-    assert "none" in result.output
-
     result = runner.invoke(app, ["db", "upgrade", "--url", url])
     assert result.exit_code == 0, result.output
     assert HEAD_REVISION in result.output

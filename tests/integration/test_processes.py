@@ -8,7 +8,7 @@ import signal
 import sqlite3
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
@@ -295,17 +295,32 @@ async def test_example_app_runs_under_faststream_run(database_url, engine, table
         faststream, "run", "examples.app:app", log=log, pipe=False, cwd=REPO, env=env
     ) as proc:
 
-        async def all_completed() -> bool:
-            archive = await rows(engine, tables.archive)
-            done = [r["queue"] for r in archive if r["state"] == MessageState.COMPLETED]
-            return sorted(done) == ["orders"] * 3 + ["shipments"] * 3
+        def all_completed(orders: int) -> Callable[[], Awaitable[bool]]:
+            async def check() -> bool:
+                archive = await rows(engine, tables.archive)
+                done = [r["queue"] for r in archive if r["state"] == MessageState.COMPLETED]
+                return sorted(done) == ["orders"] * orders + ["shipments"] * orders
+
+            return check
 
         try:
-            await wait_until(all_completed, timeout=60)
+            await wait_until(all_completed(3), timeout=60)
+            # the README's second step: a message from another terminal
+            sent = await asyncio.create_subprocess_exec(
+                Path(sys.executable).parent / "faststream-sqla", "publish", "orders",
+                '{"id": 4, "item": "gadget", "quantity": 2}', "--url", database_url,
+                stdout=asyncio.subprocess.PIPE,
+            )
+            assert (await sent.communicate())[0].decode().startswith("Published message ")
+            await wait_until(all_completed(4), timeout=60)
         except TimeoutError:
             pytest.fail(f"example did not complete its orders:\n{log.read_text()}")
         proc.send_signal(signal.SIGTERM)
         assert await exit_code(proc) == 0, log.read_text()
+    output = log.read_text()
+    assert "published orders [" in output  # the app's own log line shows
+    assert "order 4: 2 x gadget (delivery 1)" in output
+    assert "shipment for order 4: shipped" in output
 
 
 async def test_message_options_example_runs_under_faststream_run(
