@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 from typing_extensions import override
@@ -51,6 +51,20 @@ if TYPE_CHECKING:
 
 # A handler's own Ack/Nack/RejectMessage under AckPolicy.MANUAL (no middleware catches them)
 _DECISIONS = {AckMessage: AckStatus.ACKED, NackMessage: AckStatus.NACKED, RejectMessage: AckStatus.REJECTED}
+
+
+_Told = TypeVar("_Told", Outcome, None)
+
+
+def told(raw: ClaimedMessage, outcome: _Told) -> _Told:
+    """`outcome`, once the delivery's observer (if any) has heard it, once."""
+    if raw.on_outcome is not None:
+        on_outcome, raw.on_outcome = raw.on_outcome, None
+        try:
+            on_outcome(outcome)
+        except Exception:  # noqa: BLE001 - an observer must not lose the outcome
+            logging.getLogger(__name__).exception("an outcome observer failed")
+    return outcome
 
 
 class SqlaSubscriber(SubscriberUsecase[Any]):
@@ -396,11 +410,11 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             error = await self._run_handler_in_time(raw, (raw,))
         except asyncio.CancelledError:
             # Shutdown cut the handler short: not its fault, so no attempt is spent.
-            self._flusher.add(lifecycle.released(raw, started=True))
+            self._flusher.add(told(raw, lifecycle.released(raw, started=True)))
             raise
         if error is not None and await self._held_for_outage((raw,), error):
             return
-        self._flusher.add(self._outcome(raw, started, error))
+        self._flusher.add(told(raw, self._outcome(raw, started, error)))
         if raw.ordering_key is not None:
             # the key's next message is claimable only once this outcome is written
             self._flusher.write_soon()
@@ -425,12 +439,12 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             try:
                 error = await self._run_handler_in_time(live, live)
             except asyncio.CancelledError:
-                settled += (lifecycle.released(raw, started=True) for raw in live)
+                settled += (told(raw, lifecycle.released(raw, started=True)) for raw in live)
                 self._flusher.add_all(settled)
                 raise
             if error is not None and await self._held_for_outage(live, error):
                 live = []
-        settled += (self._outcome(raw, started, error) for raw in live)
+        settled += (told(raw, self._outcome(raw, started, error)) for raw in live)
         self._flusher.add_all(settled)
         if any(raw.ordering_key is not None for raw in batch):
             self._flusher.write_soon()  # as in _deliver_one
@@ -485,6 +499,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             return False
         for raw in reversed(live):
             raw.decision, raw.nack_delay = None, None
+            told(raw, None)
             self._buffer.put_back(raw)
         return True
 
