@@ -119,11 +119,28 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         prefix = self._outer_config.prefix
         return tuple(f"{prefix}{q}" for q in self._queues)
 
-    def get_log_context(self, message: StreamMessage[Any] | None) -> dict[str, str]:
+    def get_log_context(self, message: StreamMessage[Any] | None) -> dict[str, Any]:
+        """The fields of every log line about `message` (LogRecord attributes, so a JSON
+        formatter sees them): queue, message id, attempt (1 for the first) and
+        correlation id. A batch's are its first message's, its id the range of ids."""
         # called for every message: the common case must not rebuild the queue list
-        if message is not None and isinstance(message.raw_message, ClaimedMessage):
-            return {"queue": message.raw_message.queue, "message_id": str(message.message_id)}
-        return {"queue": ",".join(self.queues), "message_id": str(getattr(message, "message_id", ""))}
+        if message is not None:
+            raw = message.raw_message
+            if isinstance(raw, list) and raw:
+                raw = raw[0]
+            if isinstance(raw, ClaimedMessage):
+                return {
+                    "queue": raw.queue,
+                    "message_id": str(message.message_id),
+                    "attempt": raw.attempts_count + 1,
+                    "correlation_id": raw.correlation_id or "",
+                }
+        return {
+            "queue": ",".join(self.queues),
+            "message_id": str(getattr(message, "message_id", "")),
+            "attempt": "",
+            "correlation_id": "",
+        }
 
     def _log(self, log_level: int | None, message: str, **kwargs: Any) -> None:
         self._outer_config.logger.log(
