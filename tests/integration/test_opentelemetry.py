@@ -114,7 +114,7 @@ async def test_each_message_of_a_batch_carries_its_own_context(
 
     @broker.subscriber("parts", **FAST)
     async def handle(body: str, msg: SqlaMessage) -> None:
-        handled.record((body, msg.headers["traceparent"]))
+        handled.record((body, msg.headers["traceparent"], msg.headers.get("kept")))
 
     async with broker:
         await broker.start()
@@ -131,7 +131,9 @@ async def test_each_message_of_a_batch_carries_its_own_context(
     assert publish.attributes["messaging.batch.message_count"] == 3
     assert {link.context.span_id for link in publish.links} == {c.context.span_id for c in creates}
     # three distinct contexts, one per message, and each delivery continues its own
-    assert len({traceparent for _, traceparent in calls}) == 3
+    assert len({traceparent for _, traceparent, _ in calls}) == 3
+    # an envelope keeps its own headers beside the context
+    assert {body: kept for body, _, kept in calls} == {"a": None, "b": "yes", "c": None}
     assert sorted(p.parent.span_id for p in processes) == sorted(c.context.span_id for c in creates)
 
 
