@@ -431,7 +431,10 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             raise
         if error is not None and await self._held_for_outage((raw,), error):
             return
-        self._flusher.add(told(raw, self._outcome(raw, started, error)))
+        outcome = self._outcome(raw, started, error)
+        if raw.on_outcome is not None:  # checked here: this runs per message
+            told(raw, outcome)
+        self._flusher.add(outcome)
         if raw.ordering_key is not None:
             # the key's next message is claimable only once this outcome is written
             self._flusher.write_soon()
