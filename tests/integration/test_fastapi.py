@@ -2,10 +2,9 @@
 with FastAPI's TestClient, on every database."""
 
 import json
-
-import sqlalchemy as sa
 from typing import Annotated
 
+import sqlalchemy as sa
 from fastapi import Depends, FastAPI
 from fastapi.testclient import TestClient
 
@@ -17,6 +16,7 @@ from .helpers import FAST, Recorder, wait_until
 
 
 async def queue_bodies(engine, tables, queue: str) -> list[bytes]:
+    """The payloads of `queue`'s messages, waiting or archived."""
     async with engine.connect() as conn:
         bodies = []
         for table in (tables.message, tables.archive):
