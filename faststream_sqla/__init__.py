@@ -1,6 +1,7 @@
 """faststream-sqla: durable FastStream queues in PostgreSQL, MySQL/MariaDB and SQLite."""
 
 from faststream_sqla.broker.broker import SqlaBroker
+from faststream_sqla.broker.logging import MessageLogFields
 from faststream_sqla.broker.router import SqlaPublisherArgs, SqlaRoute, SqlaRouter
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
@@ -44,6 +45,7 @@ __all__ = (
     "UnknownMessageError",
     "UnknownQueueError",
     "Envelope",
+    "MessageLogFields",
     "MessageState",
     "SqlaBroker",
     "SqlaMessage",

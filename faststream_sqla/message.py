@@ -6,12 +6,15 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faststream.message import AckStatus, StreamMessage
 
 from .clock import to_aware
 from .exceptions import InvalidOptionError
+
+if TYPE_CHECKING:
+    from .dialects.base import Outcome
 
 
 #: ten years: a longer wait is a mistake, and would overflow datetime arithmetic
@@ -120,6 +123,9 @@ class ClaimedMessage:
     new_state: Any = KEEP_STATE
     #: set for messages handed out by get_one()/iteration, where no worker settles them
     settle: Callable[[ClaimedMessage], Awaitable[None]] | None = field(default=None, repr=False)
+    #: told what this delivery ended with once the subscriber has decided it (None: it
+    #: was put back unsettled); set by observers such as the tracing middleware
+    on_outcome: Callable[[Outcome | None], None] | None = field(default=None, repr=False)
 
     @property
     def keyed(self) -> bool:

@@ -121,15 +121,21 @@ class QueueAdmin:
         async with reading(self.engine) as conn:
             return await queues.queue_names(conn, self.tables)
 
-    async def queues(self, names: Sequence[str] | None = None) -> list[QueueStats]:
-        """Figures per queue (all queues, or `names`)."""
+    async def queues(
+        self, names: Sequence[str] | None = None, *, unknown_as_empty: bool = False
+    ) -> list[QueueStats]:
+        """Figures per queue (all queues, or `names`). A name no message ever had is an
+        UnknownQueueError, or zeros with `unknown_as_empty` (a monitor's fixed list)."""
         await self._prepare()
         async with reading(self.engine) as conn:
             if names is None:
                 names = await queues.queue_names(conn, self.tables)
             else:
                 for name in names:
-                    await self._known_queue(conn, name)
+                    if unknown_as_empty:
+                        validate_queue_name(name)
+                    else:
+                        await self._known_queue(conn, name)
             return [
                 await queues.queue_stats(conn, self.tables, name, self.exact_up_to)
                 for name in names

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 from typing_extensions import override
@@ -52,6 +52,20 @@ if TYPE_CHECKING:
 
 # A handler's own Ack/Nack/RejectMessage under AckPolicy.MANUAL (no middleware catches them)
 _DECISIONS = {AckMessage: AckStatus.ACKED, NackMessage: AckStatus.NACKED, RejectMessage: AckStatus.REJECTED}
+
+
+_Told = TypeVar("_Told", Outcome, None)
+
+
+def told(raw: ClaimedMessage, outcome: _Told) -> _Told:
+    """`outcome`, once the delivery's observer (if any) has heard it, once."""
+    if raw.on_outcome is not None:
+        on_outcome, raw.on_outcome = raw.on_outcome, None
+        try:
+            on_outcome(outcome)
+        except Exception:  # noqa: BLE001 - an observer must not lose the outcome
+            logging.getLogger(__name__).exception("an outcome observer failed")
+    return outcome
 
 
 class SqlaSubscriber(SubscriberUsecase[Any]):
@@ -106,11 +120,28 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         prefix = self._outer_config.prefix
         return tuple(f"{prefix}{q}" for q in self._queues)
 
-    def get_log_context(self, message: StreamMessage[Any] | None) -> dict[str, str]:
+    def get_log_context(self, message: StreamMessage[Any] | None) -> dict[str, Any]:
+        """The fields of every log line about `message` (LogRecord attributes, so a JSON
+        formatter sees them): queue, message id, attempt (1 for the first) and
+        correlation id. A batch's are its first message's, its id the range of ids."""
         # called for every message: the common case must not rebuild the queue list
-        if message is not None and isinstance(message.raw_message, ClaimedMessage):
-            return {"queue": message.raw_message.queue, "message_id": str(message.message_id)}
-        return {"queue": ",".join(self.queues), "message_id": str(getattr(message, "message_id", ""))}
+        if message is not None:
+            raw = message.raw_message
+            if isinstance(raw, list) and raw:
+                raw = raw[0]
+            if isinstance(raw, ClaimedMessage):
+                return {
+                    "queue": raw.queue,
+                    "message_id": str(message.message_id),
+                    "attempt": raw.attempts_count + 1,
+                    "correlation_id": raw.correlation_id or "",
+                }
+        return {
+            "queue": ",".join(self.queues),
+            "message_id": str(getattr(message, "message_id", "")),
+            "attempt": "",
+            "correlation_id": "",
+        }
 
     def _log(self, log_level: int | None, message: str, **kwargs: Any) -> None:
         self._outer_config.logger.log(
@@ -405,11 +436,14 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             error = await self._run_handler_in_time(raw, (raw,))
         except asyncio.CancelledError:
             # Shutdown cut the handler short: not its fault, so no attempt is spent.
-            self._flusher.add(lifecycle.released(raw, started=True))
+            self._flusher.add(told(raw, lifecycle.released(raw, started=True)))
             raise
         if error is not None and await self._held_for_outage((raw,), error):
             return
-        self._flusher.add(self._outcome(raw, started, error))
+        outcome = self._outcome(raw, started, error)
+        if raw.on_outcome is not None:  # checked here: this runs per message
+            told(raw, outcome)
+        self._flusher.add(outcome)
         if raw.ordering_key is not None:
             # the key's next message is claimable only once this outcome is written
             self._flusher.write_soon()
@@ -434,12 +468,12 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             try:
                 error = await self._run_handler_in_time(live, live)
             except asyncio.CancelledError:
-                settled += (lifecycle.released(raw, started=True) for raw in live)
+                settled += (told(raw, lifecycle.released(raw, started=True)) for raw in live)
                 self._flusher.add_all(settled)
                 raise
             if error is not None and await self._held_for_outage(live, error):
                 live = []
-        settled += (self._outcome(raw, started, error) for raw in live)
+        settled += (told(raw, self._outcome(raw, started, error)) for raw in live)
         self._flusher.add_all(settled)
         if any(raw.ordering_key is not None for raw in batch):
             self._flusher.write_soon()  # as in _deliver_one
@@ -494,6 +528,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             return False
         for raw in reversed(live):
             raw.decision, raw.nack_delay = None, None
+            told(raw, None)
             self._buffer.put_back(raw)
         return True
 
