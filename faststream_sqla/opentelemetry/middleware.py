@@ -108,7 +108,8 @@ class SqlaTelemetryScope(BaseTelemetryMiddleware[SqlaPublishCommand]):
             cmd.headers.update(current_baggage.to_headers())
 
         links, bodies = [], []
-        for body in cmd.batch_bodies:
+        # the items as given: an Envelope's own headers stay beside the context
+        for body in cmd.batch_items:
             create = self._tracer.start_span(
                 name=f"{destination} {MessageAction.CREATE}",
                 kind=SpanKind.PRODUCER,

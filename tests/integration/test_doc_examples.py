@@ -283,9 +283,14 @@ def test_outbox_examples_are_found() -> None:
 
 
 def test_every_example_file_runs_in_a_test() -> None:
-    """examples/*.py are whole apps: tests/integration/test_processes.py runs each under
-    `faststream run` (a new example needs a test there)."""
-    run_there = (ROOT / "tests" / "integration" / "test_processes.py").read_text()
+    """examples/*.py are whole apps: each is run by a test, under `faststream run`
+    (tests/integration/test_processes.py: "examples.NAME:app") or imported and driven
+    by one (`from examples.NAME import ...`)."""
+    tests = "".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py"))
     examples = sorted(p.stem for p in (ROOT / "examples").glob("*.py") if p.stem != "__init__")
     assert examples
-    assert [e for e in examples if f'"examples.{e}:app"' not in run_there] == []
+    untested = [
+        e for e in examples
+        if f'"examples.{e}:app"' not in tests and f"from examples.{e} import" not in tests
+    ]
+    assert untested == []
