@@ -34,6 +34,7 @@ class TestSqlaBroker(TestBroker[SqlaBroker, Any], broker=SqlaBroker):
         await br.publish({"id": 1}, queue="orders")
         handle.mock.assert_called_once_with({"id": 1})
     ```
+
     Publishing calls matching handlers directly; retries, delays and persistence are
     not simulated. `TestSqlaBroker(broker, with_real=True)` uses the real database.
     """

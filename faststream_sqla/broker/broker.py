@@ -55,8 +55,48 @@ DEFAULT_URL = "sqlite+aiosqlite:///faststream_sqla.db"
 class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, SqlaBrokerConfig]):
     """Durable queues in PostgreSQL, MySQL/MariaDB or SQLite.
 
-    `url_or_engine` is a SQLAlchemy async URL (the broker owns and disposes that engine)
-    or an `AsyncEngine` you own, e.g. the one your application already uses.
+    Every option is checked here (`InvalidOptionError` names the option and its
+    bounds); docs/configuration.md gives each one's default, bounds and effect.
+
+    Args:
+        url_or_engine: a SQLAlchemy async URL (the broker creates, owns and disposes
+            that engine) or an `AsyncEngine` you own, e.g. your application's.
+        message_table: the table of live messages (1-48 letters, digits or `_`).
+        archive_table: the table of finished messages (same rules, another name).
+        validate_schema: check at connect that the tables exist at the revision this
+            release needs (`SchemaMissingError`, `SchemaOutdatedError`).
+        vacuum_message_table: PostgreSQL: vacuum the message table in the background
+            as messages are settled.
+        max_queue_size: backpressure: a publish past this many waiting and in-flight
+            messages of a queue raises `QueueFullError` (1 to 10**12; None: no limit).
+        max_queue_sizes: per-queue limits overriding `max_queue_size`.
+        fast_publish: PostgreSQL: the broker's own commits of publishes do not wait
+            for their WAL flush.
+        engine_options: keyword arguments of `create_async_engine()` for an engine
+            the broker creates.
+        graceful_timeout: seconds running handlers get to finish at stop (None: no
+            limit); then they are cancelled and their messages go back to the queue.
+        decoder: a custom decoder for every subscriber.
+        parser: a custom parser for every subscriber.
+        codec: how message bodies are encoded to bytes and decoded.
+        dependencies: FastDepends dependencies of every handler.
+        middlewares: broker middlewares.
+        routers: `SqlaRouter`s to include.
+        ack_policy: the default ack policy of every subscriber
+            (`AckPolicy.NACK_ON_ERROR` when not set).
+        specification_url: the server URL in the AsyncAPI document (default: the
+            URL, password masked).
+        protocol: the server protocol in the document (default: the URL's backend).
+        protocol_version: the server protocol version in the document.
+        description: the server description in the document.
+        tags: the server tags in the document.
+        security: the security scheme shown in the document.
+        logger: the logger of the broker's lines (None: no logging).
+        log_level: the level of the per-message access lines.
+        apply_types: let FastDepends validate and cast handler arguments.
+        serializer: the FastDepends serializer.
+        provider: the dependency provider (default: FastDepends' global one).
+        context: the FastStream context repository (default: a new one).
     """
 
     def __init__(
@@ -156,6 +196,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
 
     @property
     def tables(self) -> QueueTables:
+        """The queue tables (SQLAlchemy `Table`s under the configured names)."""
         return self.config.tables
 
     @override
@@ -302,11 +343,15 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
 
         Args:
             message: str, bytes, a dict/list (JSON) or a pydantic model.
+            queue: the target queue.
+            headers: a JSON-serialisable dict stored with the message.
+            correlation_id: at most 255 characters (default: a new id).
+            reply_to: the queue the handler's return value is published to.
             connection: an `AsyncConnection` or `AsyncSession` whose transaction the
                 insert joins (transactional outbox); without it the publish commits alone.
             **options: delivery options (`faststream_sqla.options.DeliveryOptionArgs`):
-                `next_attempt_at` (aware datetime before which it is not delivered) or
-                `delay` (seconds or timedelta from now on the database clock).
+                `delay` or `next_attempt_at`, `ttl` or `expires_at`, `priority`,
+                `ordering_key`, `idempotency_key` (docs/message-options.md).
         """
         cmd = SqlaPublishCommand(
             message,
@@ -335,6 +380,16 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
 
         The call's headers and options apply to every message; an `Envelope` item adds
         headers and options of its own.
+
+        Args:
+            *messages: the bodies, or `Envelope`s of a body with its own headers and
+                options.
+            queue: the target queue.
+            headers: headers of every message.
+            correlation_id: the correlation id of every message (default: a new one).
+            connection: an `AsyncConnection` or `AsyncSession` whose transaction the
+                insert joins; without it the batch commits alone.
+            **options: delivery options of every message (`DeliveryOptionArgs`).
         """
         if not messages:
             return []
