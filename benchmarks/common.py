@@ -52,15 +52,6 @@ def claim_options(claims: str) -> dict[str, int]:
     return {"fetch_batch_size": int(low), "max_fetch_batch_size": int(high or low)}
 
 
-#: claim sizes of the server-cost scenario: the smallest and largest default claims
-SERVER_COST_BATCH_SIZES = (100, 1000)
-
-
-def server_cost_metric(name: str, fetch_batch_size: int) -> str:
-    """A server-cost figure's name: `name` at one claim size."""
-    return f"{name}@fbs={fetch_batch_size}"
-
-
 def processes_metric(name: str, claims: str) -> str:
     """A processes figure's name: plain at the default claims, else with a suffix."""
     if claims == PROCESSES_CLAIMS[0]:
