@@ -14,6 +14,7 @@ from typing_extensions import override
 from faststream._internal.testing.broker import TestBroker, change_producer
 from faststream.exceptions import SubscriberNotFound
 
+from faststream_sqla._faststream import serializer_of
 from faststream_sqla.broker.broker import SqlaBroker
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.publisher.producer import SqlaProducer
@@ -70,7 +71,7 @@ class FakeProducer(SqlaProducer):
         super().__init__(parser=broker._parser, decoder=broker._decoder)
         self._ids = itertools.count(1)
         self.brokers = brokers
-        self.serializer = broker.config.fd_config._serializer
+        self.serializer = serializer_of(broker.config.fd_config)
         if broker.config.broker_codec is not None:
             self.codec = broker.config.broker_codec
 

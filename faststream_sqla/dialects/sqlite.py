@@ -27,6 +27,7 @@ from faststream_sqla.schema import (
     archive_copy,
 )
 
+from ._aiosqlite import run_in_thread, runs_calls_in_thread
 from ._claim import claim_limit, priority_literal, ready_ids
 from ._gil import short_switch_interval
 from ._pool import check_in
@@ -156,8 +157,8 @@ async def in_driver_thread(conn: AsyncConnection, work: Callable[[Any], T]) -> T
     CPython's switch interval never forces a hand-off while the loop keeps doing so,
     so each call can wait tens of milliseconds behind running handlers. A whole
     operation as one call, with as few statements as possible, keeps claims and
-    outcome writes prompt. `Connection._execute` is how aiosqlite dispatches all of
-    its own methods; any other driver runs `work` through SQLAlchemy instead.
+    outcome writes prompt (`_aiosqlite` makes the call); any other driver runs `work`
+    through SQLAlchemy instead.
     """
     raw = await conn.get_raw_connection()
     if not runs_calls_in_thread(raw.driver_connection):
@@ -165,20 +166,12 @@ async def in_driver_thread(conn: AsyncConnection, work: Callable[[Any], T]) -> T
     return await call_in_thread(raw.driver_connection, work)
 
 
-def runs_calls_in_thread(driver: Any) -> bool:
-    """Whether `driver` is aiosqlite's connection, whose `_execute` runs a call on its
-    thread (what `in_driver_thread` needs)."""
-    return callable(getattr(driver, "_execute", None)) and isinstance(
-        getattr(type(driver), "_conn", None), property
-    )
-
-
 async def call_in_thread(driver: Any, work: Callable[[Any], T]) -> T:
     """`work(sqlite3 connection)` on aiosqlite's thread, its errors as SQLAlchemy's,
     with prompt GIL hand-offs while it runs (see `_gil`)."""
     try:
         with short_switch_interval:
-            return await driver._execute(work, driver._conn)
+            return await run_in_thread(driver, work)
     except sqlite3.Error as exc:
         raise _as_sqlalchemy_error(exc) from exc
 
