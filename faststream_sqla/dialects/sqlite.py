@@ -274,7 +274,7 @@ class SQLiteDialect(Dialect):
         the transaction has committed, the next writer may begin, and the connection
         goes back to the pool without the pool's rollback, which would be another
         hand-off to the driver's thread for a transaction already over (inside the lock
-        it held every other writer back, ~40 ms an outcome write during a busy drain).
+        it held every other writer back, for tens of milliseconds during a busy drain).
         After a failure or a cancellation the lock is kept until the connection is back,
         with the usual rollback, so a transaction still running on the driver's thread
         cannot overlap the next writer's.
@@ -370,8 +370,8 @@ class SQLiteDialect(Dialect):
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         # SQLite runs in process: rows are bound by the driver in C, not taken apart from
         # a JSON document by SQL. Terminal outcomes, the common case, are a multi-row
-        # VALUES list joined to the messages by key (one step per statement, ~35% less
-        # than an executemany of the same work); requeues, rarer, an executemany.
+        # VALUES list joined to the messages by key (one step per statement, cheaper than
+        # an executemany of the same work); requeues, rarer, an executemany.
         m = self._q(engine, self.tables.message)
         a = self._q(engine, self.tables.archive)
         done = [o for o in outcomes if o.archives]
@@ -430,7 +430,7 @@ class SQLiteDialect(Dialect):
 
         Multi-row INSERTs at the driver level: SQLite runs in process, so the cost is
         per-row work; one statement of many rows steps once where executemany steps per
-        row (~1 us a row less). A batch is as few statements as SQLite's variable limit
+        row. A batch is as few statements as SQLite's variable limit
         allows; sqlite3 caches the prepared text of each size. The database clock of an
         embedded database is this machine's clock, so the batch's times are computed
         here once, not by strftime calls on every row.
