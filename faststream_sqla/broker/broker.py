@@ -50,6 +50,33 @@ if TYPE_CHECKING:
     from faststream.specification.schema.extra import Tag, TagDict
 
 DEFAULT_URL = "sqlite+aiosqlite:///faststream_sqla.db"
+#: the longest graceful_timeout: a week, as for a subscriber's handler_timeout
+MAX_GRACEFUL_TIMEOUT = 7 * 86400.0
+
+
+def _check_broker_options(
+    graceful_timeout: object, engine_options: object, log_level: object
+) -> None:
+    # Checked at construction, so a value that cannot work fails here and not at stop.
+    if graceful_timeout is not None and (
+        isinstance(graceful_timeout, bool)
+        or not isinstance(graceful_timeout, (int, float))
+        or not 0 <= graceful_timeout <= MAX_GRACEFUL_TIMEOUT
+    ):
+        msg = (
+            "graceful_timeout must be None or a number of seconds from 0 to "
+            f"{MAX_GRACEFUL_TIMEOUT:g}, got {graceful_timeout!r}"
+        )
+        raise InvalidOptionError(msg)
+    if engine_options is not None and not isinstance(engine_options, Mapping):
+        msg = (
+            "engine_options must be a dict of create_async_engine() arguments, "
+            f"got {engine_options!r}"
+        )
+        raise InvalidOptionError(msg)
+    if isinstance(log_level, bool) or not isinstance(log_level, int):
+        msg = f"log_level must be a logging level (an int such as logging.INFO), got {log_level!r}"
+        raise InvalidOptionError(msg)
 
 
 class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, SqlaBrokerConfig]):
@@ -145,6 +172,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         if not isinstance(fast_publish, bool):
             msg = f"fast_publish must be True or False, got {fast_publish!r}"
             raise InvalidOptionError(msg)
+        _check_broker_options(graceful_timeout, engine_options, log_level)
         producer.fast_publish = fast_publish
         tables = QueueTables(
             TableNames(message=message_table, archive=archive_table),
@@ -152,7 +180,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         )
         super().__init__(
             url_or_engine=url_or_engine,
-            engine_options=engine_options or {},
+            engine_options=dict(engine_options or {}),
             validate_schema=validate_schema,
             routers=routers,
             config=SqlaBrokerConfig(

@@ -48,8 +48,8 @@ async def test_aiosqlite_runs_a_function_on_its_thread_with_the_sqlite3_connecti
                 "aiosqlite", "Connection._execute or the Connection._conn property is gone"
             )
 
-            def work(connection: object) -> tuple[bool, int, int]:
-                value = connection.execute("SELECT 41 + 1").fetchone()[0]  # type: ignore[attr-defined]
+            def work(connection: sqlite3.Connection) -> tuple[bool, int, int]:
+                value = connection.execute("SELECT 41 + 1").fetchone()[0]
                 return isinstance(connection, sqlite3.Connection), value, threading.get_ident()
 
             is_sqlite3, value, thread = await run_in_thread(driver, work)
