@@ -169,9 +169,14 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         producer = SqlaProducer(parser=parser, decoder=decoder)
         # backpressure: checked now, so a bad limit fails at construction
         producer.limits = QueueLimits(max_queue_size, max_queue_sizes)
-        if not isinstance(fast_publish, bool):
-            msg = f"fast_publish must be True or False, got {fast_publish!r}"
-            raise InvalidOptionError(msg)
+        for name, flag in (
+            ("fast_publish", fast_publish),
+            ("validate_schema", validate_schema),
+            ("vacuum_message_table", vacuum_message_table),
+        ):
+            if not isinstance(flag, bool):
+                msg = f"{name} must be True or False, got {flag!r}"
+                raise InvalidOptionError(msg)
         _check_broker_options(graceful_timeout, engine_options, log_level)
         producer.fast_publish = fast_publish
         tables = QueueTables(

@@ -12,6 +12,7 @@ from faststream._internal.constants import EMPTY
 from faststream.middlewares import AckPolicy
 
 from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.publisher.factory import create_publisher
 from faststream_sqla.schema import validate_queue_name
@@ -171,6 +172,9 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
                 the handler's return annotation).
             include_in_schema: show this publisher in the AsyncAPI document.
         """
+        if headers is not None and not isinstance(headers, dict):
+            msg = f"headers must be a dict, got {headers!r}"
+            raise InvalidOptionError(msg)
         publisher = create_publisher(
             queue=queue,
             headers=headers,

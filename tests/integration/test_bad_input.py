@@ -107,12 +107,20 @@ def test_options_that_cannot_work_are_refused_when_the_subscriber_is_built(optio
         ("engine_options", "pool_size=5"),
         ("log_level", "INFO"),
         ("log_level", True),
+        ("validate_schema", "no"),
+        ("vacuum_message_table", "off"),
     ],
     ids=lambda value: repr(value),
 )
 def test_broker_options_that_cannot_work_are_refused_when_it_is_built(option, value):
     with pytest.raises(InvalidOptionError, match=option):
         SqlaBroker("sqlite+aiosqlite:///:memory:", **{option: value})
+
+
+def test_a_publishers_headers_must_be_a_dict():
+    broker = SqlaBroker("sqlite+aiosqlite:///:memory:")
+    with pytest.raises(InvalidOptionError, match="headers"):
+        broker.publisher("q", headers="tenant=acme")  # type: ignore[arg-type]
 
 
 def test_the_broker_options_bounds_are_inclusive():
