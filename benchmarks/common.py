@@ -397,16 +397,6 @@ async def send_timestamps_and_wait(
     return achieved, failed
 
 
-async def wait_for_count(get: Callable[[], int], n: int, timeout: float) -> None:
-    """Wait until an in-process counter reaches n (checked every millisecond)."""
-    deadline = time.monotonic() + timeout
-    while get() < n:
-        if time.monotonic() > deadline:
-            msg = f"only {get()} of {n} messages handled within {timeout:.0f}s"
-            raise TimeoutError(msg)
-        await asyncio.sleep(0.001)
-
-
 class CountDown:
     """A handler-side counter with an event set when it reaches its target."""
 
