@@ -147,6 +147,7 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
 
     @property
     def queue(self) -> str:
+        """The queue the message was claimed from."""
         return self.raw_message.queue
 
     @property
@@ -161,22 +162,27 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
 
     @property
     def created_at(self) -> datetime:
+        """When it was published (aware, UTC)."""
         return to_aware(self.raw_message.created_at)
 
     @property
     def first_attempt_at(self) -> datetime | None:
+        """When its first attempt started; None before any."""
         return to_aware(self.raw_message.first_attempt_at)
 
     @property
     def last_attempt_at(self) -> datetime | None:
+        """When its latest attempt before this one started; None before any."""
         return to_aware(self.raw_message.last_attempt_at)
 
     @property
     def next_attempt_at(self) -> datetime:
+        """The earliest time it was due for this delivery."""
         return to_aware(self.raw_message.next_attempt_at)
 
     @property
     def acquired_at(self) -> datetime | None:
+        """When this delivery claimed it."""
         return to_aware(self.raw_message.acquired_at)
 
     @property

@@ -33,16 +33,23 @@ class MessageState(str, enum.Enum):
     """Where a message is in its life. Stored by name."""
 
     PENDING = "PENDING"
-    #: behind an earlier message of its ordering key; PENDING once that one settles
-    #: (faststream_sqla.ordering). Out of the claim index, like PROCESSING.
+    """Waiting in the queue for its time (`next_attempt_at`) and a consumer."""
     WAITING = "WAITING"
+    """Behind an earlier message of its ordering key; PENDING once that one settles
+    (faststream_sqla.ordering). Out of the claim index, like PROCESSING."""
     PROCESSING = "PROCESSING"
+    """Claimed by a consumer, under a lease that consumer renews."""
     RETRYABLE = "RETRYABLE"
+    """Failed or nacked, due again at `next_attempt_at`."""
     COMPLETED = "COMPLETED"
+    """Archive only: handled and acknowledged."""
     FAILED = "FAILED"
-    EXPIRED = "EXPIRED"  # past its expires_at before a handler got it: never handled
-    #: archive only: copied back to the queue by a redrive or replay (faststream_sqla.admin)
+    """Archive only: rejected, or out of attempts or deliveries (a dead letter)."""
+    EXPIRED = "EXPIRED"
+    """Archive only: past its `expires_at` before a handler got it; never handled."""
     REDRIVEN = "REDRIVEN"
+    """Archive only: copied back to the queue by a redrive or replay
+    (faststream_sqla.admin)."""
 
 
 #: archive states of messages that did not complete: the dead letters

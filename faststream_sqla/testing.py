@@ -13,6 +13,7 @@ from typing_extensions import override
 
 from faststream._internal.testing.broker import TestBroker, change_producer
 
+from faststream_sqla._faststream import serializer_of
 from faststream_sqla.broker.broker import SqlaBroker
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.publisher.producer import SqlaProducer
@@ -33,6 +34,7 @@ class TestSqlaBroker(TestBroker[SqlaBroker, Any], broker=SqlaBroker):
         await br.publish({"id": 1}, queue="orders")
         handle.mock.assert_called_once_with({"id": 1})
     ```
+
     Publishing calls matching handlers directly; retries, delays and persistence are
     not simulated. `TestSqlaBroker(broker, with_real=True)` uses the real database.
     """
@@ -76,7 +78,7 @@ class FakeProducer(SqlaProducer):
         super().__init__(parser=broker._parser, decoder=broker._decoder)
         self._ids = itertools.count(1)
         self.brokers = brokers
-        self.serializer = broker.config.fd_config._serializer
+        self.serializer = serializer_of(broker.config.fd_config)
         self.id_generator = broker.config.producer.id_generator
         if broker.config.broker_codec is not None:
             self.codec = broker.config.broker_codec

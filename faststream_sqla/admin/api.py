@@ -58,8 +58,16 @@ REPLAYABLE = TERMINAL
 class QueueAdmin:
     """Operations on the queues of one database.
 
-    `engine`: an `AsyncEngine` (kept open) or a URL (an engine of our own, closed by
-    `close()` or on leaving `async with`). Every call checks the schema first, once.
+    Every call checks the schema first, once.
+
+    Args:
+        engine: an `AsyncEngine` (kept open) or a URL (an engine of our own, closed by
+            `close()` or on leaving `async with`).
+        message_table: the broker's `message_table` (default `"message"`).
+        archive_table: the broker's `archive_table` (default `"message_archive"`).
+        exact_up_to: counts stop at this many (default 5,000, at most 10,000,000) and
+            are then reported as "at least" (`Count.exact` is False), so their cost
+            does not grow with the tables.
     """
 
     def __init__(
@@ -220,7 +228,15 @@ class QueueAdmin:
         batch_size: int = MOVE_BATCH,
     ) -> MoveResult:
         """Dead letters back to their queues as new PENDING messages: by `ids`, every one
-        of a `queue`, or every one of `all_queues`. The archive rows become REDRIVEN."""
+        of a `queue`, or every one of `all_queues`. The archive rows become REDRIVEN.
+
+        Args:
+            ids: archive ids to redrive.
+            queue: redrive every dead letter of this queue.
+            all_queues: redrive every dead letter of every queue.
+            progress: called as rows move, with (done, total or None).
+            batch_size: rows moved per transaction (default 500).
+        """
         chosen = [ids is not None, queue is not None, all_queues]
         if sum(chosen) != 1:
             msg = "redrive takes exactly one of: ids, a queue, or all_queues=True"
@@ -239,7 +255,17 @@ class QueueAdmin:
         batch_size: int = MOVE_BATCH,
     ) -> MoveResult:
         """Archived messages in any final state back to their queues, as redrive does:
-        by `ids`, or a `queue`'s within [since, until), optionally only `states`."""
+        by `ids`, or a `queue`'s within [since, until), optionally only `states`.
+
+        Args:
+            ids: archive ids to replay.
+            queue: replay this queue's archived messages.
+            since: with `queue`: archived at or after this aware datetime.
+            until: with `queue`: archived before this aware datetime.
+            states: only messages archived in these states (default: every final one).
+            progress: called as rows move, with (done, total or None).
+            batch_size: rows moved per transaction (default 500).
+        """
         if (ids is None) == (queue is None):
             raise InvalidOptionError("replay takes exactly one of: ids or a queue")
         if ids is not None and (since or until):
@@ -278,7 +304,13 @@ class QueueAdmin:
         batch_size: int = PRUNE_BATCH,
         progress: Progress | None = None,
     ) -> int:
-        """Delete archive rows archived longer ago than `older_than`; how many went."""
+        """Delete archive rows archived longer ago than `older_than`; how many went.
+
+        Args:
+            older_than: a positive timedelta.
+            batch_size: rows deleted per transaction (default 1000).
+            progress: called as rows go, with (done, total or None).
+        """
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
             raise InvalidOptionError(f"older_than must be a positive timedelta, got {older_than!r}")
         _batch_size(batch_size)

@@ -14,6 +14,7 @@ from faststream._internal.configs import (
 )
 from faststream.exceptions import IncorrectState
 
+from faststream_sqla._faststream import serializer_of
 from faststream_sqla.health import DatabaseHealth
 from faststream_sqla.publisher.producer import SqlaProducer
 from faststream_sqla.schema import QueueTables
@@ -79,7 +80,7 @@ class SqlaBrokerConfig(BrokerConfig):
     def connect(self, engine: AsyncEngine, dialect: Dialect) -> None:
         self._engine, self._dialect = engine, dialect
         self.producer.connect(
-            engine, dialect, self.wakeups, self.fd_config._serializer, self.broker_codec,
+            engine, dialect, self.wakeups, serializer_of(self.fd_config), self.broker_codec,
             self.health,
         )
         def log(level: int, message: str) -> None:

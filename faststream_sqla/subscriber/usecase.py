@@ -17,6 +17,7 @@ from faststream.exceptions import AckMessage, NackMessage, RejectMessage, StopCo
 from faststream.message import AckStatus
 
 from faststream_sqla import lifecycle, ordering
+from faststream_sqla._faststream import set_auto_ack_disabled
 from faststream_sqla.dialects.base import Outcome, with_retries
 from faststream_sqla.exceptions import HandlerTimeoutError, InvalidOptionError, RetryAfter
 from faststream_sqla.message import KEEP_STATE, ClaimedMessage, validate_delay
@@ -157,7 +158,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         # A router's subscriber learns the broker's ack_policy only once included;
         # FastStream read it at construction, so read it again now.
         self.ack_policy = self._config.ack_policy
-        setattr(self, "_SubscriberUsecase__auto_ack_disabled", self._config.auto_ack_disabled)  # noqa: B010
+        set_auto_ack_disabled(self, self._config.auto_ack_disabled)
         super()._post_start()
 
     @override
