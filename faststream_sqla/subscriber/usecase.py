@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pydantic
 from typing_extensions import override
@@ -86,7 +86,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     ) -> None:
         parser = SqlaBatchParser() if config.batch else SqlaParser()
         config.parser = parser.parse_message
-        config.decoder = parser.decode_batch if config.batch else parser.decode_message
+        config.decoder = (
+            parser.decode_batch if isinstance(parser, SqlaBatchParser) else parser.decode_message
+        )
         super().__init__(config, specification, calls)
         self._config = config
         self._queues = config.queues
@@ -144,10 +146,17 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             "correlation_id": "",
         }
 
-    def _log(self, log_level: int | None, message: str, **kwargs: Any) -> None:
-        self._outer_config.logger.log(
-            message, log_level, extra=self.get_log_context(None), **kwargs
-        )
+    def _log(
+        self,
+        log_level: int | None,
+        message: str,
+        extra: dict[str, Any] | None = None,
+        exc_info: BaseException | None = None,
+    ) -> None:
+        fields = self.get_log_context(None)
+        if extra:
+            fields = {**fields, **extra}
+        self._outer_config.logger.log(message, log_level, extra=fields, exc_info=exc_info)
 
     def _make_response_publisher(self, message: StreamMessage[Any]) -> Iterable[PublisherProto]:
         return (SqlaFakePublisher(self._outer_config.producer, queue=message.reply_to),)
@@ -375,6 +384,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         assert self._fetcher is not None and self._flusher is not None
         buffer, fetcher, flusher = self._buffer, self._fetcher, self._flusher
         running, me = self._running, asyncio.current_task()
+        assert me is not None  # workers run as tasks (_spawn)
         health = self._outer_config.health
         delivered = 0
         while True:
@@ -389,7 +399,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 buffer.put_back(raw)
                 await health.until_reachable(self._stopping)
                 continue
-            running[me] = raw  # type: ignore[index]
+            running[me] = raw
             batch = self._take_batch(raw) if self.batch else None
             fetcher.notify_taken()
             if not self.running:  # stopping: messages not yet started go back
@@ -651,16 +661,17 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             self._outer_config.wakeups.unregister(self.queues, wake)
         parser, decoder = self._get_parser_and_decoder()
         context = self._outer_config.context
-        msg: SqlaMessage = await process_msg(  # type: ignore[assignment]
+        msg = await process_msg(
             msg=raw,
             middlewares=(m(raw, context=context) for m in self._broker_middlewares),
             parser=SqlaParser().parse_message if self.batch else parser,
             decoder=SqlaParser().decode_message if self.batch else decoder,
         )
-        return msg
+        # not None for a message given; our parsers make SqlaMessages
+        return cast("SqlaMessage", msg)
 
     @override
-    async def __aiter__(self) -> AsyncIterator[SqlaMessage]:  # type: ignore[override]
+    async def __aiter__(self) -> AsyncIterator[SqlaMessage]:
         while True:
             msg = await self.get_one(timeout=3600.0)
             if msg is not None:
