@@ -126,7 +126,7 @@ def _inspect(
 ) -> tuple[list[str], dict[str, list[str]], object]:
     inspector = sa.inspect(conn)
     existing = set(inspector.get_table_names())
-    ours = (*tables.live, tables.archive)
+    ours = (*tables.live, tables.archive, tables.schedule)
     missing = [t.name for t in ours if t.name not in existing]
     lacking: dict[str, list[str]] = {}
     for table in ours:
@@ -151,10 +151,16 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
     )
     fix = f"run: {upgrade_command(engine, tables.names)}"
     if revision == HEAD_REVISION:
-        # Migrated by us: the archive exists, though a producer granted nothing on it
-        # (docs/security.md) does not see it on MariaDB.
-        missing = [name for name in missing if name != tables.names.archive]
-        lacking.pop(tables.names.archive, None)
+        # Migrated by us: the archive and schedule tables exist, though a producer
+        # granted nothing on them (docs/security.md) does not see them on MariaDB.
+        unseen = (tables.names.archive, tables.schedule.name)
+        missing = [name for name in missing if name not in unseen]
+        for name in unseen:
+            lacking.pop(name, None)
+    elif tables.schedule.name in missing:
+        # an older revision is outdated (below), hand-managed tables need the schedule
+        # table only to declare schedules
+        missing.remove(tables.schedule.name)
     if missing:
         raise SchemaMissingError(f"table(s) {', '.join(missing)} do not exist; {fix}")
     if revision is _UNVERSIONED or revision == HEAD_REVISION:

@@ -61,7 +61,8 @@ async def _create_database(dialect: str) -> None:
     engine = create_async_engine(server_database_url(dialect))
     async with engine.begin() as conn:
         for table in (
-            "message_keys", "message", "message_archive", "faststream_sqla_version", "handled"
+            "message_keys", "message", "message_archive", "message_schedule",
+            "faststream_sqla_version", "handled",
         ):
             q = engine.dialect.identifier_preparer.quote(table)
             await conn.exec_driver_sql(f"DROP TABLE IF EXISTS {q}")
@@ -104,7 +105,9 @@ async def database_url(
     engine = create_async_engine(url)
     tables = QueueTables()
     async with engine.begin() as conn:
-        for table in (*tables.for_dialect(engine.dialect.name).live, tables.archive):
+        for table in (
+            *tables.for_dialect(engine.dialect.name).live, tables.archive, tables.schedule
+        ):
             await conn.execute(table.delete())
     await engine.dispose()
     yield url
