@@ -1,8 +1,8 @@
-"""`faststream-sqla` command line: the schema (`db`) and the running queues."""
+"""`faststream-sqla` command line: the schema (`db`), the running queues and the schedules."""
 
 from __future__ import annotations
 
-from . import db, operate  # noqa: F401 - each registers its commands on the app
+from . import db, operate, schedule  # noqa: F401 - each registers its commands on the app
 from .common import app
 
 
