@@ -53,10 +53,15 @@ def schedule_list(
     return None
 
 
-def _changed(found: ScheduleInfo, json_output: bool, verb: str) -> None:
+def _changed(found: ScheduleInfo, json_output: bool) -> None:
     if json_output:
         return print_json(found)
-    out.print(f"Schedule {escape(found.name)} {verb}; next firing {_time(found.next_fire_at)} UTC.")
+    if found.paused:
+        out.print(f"Schedule {escape(found.name)} paused.")
+    else:
+        out.print(
+            f"Schedule {escape(found.name)} resumed; next firing {_time(found.next_fire_at)} UTC."
+        )
     return None
 
 
@@ -70,10 +75,7 @@ def schedule_pause(
 ) -> None:
     """Stop firing a schedule until resumed (kept across restarts)."""
     found = with_admin(url, message_table, archive_table, lambda a: a.pause_schedule(name))
-    if json_output:
-        return print_json(found)
-    out.print(f"Schedule {escape(found.name)} paused.")
-    return None
+    return _changed(found, json_output)
 
 
 @schedule_app.command("resume")
@@ -86,7 +88,7 @@ def schedule_resume(
 ) -> None:
     """Fire a paused schedule again from its next tick (missed ticks are not fired)."""
     found = with_admin(url, message_table, archive_table, lambda a: a.resume_schedule(name))
-    return _changed(found, json_output, "resumed")
+    return _changed(found, json_output)
 
 
 @schedule_app.command("delete")

@@ -45,6 +45,8 @@ TICK_HEADER = "x-schedule-tick"
 #: the longest the runner waits before looking again: a pause, resume or delete from
 #: another process takes effect within this
 POLL_SECONDS = 1.0
+#: how long a stopping broker lets a firing in progress commit before cancelling it
+STOP_GRACE_SECONDS = 5.0
 
 Publish = Callable[..., Awaitable[Any]]
 Log = Callable[[int, str], None]
@@ -56,6 +58,7 @@ class ScheduleRunner:
         self._publish = publish
         self._log = log
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         self._engine: AsyncEngine | None = None
         self._dialect: Dialect | None = None
         self._health: DatabaseHealth | None = None
@@ -86,14 +89,21 @@ class ScheduleRunner:
             await with_retries(
                 dialect, lambda s=schedule, p=payload, h=headers: self._declare_once(s, p, h)
             )
+        self._stopping.clear()
         self._task = asyncio.create_task(self._run(), name="faststream-sqla schedules")
 
     async def stop(self) -> None:
-        if self._task is not None:
+        """Let a firing in progress commit (a tick half published is rolled back, and
+        fired by the next process that looks), then end the loop."""
+        if self._task is None:
+            return
+        self._stopping.set()
+        done, _ = await asyncio.wait({self._task}, timeout=STOP_GRACE_SECONDS)
+        if not done:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            self._task = None
+        self._task = None
 
     async def _declare_once(
         self, schedule: Schedule, payload: bytes, headers: dict[str, Any]
@@ -140,17 +150,19 @@ class ScheduleRunner:
             await store.update(conn, table, schedule.key, {**changed, "updated_at": now})
 
     async def _run(self) -> None:
-        assert self._health is not None
-        while True:
+        while not self._stopping.is_set():
             try:
                 wait = await self.fire_due()
-            except asyncio.CancelledError:
-                raise
             except Exception as e:  # noqa: BLE001 - the loop must outlive any one failure
-                if not self._health.noticed(e):  # an outage is logged once, elsewhere
-                    self._log(logging.ERROR, f"Schedules: firing failed, trying again: {e!r}")
+                self._failed("Schedules: looking for due schedules failed", e)
                 wait = POLL_SECONDS
-            await asyncio.sleep(wait)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), wait)
+
+    def _failed(self, what: str, error: Exception) -> None:
+        assert self._health is not None
+        if not self._health.noticed(error):  # an outage is logged once, elsewhere
+            self._log(logging.ERROR, f"{what}, trying again within a second: {error!r}")
 
     async def fire_due(self) -> float:
         """Fire every declared schedule that is due; returns how long to wait before
@@ -165,10 +177,16 @@ class ScheduleRunner:
                 continue
             next_fire_at = row["next_fire_at"]
             if next_fire_at <= now:
-                dialect = self._dialect
-                next_fire_at = await with_retries(
-                    dialect, lambda r=row: self._fire(r, now)
-                )
+                try:
+                    next_fire_at = await with_retries(
+                        self._dialect, lambda r=row: self._fire(r, now)
+                    )
+                except Exception as e:  # noqa: BLE001 - one schedule's failure (a full
+                    # queue, say) must not hold the others back
+                    if self._dialect.is_unreachable(e):
+                        raise
+                    self._failed(f"Schedule {row['name']!r}: firing failed", e)
+                    continue
             upcoming.append(next_fire_at)
         if not upcoming:
             return POLL_SECONDS

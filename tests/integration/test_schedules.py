@@ -190,6 +190,29 @@ async def test_pause_resume_and_delete_through_the_api(database_url, engine, tab
                     await call("a")
 
 
+async def test_a_failed_publish_rolls_the_tick_back_and_holds_no_other_schedule(
+    database_url, engine, tables
+):
+    logger, lines = captured_logger("schedules-full-queue")
+    broker = SqlaBroker(database_url, max_queue_sizes={"full": 1}, logger=logger)
+    broker.schedule("full", "f", every=1)
+    broker.schedule("witness-q", "w", every=1, name="witness")
+    async with broker:
+        await broker.start()
+        await fired_at_least(engine, tables, "full", 1)
+        witnessed = (await schedule_row(engine, tables, "witness"))["fired_count"]
+        await fired_at_least(engine, tables, "witness", witnessed + 2)
+        # the queue is full: each try rolled back, the tick is still due
+        row = await schedule_row(engine, tables, "full")
+        assert row["fired_count"] == 1 and len(await published(engine, tables, "full")) == 1
+        assert lines.containing("queue 'full' is full"), lines.messages()
+
+        async with engine.begin() as conn:  # room again: the tick fires
+            await conn.execute(sa.delete(tables.message).where(tables.message.c.queue == "full"))
+        await fired_at_least(engine, tables, "full", 2)
+    assert len(await published(engine, tables, "full")) == 1
+
+
 async def test_restart_keeps_the_pause_and_takes_the_new_declaration(
     database_url, engine, tables
 ):
@@ -245,6 +268,12 @@ async def test_schedule_commands(database_url, engine, tables):
     assert (await cli_json(database_url, "schedule", "pause", "nightly"))["paused"] is True
     assert "paused" in (await cli(database_url, "schedule", "list")).stdout
     assert (await cli_json(database_url, "schedule", "resume", "nightly"))["paused"] is False
+    assert "Schedule nightly paused." in (
+        await cli(database_url, "schedule", "pause", "nightly")
+    ).stdout
+    assert "Schedule nightly resumed; next firing" in (
+        await cli(database_url, "schedule", "resume", "nightly")
+    ).stdout
 
     refused = await cli(database_url, "schedule", "delete", "nightly", code=1, input="n\n")
     assert "Aborted" in refused.output
