@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from faststream_sqla import (
     InvalidOptionError,
@@ -27,7 +27,7 @@ from faststream_sqla.schedules import SCHEDULE_HEADER, TICK_HEADER
 from faststream_sqla.schedules.store import database_now
 from faststream_sqla.schema import QueueTables
 
-from .helpers import FAST, Recorder, captured_logger, rows, wait_until
+from .helpers import FAST, CuttableDatabase, Recorder, captured_logger, rows, wait_until
 from .test_admin_cli import cli, cli_json
 from .test_processes import WORKERS, read_line, run_until, started_together
 
@@ -211,6 +211,38 @@ async def test_a_failed_publish_rolls_the_tick_back_and_holds_no_other_schedule(
             await conn.execute(sa.delete(tables.message).where(tables.message.c.queue == "full"))
         await fired_at_least(engine, tables, "full", 2)
     assert len(await published(engine, tables, "full")) == 1
+
+
+async def test_a_schedule_waits_out_an_outage(database_url, dialect_name, tmp_path):
+    database = CuttableDatabase(database_url, dialect_name, tmp_path)
+    await database.start()
+    logger, lines = captured_logger(f"schedules-outage-{dialect_name}")
+    broker = SqlaBroker(database.url, logger=logger)
+    broker.schedule("beats", "b", every=1)
+    health = broker.config.health
+    direct = create_async_engine(database.direct_url)
+    tables = QueueTables()
+    try:
+        async with broker:
+            await broker.start()
+            await fired_at_least(direct, tables, "beats", 1)
+            await database.cut(broker.engine)
+
+            async def lasted_three_probes() -> bool:
+                return health.is_down and health.failed_probes >= 3
+
+            await wait_until(lasted_three_probes)
+            await database.restore()
+            before = (await schedule_row(direct, tables, "beats"))["fired_count"]
+            await fired_at_least(direct, tables, "beats", before + 2)
+        ticks = [tick_of(h) for h in await published(direct, tables, "beats")]
+    finally:
+        await direct.dispose()
+    assert len(ticks) == len(set(ticks)) >= 3
+    # the outage in the log once, its end once; the runner's failures meanwhile are quiet
+    assert health.outages == 1
+    assert len(lines.containing("lost the database")) == 1
+    assert not lines.containing("firing failed") and not lines.containing("failed, trying")
 
 
 async def test_restart_keeps_the_pause_and_takes_the_new_declaration(
