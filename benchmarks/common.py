@@ -52,15 +52,6 @@ def claim_options(claims: str) -> dict[str, int]:
     return {"fetch_batch_size": int(low), "max_fetch_batch_size": int(high or low)}
 
 
-#: claim sizes of the server-cost scenario: the smallest and largest default claims
-SERVER_COST_BATCH_SIZES = (100, 1000)
-
-
-def server_cost_metric(name: str, fetch_batch_size: int) -> str:
-    """A server-cost figure's name: `name` at one claim size."""
-    return f"{name}@fbs={fetch_batch_size}"
-
-
 def processes_metric(name: str, claims: str) -> str:
     """A processes figure's name: plain at the default claims, else with a suffix."""
     if claims == PROCESSES_CLAIMS[0]:
@@ -137,7 +128,9 @@ async def ensure_server_databases(database: str) -> None:
 
 
 #: MySQL and MariaDB also have message_keys (dropped first, though nothing refers to it)
-OUR_TABLES = ("message_keys", "message", "message_archive", "faststream_sqla_version")
+OUR_TABLES = (
+    "message_keys", "message_controls", "message", "message_archive", "faststream_sqla_version"
+)
 
 
 async def reset_our_schema(url: str) -> None:
@@ -404,16 +397,6 @@ async def send_timestamps_and_wait(
     while len(samples) < count - len(failed) and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     return achieved, failed
-
-
-async def wait_for_count(get: Callable[[], int], n: int, timeout: float) -> None:
-    """Wait until an in-process counter reaches n (checked every millisecond)."""
-    deadline = time.monotonic() + timeout
-    while get() < n:
-        if time.monotonic() > deadline:
-            msg = f"only {get()} of {n} messages handled within {timeout:.0f}s"
-            raise TimeoutError(msg)
-        await asyncio.sleep(0.001)
 
 
 class CountDown:

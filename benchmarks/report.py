@@ -8,10 +8,8 @@ from typing import Any
 from .common import (
     LABELS,
     PROCESSES_CLAIMS,
-    SERVER_COST_BATCH_SIZES,
     Results,
     processes_metric,
-    server_cost_metric,
 )
 
 OURS = "faststream-sqla"
@@ -20,7 +18,7 @@ PGQUEUER = "pgqueuer"
 SYSTEM_ORDER = ["raw", "pipeline", OURS, SQLBROKER, PGQUEUER]
 SCENARIO_ORDER = [
     "raw", "pipeline", "drain", "drain-batch", "publish", "latency", "scale", "sustained",
-    "processes", "server-cost",
+    "processes",
 ]
 COLUMNS = ("pipeline", "raw", "sqlbroker", "pgqueuer")
 
@@ -142,14 +140,6 @@ METRIC_LABELS = {
     "workers_2_server_cpu_us_per_msg": "server CPU per message, --workers 2",
     "workers_2_cpu_share": "share of all cores used by --workers 2 and the server",
 }
-# server-cost: ours against the raw loop's figure of the same batch size
-for _size in SERVER_COST_BATCH_SIZES:
-    _metric = server_cost_metric("server_us_per_msg", _size)
-    RULES[("server-cost", _metric)] = {"raw": ("raw", "server-cost", _metric, None)}
-    METRIC_LABELS[_metric] = f"server CPU per message, claim + outcome, batches of {_size}"
-    METRIC_LABELS[server_cost_metric("ours_over_raw", _size)] = (
-        f"ours / raw, server CPU per message, batches of {_size} (median of rounds)"
-    )
 # processes at its other claim sizes: the same baselines, the label says the size
 for _size in PROCESSES_CLAIMS[1:]:
     for _name in ("workers_1_msg_per_s", "workers_2_msg_per_s", "workers_2_over_1",

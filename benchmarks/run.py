@@ -43,7 +43,7 @@ from .common import (
 
 SCENARIOS = (
     "raw", "pipeline", "drain", "drain-batch", "publish", "latency", "scale", "sustained",
-    "processes", "server-cost", "options", "snapshot", "admin", "sqlbroker", "pgqueuer",
+    "processes", "options", "snapshot", "admin", "sqlbroker", "pgqueuer",
 )
 ALIASES = {"peers": ("sqlbroker", "pgqueuer"), "drain": ("drain", "drain-batch")}
 
@@ -69,7 +69,6 @@ FULL: dict[str, Any] = {
     "scale_rss": 4_000,             # messages drained by the RSS process
     "sustained_n": 300_000,         # messages per long drain, vacuums on and off
     "processes_n": 40_000,          # messages for faststream run --workers 1 / 2
-    "server_cost_n": 20_000,        # messages per drain, raw loop and ours, no handler
     "options_pairs": 3,             # options: keyed runs, each between two plain ones
     "options_keys": 1_000,          # ordering keys, messages interleaved over them
     "options_per_key": 100,
@@ -102,7 +101,6 @@ QUICK: dict[str, Any] = {
     "scale_rss": 300,
     "sustained_n": 2_000,
     "processes_n": 2_000,
-    "server_cost_n": 5_000,       # /proc counts 10 ms ticks: 1,000 could read none
     "options_pairs": 1,
     "options_keys": 50,
     "options_per_key": 20,
@@ -224,7 +222,7 @@ async def timed(
 
 
 async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
-    from . import admin, options, ours, pairs, pipeline, processes, raw, server_cost, snapshot
+    from . import admin, options, ours, pairs, pipeline, processes, raw, snapshot
 
     sz = args.sizes
     results = Results()
@@ -315,10 +313,6 @@ async def run(args: argparse.Namespace, tmpdir: Path) -> dict[str, Any]:
     if "admin" in scen:
         for job in each("admin", lambda t: admin.run_admin(
                 t, sz["admin_small"], sz["admin_big"], sz["admin_moved"], results)):
-            await job
-    if "server-cost" in scen:
-        for job in each("server-cost", lambda t: server_cost.run_server_cost(
-                t, sz["server_cost_n"], results)):
             await job
     peer_args = {
         "drain_n": sz["drain_n"], "repeats": sz["repeats"], "n_single": sz["publish_single"],

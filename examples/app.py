@@ -4,7 +4,6 @@ Uses SQLite by default; set DATABASE_URL to run it on PostgreSQL or MariaDB, e.g
 DATABASE_URL=postgresql+asyncpg://postgres@127.0.0.1:5432/test
 """
 
-import logging
 import os
 
 from pydantic import BaseModel
@@ -13,7 +12,7 @@ from faststream import AckPolicy, FastStream, Logger
 from faststream_sqla import SqlaBroker, SqlaMessage, upgrade_schema
 from faststream_sqla.retry import ExponentialBackoffRetryStrategy
 
-DATABASE_URL = os.environ.get("DATABASE_URL", "sqlite+aiosqlite:///example.db")
+DATABASE_URL = os.environ.get("DATABASE_URL", "sqlite+aiosqlite:///app.db")
 
 broker = SqlaBroker(DATABASE_URL)
 app = FastStream(broker)
@@ -56,4 +55,6 @@ async def publish_orders() -> None:
     ids = await broker.publish_batch(
         *(Order(id=i, item="widget", quantity=i) for i in range(1, 4)), queue="orders"
     )
-    logging.getLogger("example").info("published orders %s", ids)
+    # the app's own logger: a plain logging.getLogger() would have no handler and
+    # would stay at WARNING, so the line would never show
+    app.logger.info("published orders %s", ids)

@@ -1,6 +1,7 @@
 """faststream-sqla: durable FastStream queues in PostgreSQL, MySQL/MariaDB and SQLite."""
 
 from faststream_sqla.broker.broker import SqlaBroker
+from faststream_sqla.broker.logging import MessageLogFields
 from faststream_sqla.broker.router import SqlaPublisherArgs, SqlaRoute, SqlaRouter
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
@@ -47,6 +48,7 @@ __all__ = (
     "UnknownQueueError",
     "UnknownScheduleError",
     "Envelope",
+    "MessageLogFields",
     "Schedule",
     "MessageState",
     "SqlaBroker",

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faststream.message import AckStatus, StreamMessage
 
 from .clock import to_aware
 from .exceptions import InvalidOptionError
+
+if TYPE_CHECKING:
+    from .dialects.base import Outcome
 
 
 #: ten years: a longer wait is a mistake, and would overflow datetime arithmetic
@@ -27,6 +31,56 @@ def validate_delay(delay: object, what: str = "delay") -> float:
         msg = f"{what} must be 0 to {MAX_NACK_DELAY_SECONDS} seconds, got {delay!r}"
         raise InvalidOptionError(msg)
     return float(delay)
+
+
+#: a deferral's saved state, encoded, may be this large; bigger data belongs in the
+#: application's own tables, with a reference to it in the state
+MAX_SAVED_STATE_BYTES = 1024 * 1024
+#: the first byte of a stored state says how the rest is encoded
+_BYTES_TAG, _JSON_TAG = b"B", b"J"
+
+
+class _Keep:
+    """The saved state is left as it is (`defer()` without `state=`)."""
+
+    def __repr__(self) -> str:
+        return "KEEP_STATE"
+
+
+KEEP_STATE: Any = _Keep()
+
+
+def encode_saved_state(state: Any) -> bytes | None:
+    """`state` as stored: None clears it; bytes are kept as given; anything else is
+    stored as JSON. InvalidOptionError for what JSON cannot hold or what is too big."""
+    if state is None:
+        return None
+    if isinstance(state, (bytes, bytearray, memoryview)):
+        data = _BYTES_TAG + bytes(state)
+    else:
+        try:
+            text = json.dumps(state, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            msg = f"state must be bytes or JSON-serialisable, got {type(state).__name__}: {exc}"
+            raise InvalidOptionError(msg) from None
+        data = _JSON_TAG + text.encode()
+    if len(data) - 1 > MAX_SAVED_STATE_BYTES:
+        msg = (
+            f"state is {len(data) - 1} bytes encoded, the limit is {MAX_SAVED_STATE_BYTES}: "
+            "keep large data in your own tables and save a reference to it"
+        )
+        raise InvalidOptionError(msg)
+    return data
+
+
+def decode_saved_state(stored: Any) -> Any:
+    """What `encode_saved_state` stored, back as given (JSON decoded)."""
+    if stored is None:
+        return None
+    data = bytes(stored)
+    if data[:1] == _JSON_TAG:
+        return json.loads(data[1:])
+    return data[1:]
 
 
 @dataclass(slots=True, eq=False)
@@ -57,12 +111,21 @@ class ClaimedMessage:
     priority: int = 0
     ordering_key: str | None = None
     idempotency_key: str | None = None
+    #: what the last deferral saved, as stored (decode_saved_state reads it)
+    saved_state: bytes | None = None
     claimed_at_monotonic: float = 0.0
     # the handler's decision, filled while it runs
     decision: AckStatus | None = None
     nack_delay: float | None = None
+    #: nacked by defer(): back to PENDING without spending an attempt
+    deferred: bool = False
+    #: the state defer() saves (encoded), or KEEP_STATE
+    new_state: Any = KEEP_STATE
     #: set for messages handed out by get_one()/iteration, where no worker settles them
     settle: Callable[[ClaimedMessage], Awaitable[None]] | None = field(default=None, repr=False)
+    #: told what this delivery ended with once the subscriber has decided it (None: it
+    #: was put back unsettled); set by observers such as the tracing middleware
+    on_outcome: Callable[[Outcome | None], None] | None = field(default=None, repr=False)
 
     @property
     def keyed(self) -> bool:
@@ -84,6 +147,7 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
 
     @property
     def queue(self) -> str:
+        """The queue the message was claimed from."""
         return self.raw_message.queue
 
     @property
@@ -98,22 +162,27 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
 
     @property
     def created_at(self) -> datetime:
+        """When it was published (aware, UTC)."""
         return to_aware(self.raw_message.created_at)
 
     @property
     def first_attempt_at(self) -> datetime | None:
+        """When its first attempt started; None before any."""
         return to_aware(self.raw_message.first_attempt_at)
 
     @property
     def last_attempt_at(self) -> datetime | None:
+        """When its latest attempt before this one started; None before any."""
         return to_aware(self.raw_message.last_attempt_at)
 
     @property
     def next_attempt_at(self) -> datetime:
+        """The earliest time it was due for this delivery."""
         return to_aware(self.raw_message.next_attempt_at)
 
     @property
     def acquired_at(self) -> datetime | None:
+        """When this delivery claimed it."""
         return to_aware(self.raw_message.acquired_at)
 
     @property
@@ -156,6 +225,32 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
             self.raw_message.decision = AckStatus.REJECTED
             await self._settle()
         await super().reject()
+
+    @property
+    def state(self) -> Any:
+        """What the handler saved when it last deferred this message (`defer(state=...)`):
+        bytes as given, anything else as decoded JSON; None if nothing was saved."""
+        return decode_saved_state(self.raw_message.saved_state)
+
+    async def defer(self, delay: float = 0.0, *, state: Any = KEEP_STATE) -> None:
+        """Give the message back to the queue for later, as a step of longer work rather
+        than a failure: no attempt is spent, the retry strategy is not consulted and the
+        message keeps its row, its id and its place among its ordering key's messages.
+
+        `delay` (seconds) is how long it waits before it may be claimed again. `state`
+        (bytes, or anything JSON can hold, up to 1 MiB encoded) is saved with it and read
+        by the next delivery as `msg.state`; None clears it; leave it out to keep what
+        was saved before. The state is written with the outcome, after the handler
+        returns, and fenced like it: a process whose claim lapsed saves nothing.
+        """
+        validate_delay(delay, "defer delay")
+        encoded = KEEP_STATE if state is KEEP_STATE else encode_saved_state(state)
+        if self.committed is None:
+            raw = self.raw_message
+            raw.decision, raw.nack_delay = AckStatus.NACKED, delay
+            raw.deferred, raw.new_state = True, encoded
+            await self._settle()
+        await super().nack()
 
     async def _settle(self) -> None:
         if self.raw_message.settle is not None:

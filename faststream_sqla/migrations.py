@@ -17,8 +17,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from .connecting import create_engine, ensure_reachable
 from .dialects.base import reading
 from .exceptions import SchemaMissingError, SchemaOutdatedError
 from .schema import VERSION_TABLE, QueueTables, TableNames
@@ -57,8 +58,9 @@ def _config(connection: Connection, names: TableNames) -> Config:
 async def _run(
     engine: AsyncEngine | str, fn: Callable[[Connection], T], *, reads_only: bool = False
 ) -> T:
-    eng = create_async_engine(engine) if isinstance(engine, str) else engine
+    eng = create_engine(engine) if isinstance(engine, str) else engine
     try:
+        await ensure_reachable(eng)  # a wrong URL is one typed error, not a driver's trace
         # a read never waits behind a writer (see dialects.base.reading)
         async with (reading(eng) if reads_only else eng.connect()) as conn, conn.begin():
             return await conn.run_sync(fn)
@@ -126,7 +128,7 @@ def _inspect(
 ) -> tuple[list[str], dict[str, list[str]], object]:
     inspector = sa.inspect(conn)
     existing = set(inspector.get_table_names())
-    ours = (*tables.live, tables.archive, tables.schedule)
+    ours = (*tables.live, tables.archive, tables.controls, tables.schedule)
     missing = [t.name for t in ours if t.name not in existing]
     lacking: dict[str, list[str]] = {}
     for table in ours:
@@ -151,15 +153,17 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
     )
     fix = f"run: {upgrade_command(engine, tables.names)}"
     if revision == HEAD_REVISION:
-        # Migrated by us: the archive and schedule tables exist, though a producer
-        # granted nothing on them (docs/security.md) does not see them on MariaDB.
-        unseen = (tables.names.archive, tables.schedule.name)
+        # Migrated by us: the archive, the controls and the schedules exist, though a
+        # producer granted nothing on them (docs/security.md) does not see them on MariaDB.
+        unseen = {tables.archive.name, tables.controls.name, tables.schedule.name}
         missing = [name for name in missing if name not in unseen]
         for name in unseen:
             lacking.pop(name, None)
+    elif revision is not _UNVERSIONED:
+        # an older revision: tables added since are for the upgrade to create
+        missing = [n for n in missing if n in (tables.message.name, tables.archive.name)]
     elif tables.schedule.name in missing:
-        # an older revision is outdated (below), hand-managed tables need the schedule
-        # table only to declare schedules
+        # hand-managed tables need the schedule table only to declare schedules
         missing.remove(tables.schedule.name)
     if missing:
         raise SchemaMissingError(f"table(s) {', '.join(missing)} do not exist; {fix}")

@@ -20,23 +20,24 @@ from typing_extensions import TypedDict, Unpack
 class DeliveryOptionArgs(TypedDict, total=False):
     """The delivery options, as keyword arguments of every publish call."""
 
-    #: aware datetime before which the message is not delivered
     next_attempt_at: datetime | None
-    #: seconds (or a timedelta) from now on the database clock; instead of next_attempt_at
-    delay: float | timedelta | None
-    #: aware datetime after which the message is never handed to a handler (archived
-    #: EXPIRED instead)
+    """Aware datetime before which the message is not delivered."""
+    delay: float | timedelta | str | None
+    """Seconds, a timedelta or a duration string ("5s", "1m") from now on the database
+    clock; instead of next_attempt_at."""
     expires_at: datetime | None
-    #: seconds (or a timedelta) from now, on the publishing process's clock; instead of
-    #: expires_at
-    ttl: float | timedelta | None
-    #: 0-10, higher first (default 0)
+    """Aware datetime after which the message is never handed to a handler (archived
+    EXPIRED instead)."""
+    ttl: float | timedelta | str | None
+    """Seconds, a timedelta or a duration string from now, on the publishing process's
+    clock; instead of expires_at."""
     priority: int | None
-    #: messages of one key are handled one at a time, in publish order
+    """0-10, higher first (default 0)."""
     ordering_key: str | None
-    #: a queue holds one waiting or in-flight message per key: publishing it again
-    #: returns that message's id and writes nothing
+    """Messages of one key are handled one at a time, in publish order."""
     idempotency_key: str | None
+    """A queue holds one waiting or in-flight message per key: publishing it again returns
+    that message's id and writes nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +46,9 @@ class DeliveryOptions:
     when the rows are built, before anything is written)."""
 
     next_attempt_at: datetime | None = None
-    delay: float | timedelta | None = None
+    delay: float | timedelta | str | None = None
     expires_at: datetime | None = None
-    ttl: float | timedelta | None = None
+    ttl: float | timedelta | str | None = None
     priority: int | None = None
     ordering_key: str | None = None
     idempotency_key: str | None = None

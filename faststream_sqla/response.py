@@ -10,7 +10,8 @@ from typing_extensions import Unpack
 from faststream.response.publish_type import PublishType
 from faststream.response.response import PublishCommand, Response
 
-from faststream_sqla.options import NO_OPTIONS, DeliveryOptionArgs, DeliveryOptions
+from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.options import NO_OPTIONS, DeliveryOptionArgs, DeliveryOptions, Envelope
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -74,13 +75,40 @@ class SqlaPublishCommand(PublishCommand):
         self.connection = connection
 
     @property
-    def batch_bodies(self) -> tuple[Any, ...]:
+    def batch_items(self) -> tuple[Any, ...]:
+        """The messages to insert as given, `Envelope`s included (for the producer)."""
         return (self.body, *self.extra_bodies)
+
+    @property
+    def batch_bodies(self) -> tuple[Any, ...]:
+        """The bodies of the batch, out of their envelopes: what FastStream's batch API
+        (publish middlewares) reads and replaces."""
+        return tuple(item.body if isinstance(item, Envelope) else item for item in self.batch_items)
 
     @batch_bodies.setter
     def batch_bodies(self, bodies: Sequence[Any]) -> None:
-        # FastStream's batch middlewares replace the bodies this way
-        self.body, *rest = bodies if bodies else (None,)
+        # A middleware replaces bodies in place; each keeps its item's Envelope options.
+        items = self.batch_items
+        bodies = tuple(bodies)
+        if len(bodies) != len(items):
+            if any(isinstance(item, Envelope) for item in items):
+                msg = (
+                    f"a publish middleware set batch_bodies to {len(bodies)} bodies for a batch "
+                    f"of {len(items)} messages, some with Envelope options of their own; "
+                    "replace the bodies one for one, or set Envelope items"
+                )
+                raise InvalidOptionError(msg)
+            if not bodies:
+                msg = "a publish middleware set batch_bodies to nothing; a batch needs a message"
+                raise InvalidOptionError(msg)
+            self.body, *rest = bodies
+            self.extra_bodies = tuple(rest)
+            return
+        wrapped = tuple(
+            _rewrapped(item, body) if isinstance(item, Envelope) else body
+            for item, body in zip(items, bodies, strict=True)
+        )
+        self.body, *rest = wrapped
         self.extra_bodies = tuple(rest)
 
     @classmethod
@@ -101,3 +129,25 @@ class SqlaPublishCommand(PublishCommand):
             reply_to=cmd.reply_to,
             _publish_type=cmd.publish_type,
         )
+
+
+def _rewrapped(item: Envelope, body: Any) -> Envelope:
+    """`body` with `item`'s options, unless it brings an envelope of its own."""
+    if isinstance(body, Envelope):
+        return body
+    envelope = Envelope(body, headers=item.headers, correlation_id=item.correlation_id)
+    envelope.options = item.options
+    return envelope
+
+
+def check_batch_arguments(messages: tuple[Any, ...]) -> None:
+    """Refuse `publish_batch([a, b])`: the messages are separate arguments, and a list
+    alone would be stored as one message whose body is the list."""
+    if len(messages) == 1 and isinstance(messages[0], (list, tuple)):
+        kind = type(messages[0]).__name__
+        msg = (
+            f"publish_batch got one {kind} of {len(messages[0])} items; pass the messages as "
+            f"separate arguments: publish_batch(*items, queue=...). To publish the {kind} as "
+            "one message, use publish(items, queue=...)"
+        )
+        raise InvalidOptionError(msg)

@@ -33,16 +33,23 @@ class MessageState(str, enum.Enum):
     """Where a message is in its life. Stored by name."""
 
     PENDING = "PENDING"
-    #: behind an earlier message of its ordering key; PENDING once that one settles
-    #: (faststream_sqla.ordering). Out of the claim index, like PROCESSING.
+    """Waiting in the queue for its time (`next_attempt_at`) and a consumer."""
     WAITING = "WAITING"
+    """Behind an earlier message of its ordering key; PENDING once that one settles
+    (faststream_sqla.ordering). Out of the claim index, like PROCESSING."""
     PROCESSING = "PROCESSING"
+    """Claimed by a consumer, under a lease that consumer renews."""
     RETRYABLE = "RETRYABLE"
+    """Failed or nacked, due again at `next_attempt_at`."""
     COMPLETED = "COMPLETED"
+    """Archive only: handled and acknowledged."""
     FAILED = "FAILED"
-    EXPIRED = "EXPIRED"  # past its expires_at before a handler got it: never handled
-    #: archive only: copied back to the queue by a redrive or replay (faststream_sqla.admin)
+    """Archive only: rejected, or out of attempts or deliveries (a dead letter)."""
+    EXPIRED = "EXPIRED"
+    """Archive only: past its `expires_at` before a handler got it; never handled."""
     REDRIVEN = "REDRIVEN"
+    """Archive only: copied back to the queue by a redrive or replay
+    (faststream_sqla.admin)."""
 
 
 #: archive states of messages that did not complete: the dead letters
@@ -64,6 +71,9 @@ State = sa.Enum(
     validate_strings=True,
 )
 Headers = sa.JSON()
+#: the same storage as Payload, but a type of its own: claims pass it through as the
+#: driver returns it (None for most messages) and SqlaMessage.saved_state converts it
+SavedState = sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 ErrorText = sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
 
 
@@ -78,9 +88,10 @@ class TableNames:
         if self.message == self.archive:
             msg = f"message and archive tables need different names, both are {self.message!r}"
             raise InvalidOptionError(msg)
-        if self.archive == keys_table_name(self.message):
-            msg = f"archive table {self.archive!r} would share its name with the keys table"
-            raise InvalidOptionError(msg)
+        for derived in (keys_table_name(self.message), controls_table_name(self.message)):
+            if self.archive == derived:
+                msg = f"archive table {self.archive!r} would share its name with {derived!r}"
+                raise InvalidOptionError(msg)
         for value in (self.message, self.archive):
             if not value or not value.replace("_", "").isalnum() or len(value) > 48:
                 msg = f"table name {value!r} must be 1-48 letters, digits or underscores"
@@ -120,6 +131,8 @@ class QueueTables:
     archive: sa.Table = field(init=False)
     #: MySQL and MariaDB only: the keys of the keyed messages (build_keys_table)
     keys: sa.Table | None = field(init=False)
+    #: what operators set per queue (build_controls_table)
+    controls: sa.Table = field(init=False)
     #: the interval and cron schedules (build_schedule_table)
     schedule: sa.Table = field(init=False)
 
@@ -131,6 +144,7 @@ class QueueTables:
         )
         self.archive = build_archive_table(self.metadata, self.names.archive)
         self.keys = build_keys_table(self.metadata, self.names.message) if mysql_family else None
+        self.controls = build_controls_table(self.metadata, self.names.message)
         self.schedule = build_schedule_table(self.metadata, self.names.message)
 
     @property
@@ -223,6 +237,9 @@ MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
     # Claimed: an outcome must know whether its message has a key row to delete (MySQL).
     MessageColumn("idempotency_key", sa.String(MAX_KEY_LENGTH),
                   published_as="idempotency_key"),
+    # What a handler saved when it deferred the message (SqlaMessage.defer): the next
+    # delivery reads it. Tagged bytes (message.encode_saved_state); not archived.
+    MessageColumn("saved_state", SavedState, archived=False),
     MessageColumn("state", State, nullable=False, initial="'PENDING'", claimed=False,
                   settled=True),
     MessageColumn("last_error", ErrorText, claimed=False, settled=True),
@@ -379,12 +396,36 @@ def build_keys_table(metadata: sa.MetaData, message: str) -> sa.Table:
     return table
 
 
+def controls_table_name(message: str) -> str:
+    return f"{message}_controls"
+
+
+#: the `channel` of a control row that applies to its whole queue
+WHOLE_QUEUE = ""
+
+
+def build_controls_table(metadata: sa.MetaData, message: str) -> sa.Table:
+    """What operators set per queue, read by every consumer of the queue: whether its
+    claims are paused. One row per (queue, channel); the channel `WHOLE_QUEUE` stands
+    for the queue itself (channels, per-queue limits and breakers will add columns
+    here). A queue without a row runs normally."""
+    return sa.Table(
+        controls_table_name(message),
+        metadata,
+        sa.Column("queue", MESSAGE_COLUMN["queue"].type, primary_key=True),
+        sa.Column("channel", sa.String(MAX_KEY_LENGTH), primary_key=True,
+                  server_default=sa.text("''")),
+        sa.Column("paused", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("updated_at", Timestamp, nullable=False),
+    )
+
+
 def schedule_table_name(message: str) -> str:
     return f"{message}_schedule"
 
 
-#: schedule names are text of at most this many characters (a fired message's
-#: idempotency key is the name and the tick time, which must fit MAX_KEY_LENGTH)
+#: schedule names are text of at most this many characters (room left under the key
+#: length, should a fired message's key ever be built from the name and the tick)
 MAX_SCHEDULE_NAME_LENGTH = 200
 MAX_CRON_LENGTH = 255
 MAX_TIMEZONE_LENGTH = 64
@@ -464,6 +505,7 @@ __all__ = [
     "MessageState",
     "QueueTables",
     "TableNames",
+    "controls_table_name",
     "keys_table_name",
     "schedule_table_name",
     "utc_now",

@@ -7,13 +7,13 @@ from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, cast
-from unittest.mock import MagicMock
+from unittest.mock import MagicMock, patch
 
 from typing_extensions import override
 
 from faststream._internal.testing.broker import TestBroker, change_producer
-from faststream.exceptions import SubscriberNotFound
 
+from faststream_sqla._faststream import serializer_of
 from faststream_sqla.broker.broker import SqlaBroker
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.publisher.producer import SqlaProducer
@@ -34,6 +34,7 @@ class TestSqlaBroker(TestBroker[SqlaBroker, Any], broker=SqlaBroker):
         await br.publish({"id": 1}, queue="orders")
         handle.mock.assert_called_once_with({"id": 1})
     ```
+
     Publishing calls matching handlers directly; retries, delays and persistence are
     not simulated. `TestSqlaBroker(broker, with_real=True)` uses the real database.
     """
@@ -46,6 +47,14 @@ class TestSqlaBroker(TestBroker[SqlaBroker, Any], broker=SqlaBroker):
             if publisher.queue in sub.queues:
                 return sub, True
         return cast("SqlaSubscriber", broker.subscriber(publisher.queue, persistent=False)), False
+
+    @contextmanager
+    def _patch_broker(self, broker: SqlaBroker) -> Generator[None, None, None]:
+        # in memory: a subscriber started meanwhile (`await sub.start()`) polls nothing
+        with super()._patch_broker(broker), patch.object(
+            broker.config.broker_config, "in_memory", True
+        ):
+            yield
 
     @contextmanager
     def _patch_producer(self, broker: SqlaBroker) -> Generator[None, None, None]:
@@ -69,7 +78,8 @@ class FakeProducer(SqlaProducer):
         super().__init__(parser=broker._parser, decoder=broker._decoder)
         self._ids = itertools.count(1)
         self.brokers = brokers
-        self.serializer = broker.config.fd_config._serializer
+        self.serializer = serializer_of(broker.config.fd_config)
+        self.id_generator = broker.config.producer.id_generator
         if broker.config.broker_codec is not None:
             self.codec = broker.config.broker_codec
 
@@ -99,6 +109,3 @@ class FakeProducer(SqlaProducer):
                     await sub.process_message([raw] if sub.batch else raw)
         return ids
 
-    @override
-    async def request(self, cmd: SqlaPublishCommand) -> Any:
-        raise SubscriberNotFound

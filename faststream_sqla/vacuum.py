@@ -4,13 +4,13 @@ Each claim and each outcome leaves a dead row version behind. The claim index ke
 entry for each one at the head of its queue, and every claim starts its walk there. A
 walk steps over dead entries cheaply, but each claim walks all of them until a vacuum
 removes them. Autovacuum visits a table at most once per `autovacuum_naptime` (a minute
-by default). In that time a queue settling 15,000 messages a second leaves 900,000
-entries, and after 600,000 a claim of 100 cost 6.8 ms of server CPU instead of 1.0.
+by default). In that time a busy queue leaves hundreds of thousands of entries, and a
+claim's server CPU grows several times over (docs/benchmarks.md, "Measurements behind
+design choices").
 
 So the broker runs a vacuum itself after a number of settled messages that grows with
-the table: one vacuum reads every index in full (10-15 ms with 10,000 rows queued,
-50-70 ms with 1,000,000), while the dead head costs each claim in proportion to its
-length. The two costs balance when the interval grows with the square root of the
+the table: one vacuum reads every index in full, so it costs more on a bigger table,
+while the dead head costs each claim in proportion to its length. The two costs balance when the interval grows with the square root of the
 table's rows. MySQL purges dead entries in the background and SQLite deletes in place,
 so this does nothing there.
 

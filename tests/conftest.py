@@ -1,14 +1,19 @@
 """Shared fixtures: every database test runs on SQLite, PostgreSQL and MariaDB.
 
-A database that cannot be reached fails the run; it is never skipped. Each xdist
-worker gets databases of its own, so suites run in parallel without sharing rows.
+FSQLA_DIALECTS chooses the databases; tests of the others are deselected when they are
+collected (never skipped: CI fails on skips). A test bound to one server says so with
+`@pytest.mark.databases("postgresql")` (or takes a parameter from `on_servers()`). A
+configured server that cannot be reached ends the session at once with one message.
+Each xdist worker gets databases of its own, so suites run in parallel without sharing
+rows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Iterator, Mapping
 
 import pytest
 import sqlalchemy as sa
@@ -17,13 +22,35 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from faststream_sqla.dialects import Dialect, dialect_for
 from faststream_sqla.migrations import upgrade_schema
 from faststream_sqla.schema import QueueTables
+from faststream_sqla.urls import masked
 
 PG_SERVER = os.environ.get("FSQLA_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432")
 MYSQL_SERVER = os.environ.get("FSQLA_MYSQL_URL", "mysql+asyncmy://root@127.0.0.1:3306")
 ALL_DIALECTS = ("sqlite", "postgresql", "mysql")
+SERVERS = ("postgresql", "mysql")
 DIALECTS = tuple(
-    d for d in os.environ.get("FSQLA_DIALECTS", ",".join(ALL_DIALECTS)).split(",") if d
+    d.strip()
+    for d in os.environ.get("FSQLA_DIALECTS", ",".join(ALL_DIALECTS)).split(",")
+    if d.strip()
 )
+if unknown := set(DIALECTS) - set(ALL_DIALECTS):
+    raise pytest.UsageError(
+        f"FSQLA_DIALECTS names {', '.join(sorted(unknown))}; choose from {', '.join(ALL_DIALECTS)}"
+    )
+#: how each server is configured, for the message when it does not answer
+SERVER_SETTINGS = {
+    "postgresql": ("PostgreSQL", "FSQLA_PG_URL", PG_SERVER),
+    "mysql": ("MariaDB/MySQL", "FSQLA_MYSQL_URL", MYSQL_SERVER),
+}
+
+
+def on_servers(*servers: str) -> list[object]:
+    """Parameters for a test that runs once per server, each marked with its database so
+    that FSQLA_DIALECTS deselects it: `@pytest.mark.parametrize("server", on_servers())`."""
+    return [
+        pytest.param(server, marks=pytest.mark.databases(server), id=server)
+        for server in servers or SERVERS
+    ]
 
 
 def _database_name() -> str:
@@ -61,7 +88,7 @@ async def _create_database(dialect: str) -> None:
     engine = create_async_engine(server_database_url(dialect))
     async with engine.begin() as conn:
         for table in (
-            "message_keys", "message", "message_archive", "message_schedule",
+            "message_keys", "message_controls", "message_schedule", "message", "message_archive",
             "faststream_sqla_version", "handled",
         ):
             q = engine.dialect.identifier_preparer.quote(table)
@@ -70,19 +97,40 @@ async def _create_database(dialect: str) -> None:
     await engine.dispose()
 
 
+class ServerDatabases(Mapping[str, str]):
+    """This worker's database URL per server, each database created (with our schema)
+    the first time a test asks for it."""
+
+    def __init__(self) -> None:
+        self._ready: dict[str, str] = {}
+
+    def __getitem__(self, dialect: str) -> str:
+        if dialect not in SERVERS:
+            raise KeyError(dialect)
+        if dialect not in DIALECTS:
+            pytest.fail(
+                f"this test uses {dialect}, which FSQLA_DIALECTS={','.join(DIALECTS)} leaves "
+                f"out: mark it @pytest.mark.databases({dialect!r}) so that it is deselected",
+                pytrace=False,
+            )
+        if dialect not in self._ready:
+            # on a thread of its own: async fixtures ask from inside their event loop
+            with ThreadPoolExecutor(1) as thread:
+                thread.submit(asyncio.run, _create_database(dialect)).result()
+            self._ready[dialect] = server_database_url(dialect)
+        return self._ready[dialect]
+
+    def __iter__(self) -> Iterator[str]:
+        return (d for d in SERVERS if d in DIALECTS)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 @pytest.fixture(scope="session")
-def server_databases() -> dict[str, str]:
-    """Create (once per session and worker) the server databases with our schema."""
-    urls = {}
-    for dialect in DIALECTS:
-        if dialect == "sqlite":
-            continue
-        try:
-            asyncio.run(_create_database(dialect))
-        except OSError as e:  # pragma: no cover - environment problem, must be loud
-            pytest.fail(f"{dialect} server unreachable ({e}); start it, never skip", pytrace=False)
-        urls[dialect] = server_database_url(dialect)
-    return urls
+def server_databases() -> ServerDatabases:
+    """This worker's server databases, created on first use once per session."""
+    return ServerDatabases()
 
 
 @pytest.fixture(params=DIALECTS)
@@ -92,7 +140,7 @@ def dialect_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def database_url(
-    dialect_name: str, server_databases: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+    dialect_name: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[str]:
     """A URL whose database holds our schema and no messages."""
     if dialect_name == "sqlite":
@@ -101,13 +149,13 @@ async def database_url(
         await upgrade_schema(url)
         yield url
         return
-    url = server_databases[dialect_name]
+    # asked for here, not as a parameter: a SQLite test needs no server
+    url = request.getfixturevalue("server_databases")[dialect_name]
     engine = create_async_engine(url)
     tables = QueueTables()
     async with engine.begin() as conn:
-        for table in (
-            *tables.for_dialect(engine.dialect.name).live, tables.archive, tables.schedule
-        ):
+        live = tables.for_dialect(engine.dialect.name).live
+        for table in (*live, tables.archive, tables.controls, tables.schedule):
             await conn.execute(table.delete())
     await engine.dispose()
     yield url
@@ -147,6 +195,76 @@ async def business_table(engine: AsyncEngine) -> AsyncIterator[sa.Table]:
     yield business
     async with engine.begin() as conn:
         await conn.run_sync(business.metadata.drop_all)
+
+
+# -- only the configured databases ----------------------------------------------------
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "databases(*names): the test needs these databases (deselected unless "
+        "FSQLA_DIALECTS names them all)"
+    )
+
+
+def databases_of(item: pytest.Item) -> set[str]:
+    """The databases a collected test runs on: its `databases` marks (on the test, its
+    module or one of its parameters) and its `dialect_name` parameter."""
+    needed = {name for mark in item.iter_markers("databases") for name in mark.args}
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "dialect_name" in callspec.params:
+        needed.add(callspec.params["dialect_name"])
+    return needed
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    chosen, dropped = [], []
+    for item in items:
+        (chosen if databases_of(item) <= set(DIALECTS) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = chosen
+    if not hasattr(config, "workerinput"):  # xdist workers: their controller checked
+        _require_reachable({name for item in chosen for name in databases_of(item)})
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # An xdist controller collects nothing, so it cannot tell which servers the tests
+    # need: it checks every configured one before its workers start.
+    if getattr(session.config.option, "numprocesses", None) and not hasattr(
+        session.config, "workerinput"
+    ):
+        _require_reachable(set(DIALECTS))
+
+
+def _require_reachable(dialects: set[str]) -> None:
+    """End the session with one message if a server among `dialects` does not answer."""
+    for server in sorted(dialects & set(SERVERS)):
+        if (problem := asyncio.run(_unreachable(server))) is not None:
+            pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+async def _unreachable(server: str) -> str | None:
+    """None if the server answers; else what to do about it, in one message."""
+    name, setting, url = SERVER_SETTINGS[server]
+    admin_database = "postgres" if server == "postgresql" else ""
+    engine = create_async_engine(f"{url}/{admin_database}")
+
+    async def select_one() -> None:
+        async with engine.connect() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+
+    try:
+        await asyncio.wait_for(select_one(), 10)
+    except Exception as e:  # noqa: BLE001 - any failure means: not usable for tests
+        reason = e.orig if isinstance(e, sa.exc.DBAPIError) else e
+        others = ",".join(d for d in DIALECTS if d != server) or "sqlite"
+        return (
+            f"{name} at {masked(url)} does not answer ({type(reason).__name__}: "
+            f"{reason or 'timed out'}). Start it, point {setting} at a server that runs, "
+            f"or leave {server} out of FSQLA_DIALECTS (e.g. FSQLA_DIALECTS={others})."
+        )
+    finally:
+        await engine.dispose()
+    return None
 
 
 # -- no silent gaps -------------------------------------------------------------------

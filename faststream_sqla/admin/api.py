@@ -35,7 +35,7 @@ from faststream_sqla.schema import (
 )
 from faststream_sqla.urls import parse_url
 
-from . import archive, dead_letters, messages, partitions, queues, schedules
+from . import archive, controls, dead_letters, messages, partitions, queues, schedules
 from .archive import PRUNE_BATCH
 from .dead_letters import MOVE_BATCH
 from .models import (
@@ -59,8 +59,16 @@ REPLAYABLE = TERMINAL
 class QueueAdmin:
     """Operations on the queues of one database.
 
-    `engine`: an `AsyncEngine` (kept open) or a URL (an engine of our own, closed by
-    `close()` or on leaving `async with`). Every call checks the schema first, once.
+    Every call checks the schema first, once.
+
+    Args:
+        engine: an `AsyncEngine` (kept open) or a URL (an engine of our own, closed by
+            `close()` or on leaving `async with`).
+        message_table: the broker's `message_table` (default `"message"`).
+        archive_table: the broker's `archive_table` (default `"message_archive"`).
+        exact_up_to: counts stop at this many (default 5,000, at most 10,000,000) and
+            are then reported as "at least" (`Count.exact` is False), so their cost
+            does not grow with the tables.
     """
 
     def __init__(
@@ -122,15 +130,21 @@ class QueueAdmin:
         async with reading(self.engine) as conn:
             return await queues.queue_names(conn, self.tables)
 
-    async def queues(self, names: Sequence[str] | None = None) -> list[QueueStats]:
-        """Figures per queue (all queues, or `names`)."""
+    async def queues(
+        self, names: Sequence[str] | None = None, *, unknown_as_empty: bool = False
+    ) -> list[QueueStats]:
+        """Figures per queue (all queues, or `names`). A name no message ever had is an
+        UnknownQueueError, or zeros with `unknown_as_empty` (a monitor's fixed list)."""
         await self._prepare()
         async with reading(self.engine) as conn:
             if names is None:
                 names = await queues.queue_names(conn, self.tables)
             else:
                 for name in names:
-                    await self._known_queue(conn, name)
+                    if unknown_as_empty:
+                        validate_queue_name(name)
+                    else:
+                        await self._known_queue(conn, name)
             return [
                 await queues.queue_stats(conn, self.tables, name, self.exact_up_to)
                 for name in names
@@ -175,7 +189,28 @@ class QueueAdmin:
             ]
         return [summary for summary in found if summary is not None]
 
+    async def paused_queues(self) -> list[str]:
+        """The queues whose claims are paused (`pause_queue`)."""
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            return await controls.paused_queues(conn, self.tables)
+
     # -- changing --------------------------------------------------------------------
+
+    async def pause_queue(self, queue: str) -> bool:
+        """Stop every consumer of `queue`, in every process, from claiming its messages,
+        within a few seconds (each reads the controls every `CONTROL_INTERVAL`); what
+        they hold already is handled and settled as usual. Publishing goes on. A queue
+        may be paused before it has messages. Whether it was running before."""
+        validate_queue_name(queue)
+        await self._prepare(writes=True)
+        return await controls.set_paused(self.engine, self.tables, queue, True)
+
+    async def resume_queue(self, queue: str) -> bool:
+        """Let the consumers of `queue` claim again; whether it was paused."""
+        validate_queue_name(queue)
+        await self._prepare(writes=True)
+        return await controls.set_paused(self.engine, self.tables, queue, False)
 
     async def purge(self, queue: str, *, progress: Progress | None = None) -> int:
         """Delete the queue's waiting messages (never those in flight); how many went."""
@@ -194,7 +229,15 @@ class QueueAdmin:
         batch_size: int = MOVE_BATCH,
     ) -> MoveResult:
         """Dead letters back to their queues as new PENDING messages: by `ids`, every one
-        of a `queue`, or every one of `all_queues`. The archive rows become REDRIVEN."""
+        of a `queue`, or every one of `all_queues`. The archive rows become REDRIVEN.
+
+        Args:
+            ids: archive ids to redrive.
+            queue: redrive every dead letter of this queue.
+            all_queues: redrive every dead letter of every queue.
+            progress: called as rows move, with (done, total or None).
+            batch_size: rows moved per transaction (default 500).
+        """
         chosen = [ids is not None, queue is not None, all_queues]
         if sum(chosen) != 1:
             msg = "redrive takes exactly one of: ids, a queue, or all_queues=True"
@@ -213,7 +256,17 @@ class QueueAdmin:
         batch_size: int = MOVE_BATCH,
     ) -> MoveResult:
         """Archived messages in any final state back to their queues, as redrive does:
-        by `ids`, or a `queue`'s within [since, until), optionally only `states`."""
+        by `ids`, or a `queue`'s within [since, until), optionally only `states`.
+
+        Args:
+            ids: archive ids to replay.
+            queue: replay this queue's archived messages.
+            since: with `queue`: archived at or after this aware datetime.
+            until: with `queue`: archived before this aware datetime.
+            states: only messages archived in these states (default: every final one).
+            progress: called as rows move, with (done, total or None).
+            batch_size: rows moved per transaction (default 500).
+        """
         if (ids is None) == (queue is None):
             raise InvalidOptionError("replay takes exactly one of: ids or a queue")
         if ids is not None and (since or until):
@@ -252,7 +305,13 @@ class QueueAdmin:
         batch_size: int = PRUNE_BATCH,
         progress: Progress | None = None,
     ) -> int:
-        """Delete archive rows archived longer ago than `older_than`; how many went."""
+        """Delete archive rows archived longer ago than `older_than`; how many went.
+
+        Args:
+            older_than: a positive timedelta.
+            batch_size: rows deleted per transaction (default 1000).
+            progress: called as rows go, with (done, total or None).
+        """
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
             raise InvalidOptionError(f"older_than must be a positive timedelta, got {older_than!r}")
         _batch_size(batch_size)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from fast_depends import Provider, dependency_provider
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from typing_extensions import Unpack, override
 
 from faststream._internal.broker import BrokerUsecase
@@ -22,14 +22,15 @@ from faststream.response.publish_type import PublishType
 from faststream.specification.schema import BrokerSpec
 
 from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.connecting import create_engine, ensure_reachable, unreachable
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import NotificationListener, reading
-from faststream_sqla.exceptions import DatabaseUnreachableError, InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.migrations import check_schema
 from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelope
 from faststream_sqla.publisher.producer import QueueLimits, SqlaProducer
-from faststream_sqla.response import Connection, SqlaPublishCommand
+from faststream_sqla.response import Connection, SqlaPublishCommand, check_batch_arguments
 from faststream_sqla.schedules import ScheduleRunner
 from faststream_sqla.schema import QueueTables, TableNames
 from faststream_sqla.urls import masked, parse_url
@@ -46,18 +47,85 @@ if TYPE_CHECKING:
 
     from faststream._internal.basic_types import LoggerProto, SendableMessage
     from faststream._internal.parser import CodecProto
-    from faststream._internal.types import BrokerMiddleware, CustomCallable
+    from faststream._internal.types import BrokerMiddleware, CustomCallable, IdGenerator
     from faststream.security import BaseSecurity
     from faststream.specification.schema.extra import Tag, TagDict
 
 DEFAULT_URL = "sqlite+aiosqlite:///faststream_sqla.db"
+#: the longest graceful_timeout: a week, as for a subscriber's handler_timeout
+MAX_GRACEFUL_TIMEOUT = 7 * 86400.0
+
+
+def _check_broker_options(
+    graceful_timeout: object, engine_options: object, log_level: object
+) -> None:
+    # Checked at construction, so a value that cannot work fails here and not at stop.
+    if graceful_timeout is not None and (
+        isinstance(graceful_timeout, bool)
+        or not isinstance(graceful_timeout, (int, float))
+        or not 0 <= graceful_timeout <= MAX_GRACEFUL_TIMEOUT
+    ):
+        msg = (
+            "graceful_timeout must be None or a number of seconds from 0 to "
+            f"{MAX_GRACEFUL_TIMEOUT:g}, got {graceful_timeout!r}"
+        )
+        raise InvalidOptionError(msg)
+    if engine_options is not None and not isinstance(engine_options, Mapping):
+        msg = (
+            "engine_options must be a dict of create_async_engine() arguments, "
+            f"got {engine_options!r}"
+        )
+        raise InvalidOptionError(msg)
+    if isinstance(log_level, bool) or not isinstance(log_level, int):
+        msg = f"log_level must be a logging level (an int such as logging.INFO), got {log_level!r}"
+        raise InvalidOptionError(msg)
 
 
 class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, SqlaBrokerConfig]):
     """Durable queues in PostgreSQL, MySQL/MariaDB or SQLite.
 
-    `url_or_engine` is a SQLAlchemy async URL (the broker owns and disposes that engine)
-    or an `AsyncEngine` you own, e.g. the one your application already uses.
+    Every option is checked here (`InvalidOptionError` names the option and its
+    bounds); docs/configuration.md gives each one's default, bounds and effect.
+
+    Args:
+        url_or_engine: a SQLAlchemy async URL (the broker creates, owns and disposes
+            that engine) or an `AsyncEngine` you own, e.g. your application's.
+        message_table: the table of live messages (1-48 letters, digits or `_`).
+        archive_table: the table of finished messages (same rules, another name).
+        validate_schema: check at connect that the tables exist at the revision this
+            release needs (`SchemaMissingError`, `SchemaOutdatedError`).
+        vacuum_message_table: PostgreSQL: vacuum the message table in the background
+            as messages are settled.
+        max_queue_size: backpressure: a publish past this many waiting and in-flight
+            messages of a queue raises `QueueFullError` (1 to 10**12; None: no limit).
+        max_queue_sizes: per-queue limits overriding `max_queue_size`.
+        fast_publish: PostgreSQL: the broker's own commits of publishes do not wait
+            for their WAL flush.
+        engine_options: keyword arguments of `create_async_engine()` for an engine
+            the broker creates.
+        graceful_timeout: seconds running handlers get to finish at stop (None: no
+            limit); then they are cancelled and their messages go back to the queue.
+        decoder: a custom decoder for every subscriber.
+        parser: a custom parser for every subscriber.
+        codec: how message bodies are encoded to bytes and decoded.
+        dependencies: FastDepends dependencies of every handler.
+        middlewares: broker middlewares.
+        routers: `SqlaRouter`s to include.
+        ack_policy: the default ack policy of every subscriber
+            (`AckPolicy.NACK_ON_ERROR` when not set).
+        specification_url: the server URL in the AsyncAPI document (default: the
+            URL, password masked).
+        protocol: the server protocol in the document (default: the URL's backend).
+        protocol_version: the server protocol version in the document.
+        description: the server description in the document.
+        tags: the server tags in the document.
+        security: the security scheme shown in the document.
+        logger: the logger of the broker's lines (None: no logging).
+        log_level: the level of the per-message access lines.
+        apply_types: let FastDepends validate and cast handler arguments.
+        serializer: the FastDepends serializer.
+        provider: the dependency provider (default: FastDepends' global one).
+        context: the FastStream context repository (default: a new one).
     """
 
     def __init__(
@@ -80,6 +148,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         middlewares: Sequence[BrokerMiddleware[Any, Any]] = (),
         routers: Iterable[SqlaRegistrator] = (),
         ack_policy: AckPolicy = EMPTY,
+        id_generator: IdGenerator = gen_cor_id,
         # AsyncAPI
         specification_url: str | None = None,
         protocol: str | None = None,
@@ -103,17 +172,27 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         producer = SqlaProducer(parser=parser, decoder=decoder)
         # backpressure: checked now, so a bad limit fails at construction
         producer.limits = QueueLimits(max_queue_size, max_queue_sizes)
-        if not isinstance(fast_publish, bool):
-            msg = f"fast_publish must be True or False, got {fast_publish!r}"
-            raise InvalidOptionError(msg)
+        for name, flag in (
+            ("fast_publish", fast_publish),
+            ("validate_schema", validate_schema),
+            ("vacuum_message_table", vacuum_message_table),
+        ):
+            if not isinstance(flag, bool):
+                msg = f"{name} must be True or False, got {flag!r}"
+                raise InvalidOptionError(msg)
+        _check_broker_options(graceful_timeout, engine_options, log_level)
         producer.fast_publish = fast_publish
+        if not callable(id_generator):
+            msg = f"id_generator must be a function returning a str, got {id_generator!r}"
+            raise InvalidOptionError(msg)
+        producer.id_generator = id_generator
         tables = QueueTables(
             TableNames(message=message_table, archive=archive_table),
             dialect=url.get_backend_name(),
         )
         super().__init__(
             url_or_engine=url_or_engine,
-            engine_options=engine_options or {},
+            engine_options=dict(engine_options or {}),
             validate_schema=validate_schema,
             routers=routers,
             config=SqlaBrokerConfig(
@@ -134,7 +213,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
                 broker_dependencies=dependencies,
                 graceful_timeout=graceful_timeout,
                 ack_policy=ack_policy,
-                id_generator=gen_cor_id,
+                id_generator=id_generator,
                 extra_context={"broker": self},
             ),
             specification=BrokerSpec(
@@ -159,23 +238,16 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
 
     @property
     def tables(self) -> QueueTables:
+        """The queue tables (SQLAlchemy `Table`s under the configured names)."""
         return self.config.tables
 
     @override
     async def _connect(self) -> AsyncEngine:
         target = self._connection_kwargs["url_or_engine"]
         owned = not isinstance(target, AsyncEngine)
-        if owned:
-            try:
-                engine = create_async_engine(target, **self._connection_kwargs["engine_options"])
-            except (ImportError, sa.exc.ArgumentError, sa.exc.InvalidRequestError) as e:
-                msg = (
-                    f"cannot use {masked(self.url)}: {e}. Use an async driver: "
-                    "postgresql+asyncpg://, mysql+asyncmy:// or sqlite+aiosqlite:///"
-                )
-                raise InvalidOptionError(msg) from e
-        else:
-            engine = target
+        engine = (
+            create_engine(target, **self._connection_kwargs["engine_options"]) if owned else target
+        )
         try:
             dialect = dialect_for(engine, self.config.tables)
         except InvalidOptionError:
@@ -184,14 +256,15 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             raise
         dialect.configure_engine(engine, owned=owned)
         try:
-            async with reading(engine) as conn:
-                await conn.execute(sa.text("SELECT 1"))
-            await dialect.prepare(engine)
-        except Exception as e:
+            await ensure_reachable(engine)
+            try:
+                await dialect.prepare(engine)
+            except Exception as e:
+                raise unreachable(engine.url, e) from e
+        except Exception:
             if owned:
                 await engine.dispose()
-            msg = f"cannot reach the database at {masked(self.url)}: {e}"
-            raise DatabaseUnreachableError(msg) from e
+            raise
         if self._connection_kwargs["validate_schema"]:
             try:
                 await check_schema(engine, dialect.tables)
@@ -325,11 +398,15 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
 
         Args:
             message: str, bytes, a dict/list (JSON) or a pydantic model.
+            queue: the target queue.
+            headers: a JSON-serialisable dict stored with the message.
+            correlation_id: at most 255 characters (default: a new id).
+            reply_to: the queue the handler's return value is published to.
             connection: an `AsyncConnection` or `AsyncSession` whose transaction the
                 insert joins (transactional outbox); without it the publish commits alone.
             **options: delivery options (`faststream_sqla.options.DeliveryOptionArgs`):
-                `next_attempt_at` (aware datetime before which it is not delivered) or
-                `delay` (seconds or timedelta from now on the database clock).
+                `delay` or `next_attempt_at`, `ttl` or `expires_at`, `priority`,
+                `ordering_key`, `idempotency_key` (docs/message-options.md).
         """
         cmd = SqlaPublishCommand(
             message,
@@ -358,7 +435,19 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
 
         The call's headers and options apply to every message; an `Envelope` item adds
         headers and options of its own.
+
+        Args:
+            *messages: the bodies, or `Envelope`s of a body with its own headers and
+                options.
+            queue: the target queue.
+            headers: headers of every message.
+            correlation_id: the correlation id of every message (default: each
+                message its own, made from one `id_generator()` value per call).
+            connection: an `AsyncConnection` or `AsyncSession` whose transaction the
+                insert joins; without it the batch commits alone.
+            **options: delivery options of every message (`DeliveryOptionArgs`).
         """
+        check_batch_arguments(messages)
         if not messages:
             return []
         cmd = SqlaPublishCommand(

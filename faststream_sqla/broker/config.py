@@ -14,6 +14,7 @@ from faststream._internal.configs import (
 )
 from faststream.exceptions import IncorrectState
 
+from faststream_sqla._faststream import serializer_of
 from faststream_sqla.health import DatabaseHealth
 from faststream_sqla.publisher.producer import SqlaProducer
 from faststream_sqla.schema import QueueTables
@@ -56,6 +57,9 @@ class SqlaBrokerConfig(BrokerConfig):
     default_driver_annotations: UnderlyingDriverAnnotations = field(
         default_factory=_driver_annotations
     )
+    #: set while TestSqlaBroker runs the broker in memory: its fake producer calls the
+    #: handlers, so subscribers started meanwhile run no loops
+    in_memory: bool = field(default=False, init=False)
     _engine: AsyncEngine | None = field(default=None, init=False, repr=False)
     _dialect: Dialect | None = field(default=None, init=False, repr=False)
 
@@ -76,7 +80,7 @@ class SqlaBrokerConfig(BrokerConfig):
     def connect(self, engine: AsyncEngine, dialect: Dialect) -> None:
         self._engine, self._dialect = engine, dialect
         self.producer.connect(
-            engine, dialect, self.wakeups, self.fd_config._serializer, self.broker_codec,
+            engine, dialect, self.wakeups, serializer_of(self.fd_config), self.broker_codec,
             self.health,
         )
         def log(level: int, message: str) -> None:

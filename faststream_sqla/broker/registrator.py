@@ -30,28 +30,28 @@ if TYPE_CHECKING:
     from faststream_sqla.retry import RetryStrategy
     from faststream_sqla.subscriber.usecase import SqlaSubscriber
 
-_DEFAULTS = ConsumeOptions()
-
 
 class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
+    # The defaults are written out (not read from ConsumeOptions) so that signatures and
+    # the API reference show them; tests/unit/test_docs.py keeps the two equal.
     @override
     def subscriber(  # type: ignore[override]
         self,
         queues: str | Sequence[str],
         *,
         batch: bool = False,
-        max_workers: int = _DEFAULTS.max_workers,
+        max_workers: int = 1,
         retry_strategy: RetryStrategy | None = None,
         ack_policy: AckPolicy = EMPTY,
         max_deliveries: int | None = None,
-        fetch_batch_size: int = _DEFAULTS.fetch_batch_size,
+        fetch_batch_size: int = 100,
         max_fetch_batch_size: int | None = None,
-        overfetch_factor: float = _DEFAULTS.overfetch_factor,
-        min_fetch_interval: float = _DEFAULTS.min_fetch_interval,
-        max_fetch_interval: float = _DEFAULTS.max_fetch_interval,
-        flush_interval: float = _DEFAULTS.flush_interval,
-        release_stuck_interval: float = _DEFAULTS.release_stuck_interval,
-        release_stuck_timeout: float = _DEFAULTS.release_stuck_timeout,
+        overfetch_factor: float = 2.0,
+        min_fetch_interval: float = 0.0,
+        max_fetch_interval: float = 1.0,
+        flush_interval: float = 0.05,
+        release_stuck_interval: float = 10.0,
+        release_stuck_timeout: float = 30.0,
         permanent_exceptions: Sequence[type[BaseException]] = (),
         handler_timeout: float | None = None,
         # FastStream arguments
@@ -97,10 +97,23 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             handler_timeout: seconds a handler (one message, or a batch) may run; past
                 that it is cancelled and the attempt fails with HandlerTimeoutError,
                 retried by the retry strategy (default: no limit).
+            no_reply: do not publish the handler's return value to the message's
+                `reply_to` queue.
+            dependencies: FastDepends dependencies of this handler.
+            parser: a custom parser for this subscriber (default: the broker's).
+            decoder: a custom decoder for this subscriber (default: the broker's).
             middlewares: FastStream middlewares for this subscriber only, run inside the
                 broker's and router's.
+            persistent: FastStream's registration flag; False marks a temporary
+                subscriber that test clients remove again.
+            title: the AsyncAPI channel title.
+            description: the AsyncAPI channel description.
+            include_in_schema: show this subscriber in the AsyncAPI document.
             schedule: a `Schedule` that publishes to this subscriber's queue (which must
                 be one), as `broker.schedule(queue, ...)` would.
+
+        Every option is checked when the subscriber is built (`InvalidOptionError`
+        names the option and its bounds); docs/configuration.md lists them all.
         """
         if schedule is not None:
             if not isinstance(schedule, Schedule):
@@ -170,11 +183,21 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         once per tick however many processes run this broker (docs/schedules.md).
 
         Args:
+            queue: the queue each message goes to.
+            body: the message, encoded as `publish` encodes it.
+            every: an interval, from 1 second to 3650 days; or instead:
+            cron: five fields, or six with seconds last.
+            timezone: the IANA zone `cron` is read in (default UTC).
             name: the schedule's name in the database (default: the queue's name; two
                 schedules of one queue need names).
+            headers: headers of every message.
             missed: ticks that fell due while no process ran: "skip" fires the latest
                 only, "catch_up" fires each, oldest first, up to `catch_up_limit`.
-            priority, ordering_key, delay, ttl: as in `publish`, for every message.
+            catch_up_limit: 1 to 1000.
+            priority: as in `publish`, for every message.
+            ordering_key: as in `publish`, for every message.
+            delay: as in `publish`, for every message.
+            ttl: as in `publish`, for every message.
         """
         declared = Schedule(
             every=every, cron=cron, timezone=timezone, body=body, name=name, queue=queue,
@@ -212,7 +235,22 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         include_in_schema: bool = True,
     ) -> SqlaPublisher:
         """A publisher for `queue`: call `.publish()`, or decorate a handler to publish
-        its return value."""
+        its return value.
+
+        Args:
+            queue: the target queue (a router's prefix is prepended).
+            headers: headers added to every message of this publisher (a call's own
+                headers win).
+            persistent: FastStream's registration flag, as for subscribers.
+            title: the AsyncAPI title (default `"<queue>:Publisher"`).
+            description: the AsyncAPI description.
+            schema: the payload schema for the AsyncAPI document (default: taken from
+                the handler's return annotation).
+            include_in_schema: show this publisher in the AsyncAPI document.
+        """
+        if headers is not None and not isinstance(headers, dict):
+            msg = f"headers must be a dict, got {headers!r}"
+            raise InvalidOptionError(msg)
         publisher = create_publisher(
             queue=queue,
             headers=headers,

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
 
 import sqlalchemy as sa
 import typer
 from rich.console import Console
 from rich.markup import escape
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from faststream_sqla.connecting import create_engine
 
 from faststream_sqla.exceptions import InvalidOptionError, SqlaBrokerError
 from faststream_sqla.schema import TableNames
-from faststream_sqla.urls import mask_passwords, masked, parse_url
+from faststream_sqla.urls import mask_passwords, masked
 
 T = TypeVar("T")
 
@@ -52,16 +55,32 @@ def usage_error(message: str) -> NoReturn:
     raise fail(message, EXIT_USAGE)
 
 
-def run(url: str, action: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+def missing_sqlite_file(url: sa.URL) -> Path | None:
+    """The file a SQLite URL names, if it does not exist (connecting would create it)."""
+    if url.get_backend_name() != "sqlite" or url.query.get("uri") or url.query.get("mode"):
+        return None
+    if url.database in (None, "", ":memory:") or url.database.startswith("file:"):
+        return None
+    path = Path(url.database)
+    return None if path.exists() else path.resolve()
+
+
+def run(
+    url: str, action: Callable[[AsyncEngine], Awaitable[T]], *, may_create: bool = False
+) -> T:
     """Run `action` on an engine for `url`, turning every expected failure into one
-    line and exit 1."""
+    line and exit 1. Only a command that `may_create` a database (`db upgrade`) may
+    name a SQLite file that does not exist yet."""
     try:
-        engine = create_async_engine(parse_url(url))
+        # unknown dialect, sync driver or driver not installed: the async one to use
+        engine = create_engine(url)
     except InvalidOptionError as e:
         raise fail(str(e)) from None
-    except (sa.exc.ArgumentError, sa.exc.InvalidRequestError, ImportError) as e:
-        # unknown dialect, sync driver or driver not installed
-        raise fail(f"invalid database URL {masked(url)}: {mask_passwords(str(e))}") from None
+    if not may_create and (missing := missing_sqlite_file(engine.url)) is not None:
+        raise fail(
+            f"no SQLite database at {missing} (the file does not exist); check the path, "
+            f"or create the tables there with: faststream-sqla db upgrade --url {masked(url)}"
+        )
     shown = engine.url.render_as_string(hide_password=True)
 
     async def go() -> T:

@@ -47,7 +47,8 @@ def upgrade(
             await QueueAdmin(engine, **kw).partition_archive()
         return await current_revision(engine, **kw)
 
-    out.print(f"Tables {names.message}, {names.archive} at revision {run(url, action)}.")
+    revision = run(url, action, may_create=True)
+    out.print(f"Tables {names.message}, {names.archive} at revision {revision}.")
 
 
 @db.command()

@@ -1,9 +1,9 @@
 """PostgreSQL statements run on the pool's asyncpg connection itself.
 
-Through SQLAlchemy's `Connection`, a one-statement autocommit operation cost ~290 µs of
-client CPU on the test machine: a checkout, the isolation level set and reset, and four
-greenlet hops around one round trip. On the driver it costs ~125-150 µs, pool checkout
-included. Claims and outcome writes (once per batch on the consume path) and committed
+Through SQLAlchemy's `Connection`, a one-statement autocommit operation costs a
+checkout, the isolation level set and reset, and four greenlet hops around one round
+trip; on the driver, pool checkout included, it costs about half the client CPU
+(docs/benchmarks.md, "Retired probes": statement_cost). Claims and outcome writes (once per batch on the consume path) and committed
 publishes go this way; everything else keeps SQLAlchemy's connection.
 
 asyncpg opens no transaction by itself: each statement commits on its own, which is

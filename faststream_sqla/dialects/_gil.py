@@ -3,8 +3,9 @@
 aiosqlite runs SQLite on a thread of its own, which needs the GIL back after every
 statement step. While handlers keep the event loop busy, that thread waits for the GIL
 at each hand-off until CPython's switch interval (5 ms by default) makes the loop let
-go, so a claim of ten such hand-offs took ~50 ms instead of ~14, long enough for the
-prefetch buffer to run dry. While a call of ours runs there, the interval is shortened.
+go, so a claim of ten such hand-offs took several times as long as on an idle loop,
+long enough for the prefetch buffer to run dry (docs/benchmarks.md, "Measurements behind
+design choices"). While a call of ours runs there, the interval is shortened.
 """
 
 from __future__ import annotations

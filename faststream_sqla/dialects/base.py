@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.dialects._claim import active_count, keyed_messages
+from faststream_sqla.message import KEEP_STATE
 from faststream_sqla.schema import (
     CLAIM_COUNTERS,
     CLAIMED_COLUMNS,
@@ -109,6 +110,8 @@ class Outcome:
     #: the message has an ordering or idempotency key: archiving it also deletes its
     #: key row where the keys have a table of their own (MySQL)
     keyed: bool = False
+    #: a deferral's saved state to write (encoded, None to clear), or KEEP_STATE
+    saved_state: Any = KEEP_STATE
 
     @property
     def archives(self) -> bool:
@@ -282,6 +285,25 @@ class Dialect(abc.ABC):
     ) -> int:
         """Set acquired_at to now for held messages, given (id, token) pairs; fenced
         like outcomes. One statement for all of them."""
+
+    async def save_states(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
+        """Write the saved states of deferred messages, fenced like their outcomes (same
+        claim, still claimed); written just before them. One statement for all: deferrals
+        are rare beside plain outcomes, so they keep the outcome statements unchanged."""
+        m = self.tables.message
+        statement = (
+            m.update()
+            .where(
+                m.c.id == sa.bindparam("b_id"),
+                m.c[TOKEN_COLUMN] == sa.bindparam("b_token"),
+                m.c.acquired_at.isnot(None),
+            )
+            .values(saved_state=sa.bindparam("b_state"))
+        )
+        rows = [{"b_id": o.id, "b_token": o.token, "b_state": o.saved_state} for o in outcomes]
+        async with engine.begin() as conn:
+            result = await conn.execute(statement, rows)
+        return max(result.rowcount, 0)
 
     @abc.abstractmethod
     def not_among(self, column: sa.ColumnElement[int], name: str) -> sa.ColumnElement[bool]:

@@ -80,8 +80,8 @@ def _row(shape: InsertShape) -> str:
 # The outcome batch as one JSON document of numbers only: an array per outcome of
 # [id, token, state code, attempts, deliveries, first_us, last_us, next_us, error], times
 # as microseconds since 1970 (naive UTC). asyncmy escapes every parameter on the client,
-# and a document full of quoted strings cost it ~1.8 ms per 1,000 outcomes, per statement;
-# without quotes escaping is nearly free, and numbers encode faster than formatted times.
+# and a document full of quoted strings cost it client CPU on every statement; without
+# quotes escaping is nearly free, and numbers encode faster than formatted times.
 STATE_CODES = {state: code for code, state in enumerate(MessageState, start=1)}
 
 

@@ -54,8 +54,9 @@ def array_literal(values: Sequence[int | str | None]) -> str:
     """Integers (or bare words) as PostgreSQL's text form of an array, None as NULL.
 
     Outcome columns travel this way, not as lists: asyncpg checks every element of a
-    list against collections.abc to look for nested arrays, and those checks were ~9%
-    of the consume loop's own CPU. Only values that need no quoting may come here.
+    list against collections.abc to look for nested arrays, and those checks were a
+    visible share of the consume loop's own CPU (docs/benchmarks.md, "Measurements
+    behind design choices"). Only values that need no quoting may come here.
     """
     return "{" + ",".join(map(str, values)).replace("None", "NULL") + "}"
 
@@ -114,8 +115,8 @@ TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03"}
 # as state = 'PROCESSING'). Written against `m` alone, the planner estimated it from the
 # column's statistics, and statistics gathered while nothing was in flight say no row
 # matches: it then scanned the whole table as the outer side and rescanned the outcome
-# list for every row, quadratic (a write of 1,000 outcomes on a 1,000-row table: 440 ms
-# of server time instead of 10). The `OR o.id IS NULL` (never true: o.id is an outcome's
+# list for every row, quadratic in the batch (docs/benchmarks.md, "Measurements behind
+# design choices"). The `OR o.id IS NULL` (never true: o.id is an outcome's
 # key) makes it a join condition, so the table is estimated whole and each outcome finds
 # its row by primary key. A state test is no better: it matched the PROCESSING partial
 # index, with the same wrong estimate.
@@ -194,7 +195,7 @@ class PostgresDialect(Dialect):
         relaxed = sa.select(sa.func.set_config("synchronous_commit", "off", True)).cte("relaxed")
         # `id = ANY(ARRAY(ready ids))`: one pass over the primary key for the whole
         # batch. `id IN (SELECT ...)` planned a semi-join that first de-duplicated the
-        # ids in a hash table (~10% of the claim's server time); a join with `ready`
+        # ids in a hash table (a share of the claim's server time); a join with `ready`
         # avoided that but fell to a full scan under a generic plan (see the tests).
         ready_array = sa.func.array(sa.select(ready.c.id).scalar_subquery())
         claimed = (
@@ -211,7 +212,8 @@ class PostgresDialect(Dialect):
         # The claimed rows come back as one row of column arrays, in claim order: asyncpg
         # decodes an array far cheaper than a record per row. The rows are sorted once,
         # below the aggregates: an ORDER BY inside each of the twelve array_aggs was a
-        # sort apiece on PostgreSQL 15, ~6 ms of server time per 1,000 claimed rows.
+        # sort apiece on PostgreSQL 15 (docs/benchmarks.md, "Measurements behind design
+        # choices").
         ordered = (
             sa.select(claimed)
             .order_by(claimed.c.priority.desc(), claimed.c.next_attempt_at, claimed.c.id)
@@ -270,7 +272,7 @@ class PostgresDialect(Dialect):
         # statement is beyond what Core composes. Identifiers come from our tables.
         # Each outcome finds its row by key, still claimed (STILL_CLAIMED). A batch with
         # nothing to requeue (the common case) or nothing to archive leaves the other
-        # half out: unnesting the arrays for it cost ~0.7 ms per 1,000.
+        # half out: unnesting the arrays for it costs server time on every batch.
         m = self._q(engine, self.tables.message)
         a = self._q(engine, self.tables.archive)
         # Columns travel as arrays in text form (see array_literal), times as

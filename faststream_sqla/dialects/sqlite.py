@@ -27,6 +27,7 @@ from faststream_sqla.schema import (
     archive_copy,
 )
 
+from ._aiosqlite import run_in_thread, runs_calls_in_thread
 from ._claim import claim_limit, priority_literal, ready_ids
 from ._gil import short_switch_interval
 from ._pool import check_in
@@ -143,6 +144,7 @@ def _field(position: int) -> str:
 _SENT_CLAIM_COLUMNS = tuple(c for c in CLAIMED_COLUMNS if c not in SHARED_CLAIM_COLUMNS)
 _COUNT_CLAIM = ", ".join(f"{name} = {name} + 1" for name in CLAIM_COUNTERS)
 _SENT_PAYLOAD = _SENT_CLAIM_COLUMNS.index("payload")  # sent as hex: JSON has no bytes
+_SENT_STATE = _SENT_CLAIM_COLUMNS.index("saved_state")  # the same, or null
 _SHARED_POSITIONS = sorted((CLAIMED_COLUMNS.index(n), n) for n in SHARED_CLAIM_COLUMNS)
 
 
@@ -156,8 +158,8 @@ async def in_driver_thread(conn: AsyncConnection, work: Callable[[Any], T]) -> T
     CPython's switch interval never forces a hand-off while the loop keeps doing so,
     so each call can wait tens of milliseconds behind running handlers. A whole
     operation as one call, with as few statements as possible, keeps claims and
-    outcome writes prompt. `Connection._execute` is how aiosqlite dispatches all of
-    its own methods; any other driver runs `work` through SQLAlchemy instead.
+    outcome writes prompt (`_aiosqlite` makes the call); any other driver runs `work`
+    through SQLAlchemy instead.
     """
     raw = await conn.get_raw_connection()
     if not runs_calls_in_thread(raw.driver_connection):
@@ -165,20 +167,12 @@ async def in_driver_thread(conn: AsyncConnection, work: Callable[[Any], T]) -> T
     return await call_in_thread(raw.driver_connection, work)
 
 
-def runs_calls_in_thread(driver: Any) -> bool:
-    """Whether `driver` is aiosqlite's connection, whose `_execute` runs a call on its
-    thread (what `in_driver_thread` needs)."""
-    return callable(getattr(driver, "_execute", None)) and isinstance(
-        getattr(type(driver), "_conn", None), property
-    )
-
-
 async def call_in_thread(driver: Any, work: Callable[[Any], T]) -> T:
     """`work(sqlite3 connection)` on aiosqlite's thread, its errors as SQLAlchemy's,
     with prompt GIL hand-offs while it runs (see `_gil`)."""
     try:
         with short_switch_interval:
-            return await driver._execute(work, driver._conn)
+            return await run_in_thread(driver, work)
     except sqlite3.Error as exc:
         raise _as_sqlalchemy_error(exc) from exc
 
@@ -281,7 +275,7 @@ class SQLiteDialect(Dialect):
         the transaction has committed, the next writer may begin, and the connection
         goes back to the pool without the pool's rollback, which would be another
         hand-off to the driver's thread for a transaction already over (inside the lock
-        it held every other writer back, ~40 ms an outcome write during a busy drain).
+        it held every other writer back, for tens of milliseconds during a busy drain).
         After a failure or a cancellation the lock is kept until the connection is back,
         with the usual rollback, so a transaction still running on the driver's thread
         cannot overlap the next writer's.
@@ -321,6 +315,8 @@ class SQLiteDialect(Dialect):
             # What all rows share (the queue asked for, the claim's time) comes once.
             values = ", ".join(
                 "hex(payload)" if name == "payload"
+                else "CASE WHEN saved_state IS NULL THEN NULL ELSE hex(saved_state) END"
+                if name == "saved_state"
                 else f"{name} + 1" if name in CLAIM_COUNTERS
                 else name
                 for name in _SENT_CLAIM_COLUMNS
@@ -356,6 +352,8 @@ class SQLiteDialect(Dialect):
         rows = json.loads(document)
         for row in rows:
             row[_SENT_PAYLOAD] = bytes.fromhex(row[_SENT_PAYLOAD])
+            if row[_SENT_STATE] is not None:
+                row[_SENT_STATE] = bytes.fromhex(row[_SENT_STATE])
             for position, name in _SHARED_POSITIONS:  # ascending: each lands in place
                 row.insert(position, shared[name])
         # Aggregate order is unspecified in SQLite; stored times are text that sorts.
@@ -377,8 +375,8 @@ class SQLiteDialect(Dialect):
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         # SQLite runs in process: rows are bound by the driver in C, not taken apart from
         # a JSON document by SQL. Terminal outcomes, the common case, are a multi-row
-        # VALUES list joined to the messages by key (one step per statement, ~35% less
-        # than an executemany of the same work); requeues, rarer, an executemany.
+        # VALUES list joined to the messages by key (one step per statement, cheaper than
+        # an executemany of the same work); requeues, rarer, an executemany.
         m = self._q(engine, self.tables.message)
         a = self._q(engine, self.tables.archive)
         done = [o for o in outcomes if o.archives]
@@ -437,7 +435,7 @@ class SQLiteDialect(Dialect):
 
         Multi-row INSERTs at the driver level: SQLite runs in process, so the cost is
         per-row work; one statement of many rows steps once where executemany steps per
-        row (~1 us a row less). A batch is as few statements as SQLite's variable limit
+        row. A batch is as few statements as SQLite's variable limit
         allows; sqlite3 caches the prepared text of each size. The database clock of an
         embedded database is this machine's clock, so the batch's times are computed
         here once, not by strftime calls on every row.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -27,6 +28,7 @@ from faststream_sqla.exceptions import (
     MessageSerializationError,
     QueueFullError,
 )
+from faststream_sqla.durations import seconds_of
 from faststream_sqla.message import validate_delay
 from faststream_sqla.options import NO_OPTIONS, DeliveryOptions, Envelope
 from faststream_sqla.parser import CONTENT_TYPE_HEADER, REPLY_TO_HEADER, SqlaParser
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
     from fast_depends.library.serializer import SerializerProto
 
     from faststream._internal.parser import CodecProto
-    from faststream._internal.types import CustomCallable
+    from faststream._internal.types import CustomCallable, IdGenerator
     from faststream_sqla.dialects import Dialect
     from faststream_sqla.health import DatabaseHealth
     from faststream_sqla.wakeup import WakeupHub
@@ -85,10 +87,10 @@ class QueueLimits:
         return self.per_queue.get(queue, self.default) if self.per_queue else self.default
 
 
-def delay_seconds(delay: float | timedelta | None) -> float:
+def delay_seconds(delay: float | timedelta | str | None) -> float:
     if delay is None:
         return 0.0
-    return validate_delay(delay.total_seconds() if isinstance(delay, timedelta) else delay)
+    return validate_delay(seconds_of(delay, "delay"))
 
 
 #: stored times end before this (MySQL keeps the last DATETIME for "not ready")
@@ -130,8 +132,7 @@ def timing(options: DeliveryOptions) -> tuple[datetime | None, float, datetime |
         if expires_at is not None:
             msg = "pass either expires_at or ttl, not both"
             raise InvalidOptionError(msg)
-        ttl = options.ttl
-        seconds = validate_delay(ttl.total_seconds() if isinstance(ttl, timedelta) else ttl, "ttl")
+        seconds = validate_delay(seconds_of(options.ttl, "ttl"), "ttl")
         expires_at = datetime.now(timezone.utc).replace(tzinfo=None) + timedelta(seconds=seconds)
     return publish_at, delay_seconds(options.delay), expires_at
 
@@ -139,6 +140,8 @@ def timing(options: DeliveryOptions) -> tuple[datetime | None, float, datetime |
 def checked_priority(value: object) -> int:
     if value is None:
         return 0
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        value = int(value)  # as FastStream's CLI passes it: `--priority 5`
     if isinstance(value, bool) or not isinstance(value, int):
         msg = f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, got {value!r}"
         raise InvalidOptionError(msg)
@@ -228,6 +231,8 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         #: commit the broker's own publishes without waiting for the WAL flush, where
         #: the database can (PostgreSQL): see SqlaBroker(fast_publish=...)
         self.fast_publish = False
+        #: correlation ids of messages published without one (SqlaBroker(id_generator=...))
+        self.id_generator: IdGenerator = gen_cor_id
         self._engine: AsyncEngine | None = None
         self._dialect: Dialect | None = None
         self._wakeups: WakeupHub | None = None
@@ -260,7 +265,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
 
     @override
     async def publish_batch(self, cmd: SqlaPublishCommand) -> list[int]:
-        return await self._insert(cmd, bodies=cmd.batch_bodies)
+        return await self._insert(cmd, bodies=cmd.batch_items)
 
     @override
     async def request(self, cmd: SqlaPublishCommand) -> Any:
@@ -289,7 +294,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
 
         # Each message of a batch gets its own correlation id unless the caller gave one:
         # one random base per call, numbered, is unique and costs no uuid4 per message.
-        base_id = None if correlation_id is not None else gen_cor_id()
+        base_id = None if correlation_id is not None else self.id_generator()
         # Rows of one content type share one headers dict and its JSON text.
         by_content_type: dict[str | None, tuple[dict[str, Any], str]] = {}
         rows = []

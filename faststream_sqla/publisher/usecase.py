@@ -11,7 +11,7 @@ from faststream._internal.endpoint.publisher import PublisherUsecase
 from faststream.response.publish_type import PublishType
 
 from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelope
-from faststream_sqla.response import Connection, SqlaPublishCommand
+from faststream_sqla.response import Connection, SqlaPublishCommand, check_batch_arguments
 
 if TYPE_CHECKING:
     from faststream._internal.basic_types import SendableMessage
@@ -77,6 +77,7 @@ class SqlaPublisher(PublisherUsecase):
     ) -> list[int]:
         """Insert many messages in one statement; returns their ids in order. See
         `SqlaBroker.publish_batch`."""
+        check_batch_arguments(messages)
         if not messages:
             return []
         cmd = SqlaPublishCommand(

@@ -56,7 +56,7 @@ class ConsumeOptions:
     max_fetch_interval: float = 1.0
     flush_interval: float = 0.05
     release_stuck_interval: float = 10.0
-    release_stuck_timeout: float = 300.0
+    release_stuck_timeout: float = 30.0
     #: exception types that send a message straight to FAILED, with no more retries
     permanent_exceptions: tuple[type[BaseException], ...] = ()
     #: a handler running longer is cancelled and its attempt failed (None: no limit)

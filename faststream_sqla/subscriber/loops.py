@@ -15,7 +15,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from faststream_sqla import ordering
-from faststream_sqla.dialects.base import Outcome, with_retries
+from faststream_sqla.admin import controls
+from faststream_sqla.dialects.base import Outcome, reading, with_retries
+from faststream_sqla.message import KEEP_STATE
 from faststream_sqla.parser import claimed_from_row
 
 from .claim_size import ClaimSizer
@@ -203,6 +205,10 @@ class Fetcher:
         )
         self.stopping = False
         self._rotation = 0
+        #: queues an operator paused (ControlWatcher keeps it current): not claimed
+        self.paused: frozenset[str] = frozenset()
+        #: set once the controls were first read: no claim comes before that
+        self.controls_read = asyncio.Event()
 
     def _apply_size(self) -> None:
         self.batch_size = self.sizer.size
@@ -237,6 +243,7 @@ class Fetcher:
 
     async def run(self) -> None:
         backoff = Backoff()
+        await self.controls_read.wait()
         while not self.stopping:
             batch = self.batch_size
             if self.free_slots() < batch:
@@ -287,6 +294,8 @@ class Fetcher:
             remaining = limit - got
             if remaining <= 0:
                 break
+            if queue in self.paused:
+                continue
 
             async def claim(queue: str = queue, remaining: int = remaining) -> list:
                 return await self.dialect.claim(self.engine, queue, remaining)
@@ -414,9 +423,13 @@ class OutcomeFlusher(StoppableLoop):
 
         tries = 0
 
+        saving = [o for o in batch if o.saved_state is not KEEP_STATE]
+
         async def write() -> int:
             nonlocal tries
             tries += 1
+            if saving:  # deferrals' states first: a crash between leaves state, no outcome
+                await self.dialect.save_states(self.engine, saving)
             return await self.dialect.write_outcomes(self.engine, batch)
 
         try:
@@ -540,6 +553,64 @@ class StuckReleaser(StoppableLoop):
                 backoff.reset()
             except Exception as exc:  # noqa: BLE001
                 log_failure(self.log, "releasing stuck messages", exc, backoff, self.health)
+
+
+#: seconds between two reads of the controls table by a subscriber: how soon a pause
+#: or a resume reaches every process
+CONTROL_INTERVAL = 2.0
+
+
+class ControlWatcher(StoppableLoop):
+    """Reads what operators set for this subscriber's queues (paused or not) every
+    `CONTROL_INTERVAL`, one small statement, and tells the fetcher."""
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        dialect: Dialect,
+        queues: Sequence[str],
+        fetcher: Fetcher,
+        wake: asyncio.Event,
+        log: Log,
+        health: DatabaseHealth,
+        interval: float = CONTROL_INTERVAL,
+    ) -> None:
+        super().__init__()
+        self.engine, self.dialect, self.queues = engine, dialect, list(queues)
+        self.fetcher, self.wake, self.log, self.health = fetcher, wake, log, health
+        self.interval = interval
+
+    async def read_once(self) -> None:
+        async def read() -> set[str]:
+            async with reading(self.engine) as conn:
+                return await controls.paused_among(conn, self.dialect.tables, self.queues)
+
+        paused = frozenset(await with_retries(self.dialect, read))
+        before = self.fetcher.paused
+        if paused == before:
+            return
+        self.fetcher.paused = paused
+        for queue in sorted(paused - before):
+            self.log(logging.INFO, f"queue {queue!r} is paused: no more claims until resumed")
+        if resumed := sorted(before - paused):
+            for queue in resumed:
+                self.log(logging.INFO, f"queue {queue!r} is resumed")
+            self.wake.set()
+
+    async def run(self) -> None:
+        backoff = Backoff()
+        delay = 0.0
+        while not await self.pause(delay):
+            try:
+                await self.read_once()
+                backoff.reset()
+                delay = self.interval
+            except Exception as exc:  # noqa: BLE001 - the last reading holds meanwhile
+                log_failure(self.log, "reading the queue controls", exc, backoff, self.health)
+                delay = min(backoff.next_delay(), self.interval)
+            finally:
+                self.fetcher.controls_read.set()
 
 
 class LeaseKeeper(StoppableLoop):

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 from typing_extensions import override
@@ -17,15 +17,17 @@ from faststream.exceptions import AckMessage, NackMessage, RejectMessage, StopCo
 from faststream.message import AckStatus
 
 from faststream_sqla import lifecycle, ordering
+from faststream_sqla._faststream import set_auto_ack_disabled
 from faststream_sqla.dialects.base import Outcome, with_retries
 from faststream_sqla.exceptions import HandlerTimeoutError, InvalidOptionError, RetryAfter
-from faststream_sqla.message import ClaimedMessage, validate_delay
+from faststream_sqla.message import KEEP_STATE, ClaimedMessage, validate_delay
 from faststream_sqla.parser import SqlaBatchParser, SqlaParser, claimed_from_row
 from faststream_sqla.publisher.fake import SqlaFakePublisher
 from faststream_sqla.schema import validate_queue_name
 
 from .loops import (
     DELIVERIES_PER_YIELD,
+    ControlWatcher,
     Fetcher,
     LeaseKeeper,
     OutcomeFlusher,
@@ -51,6 +53,20 @@ if TYPE_CHECKING:
 
 # A handler's own Ack/Nack/RejectMessage under AckPolicy.MANUAL (no middleware catches them)
 _DECISIONS = {AckMessage: AckStatus.ACKED, NackMessage: AckStatus.NACKED, RejectMessage: AckStatus.REJECTED}
+
+
+_Told = TypeVar("_Told", Outcome, None)
+
+
+def told(raw: ClaimedMessage, outcome: _Told) -> _Told:
+    """`outcome`, once the delivery's observer (if any) has heard it, once."""
+    if raw.on_outcome is not None:
+        on_outcome, raw.on_outcome = raw.on_outcome, None
+        try:
+            on_outcome(outcome)
+        except Exception:  # noqa: BLE001 - an observer must not lose the outcome
+            logging.getLogger(__name__).exception("an outcome observer failed")
+    return outcome
 
 
 class SqlaSubscriber(SubscriberUsecase[Any]):
@@ -105,11 +121,28 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         prefix = self._outer_config.prefix
         return tuple(f"{prefix}{q}" for q in self._queues)
 
-    def get_log_context(self, message: StreamMessage[Any] | None) -> dict[str, str]:
+    def get_log_context(self, message: StreamMessage[Any] | None) -> dict[str, Any]:
+        """The fields of every log line about `message` (LogRecord attributes, so a JSON
+        formatter sees them): queue, message id, attempt (1 for the first) and
+        correlation id. A batch's are its first message's, its id the range of ids."""
         # called for every message: the common case must not rebuild the queue list
-        if message is not None and isinstance(message.raw_message, ClaimedMessage):
-            return {"queue": message.raw_message.queue, "message_id": str(message.message_id)}
-        return {"queue": ",".join(self.queues), "message_id": str(getattr(message, "message_id", ""))}
+        if message is not None:
+            raw = message.raw_message
+            if isinstance(raw, list) and raw:
+                raw = raw[0]
+            if isinstance(raw, ClaimedMessage):
+                return {
+                    "queue": raw.queue,
+                    "message_id": str(message.message_id),
+                    "attempt": raw.attempts_count + 1,
+                    "correlation_id": raw.correlation_id or "",
+                }
+        return {
+            "queue": ",".join(self.queues),
+            "message_id": str(getattr(message, "message_id", "")),
+            "attempt": "",
+            "correlation_id": "",
+        }
 
     def _log(self, log_level: int | None, message: str, **kwargs: Any) -> None:
         self._outer_config.logger.log(
@@ -125,7 +158,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         # A router's subscriber learns the broker's ack_policy only once included;
         # FastStream read it at construction, so read it again now.
         self.ack_policy = self._config.ack_policy
-        setattr(self, "_SubscriberUsecase__auto_ack_disabled", self._config.auto_ack_disabled)  # noqa: B010
+        set_auto_ack_disabled(self, self._config.auto_ack_disabled)
         super()._post_start()
 
     @override
@@ -133,7 +166,10 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         for queue in self.queues:  # router prefixes are known only now
             validate_queue_name(queue)
         await super().start()
-        if self.calls:
+        if self._outer_config.in_memory:  # TestSqlaBroker: started after the broker
+            for call in self.calls:
+                call.handler.set_test()
+        elif self.calls:
             self._start_loops()
         self._post_start()
 
@@ -166,13 +202,18 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             interval=opts.release_stuck_timeout / 3, log=self._log,
             health=self._outer_config.health,
         )
-        self._loops = [self._flusher, releaser, leases]
+        watcher = ControlWatcher(
+            engine=engine, dialect=dialect, queues=self.queues, fetcher=self._fetcher,
+            wake=self._wake, log=self._log, health=self._outer_config.health,
+        )
+        self._loops = [self._flusher, releaser, leases, watcher]
         self._outer_config.wakeups.register(self.queues, self._wake)
         self._tasks = [
             self._spawn(self._fetcher.run(), "fetch"),
             self._spawn(self._flusher.run(), "flush"),
             self._spawn(releaser.run(), "release-stuck"),
             self._spawn(leases.run(), "leases"),
+            self._spawn(watcher.run(), "controls"),
         ]
         self._workers = [self._spawn(self._work(), f"worker-{i}") for i in range(opts.max_workers)]
         self._running = {}
@@ -396,11 +437,14 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             error = await self._run_handler_in_time(raw, (raw,))
         except asyncio.CancelledError:
             # Shutdown cut the handler short: not its fault, so no attempt is spent.
-            self._flusher.add(lifecycle.released(raw, started=True))
+            self._flusher.add(told(raw, lifecycle.released(raw, started=True)))
             raise
         if error is not None and await self._held_for_outage((raw,), error):
             return
-        self._flusher.add(self._outcome(raw, started, error))
+        outcome = self._outcome(raw, started, error)
+        if raw.on_outcome is not None:  # checked here: this runs per message
+            told(raw, outcome)
+        self._flusher.add(outcome)
         if raw.ordering_key is not None:
             # the key's next message is claimable only once this outcome is written
             self._flusher.write_soon()
@@ -425,12 +469,12 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             try:
                 error = await self._run_handler_in_time(live, live)
             except asyncio.CancelledError:
-                settled += (lifecycle.released(raw, started=True) for raw in live)
+                settled += (told(raw, lifecycle.released(raw, started=True)) for raw in live)
                 self._flusher.add_all(settled)
                 raise
             if error is not None and await self._held_for_outage(live, error):
                 live = []
-        settled += (self._outcome(raw, started, error) for raw in live)
+        settled += (told(raw, self._outcome(raw, started, error)) for raw in live)
         self._flusher.add_all(settled)
         if any(raw.ordering_key is not None for raw in batch):
             self._flusher.write_soon()  # as in _deliver_one
@@ -485,6 +529,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             return False
         for raw in reversed(live):
             raw.decision, raw.nack_delay = None, None
+            told(raw, None)
             self._buffer.put_back(raw)
         return True
 
@@ -541,6 +586,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         dialect, engine = self._outer_config.dialect, self._outer_config.engine
 
         async def write() -> int:
+            if outcome.saved_state is not KEEP_STATE:
+                await dialect.save_states(engine, [outcome])
             return await dialect.write_outcomes(engine, [outcome])
 
         await with_retries(dialect, write)

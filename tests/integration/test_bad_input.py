@@ -97,6 +97,37 @@ def test_options_that_cannot_work_are_refused_when_the_subscriber_is_built(optio
         broker.subscriber("q", **option)
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("graceful_timeout", -1),
+        ("graceful_timeout", math.inf),
+        ("graceful_timeout", math.nan),
+        ("graceful_timeout", "15"),
+        ("engine_options", "pool_size=5"),
+        ("log_level", "INFO"),
+        ("log_level", True),
+        ("validate_schema", "no"),
+        ("vacuum_message_table", "off"),
+    ],
+    ids=lambda value: repr(value),
+)
+def test_broker_options_that_cannot_work_are_refused_when_it_is_built(option, value):
+    with pytest.raises(InvalidOptionError, match=option):
+        SqlaBroker("sqlite+aiosqlite:///:memory:", **{option: value})
+
+
+def test_a_publishers_headers_must_be_a_dict():
+    broker = SqlaBroker("sqlite+aiosqlite:///:memory:")
+    with pytest.raises(InvalidOptionError, match="headers"):
+        broker.publisher("q", headers="tenant=acme")  # type: ignore[arg-type]
+
+
+def test_the_broker_options_bounds_are_inclusive():
+    for value in (None, 0, 0.1, 7 * 86400):
+        assert SqlaBroker("sqlite+aiosqlite:///:memory:", graceful_timeout=value)
+
+
 BAD_URL = "postgresql+asyncpg://postgres:SeCrEt@127.0.0.1:59x9/x"
 
 

@@ -46,11 +46,6 @@ EXPECTED = [
             ("faststream-sqla", "admin", "prune_rows_per_s"),
         )
     ),
-    *(
-        ("faststream-sqla", "server-cost", f"ours_over_raw@fbs={size}", db)
-        for db in ("postgresql", "mysql")
-        for size in (100, 1000)
-    ),
     ("faststream-sqla", "sustained", "vacuum_on_over_off", "postgresql"),
     ("faststream-sqla", "snapshot", "held_over_plain", "postgresql"),
     ("faststream-sqla", "snapshot", "held_vacuum_off_over_plain", "postgresql"),

@@ -8,6 +8,8 @@ import pytest
 from chaos.kill_workers import HELD_PER_PROCESS, run_kill_workers
 from chaos.soak import run_soak
 
+from ..conftest import on_servers
+
 pytestmark = pytest.mark.slow
 
 
@@ -28,7 +30,7 @@ async def test_sigkilled_workers_lose_nothing_and_leave_nothing_stuck(database_u
 LINES_PER_CUT_AND_WORKER = 4 + 2
 
 
-@pytest.mark.parametrize("server", ["postgresql", "mysql"])
+@pytest.mark.parametrize("server", on_servers())
 async def test_connections_cut_by_the_server_lose_nothing_and_log_little(
     server, server_databases, tmp_path
 ):

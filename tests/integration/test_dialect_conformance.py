@@ -16,6 +16,7 @@ from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import MAX_QUEUE_NAME_LENGTH, MessageState, QueueTables
 
+from ..conftest import on_servers
 from .helpers import rows
 
 
@@ -178,6 +179,7 @@ async def test_outbox_insert_joins_the_callers_transaction(engine, tables, diale
     assert await rows(engine, tables.message) == []
 
 
+@pytest.mark.databases("mysql")
 @pytest.mark.parametrize(("returning", "consecutive"), [(False, True), (False, False)])
 async def test_mysql8_insert_paths_without_returning(server_databases, returning, consecutive):
     """MySQL 8 has no INSERT ... RETURNING; its two id strategies run here on MariaDB."""
@@ -219,7 +221,7 @@ async def test_a_large_outcome_batch_is_written_whole(engine, tables, dialect):
     assert await rows(engine, tables.message) == []
 
 
-@pytest.mark.parametrize("server", ["postgresql", "mysql"])
+@pytest.mark.parametrize("server", on_servers())
 async def test_a_batch_of_mixed_rows_is_stored_all_or_nothing(server, server_databases):
     """Rows of different queues may take several statements; they commit together.
     (The failing row is too long for the queue column, which SQLite does not check.)"""
@@ -245,6 +247,7 @@ async def test_a_batch_of_mixed_rows_is_stored_all_or_nothing(server, server_dat
         await engine.dispose()
 
 
+@pytest.mark.databases("mysql")
 async def test_mysql_own_transactions_read_committed_and_leave_the_session_alone(
     server_databases,
 ):

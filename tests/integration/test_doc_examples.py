@@ -1,4 +1,6 @@
-"""Every ```python block of README.md and docs/*.md runs, one test per block.
+"""Every ```python block of README.md and docs/*.md runs, one test per block (the
+files in examples/ are apps, run by tests/integration/test_processes.py; a test below
+keeps that true).
 
 The convention, which every block follows:
 
@@ -29,6 +31,7 @@ which does not connect; anything that talks to a database uses SQLite.
 from __future__ import annotations
 
 import ast
+import json
 import asyncio
 import inspect
 import re
@@ -225,3 +228,69 @@ def test_not_code_entries_still_match_a_block() -> None:
     }
     stale = NOT_CODE - fenced
     assert not stale, f"no longer fenced as python; remove from NOT_CODE: {stale}"
+
+
+# -- the outbox examples publish the id the order got --------------------------------------
+# the blocks that use the shared `session` and `order` (others build their own)
+OUTBOX_BLOCKS = [
+    b for b in BLOCKS
+    if "session.add(order)" in b.source and b.page in ("README.md", "docs/index.md")
+]
+
+
+@pytest.mark.parametrize("block", OUTBOX_BLOCKS, ids=[f"{b.page}:{b.line}" for b in OUTBOX_BLOCKS])
+def test_an_outbox_example_publishes_the_id_the_order_got(
+    block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's `place_order` is called (on SQLite, with the shared broker in place
+    of the one it names); a block that publishes at the top level just runs."""
+    monkeypatch.chdir(tmp_path)
+    loop = asyncio.new_event_loop()
+    shared: list[Any] = []
+    module = types.ModuleType(MODULE)
+    monkeypatch.setitem(sys.modules, MODULE, module)
+    namespace: dict[str, Any] = module.__dict__
+    try:
+        loop.run_until_complete(_prepare(namespace, shared))
+        broker, session, order = namespace["broker"], namespace["session"], namespace["order"]
+        code = compile(block.source, block.page, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                       dont_inherit=True)
+        result = eval(code, namespace)  # noqa: S307 - our own documentation
+        if code.co_flags & inspect.CO_COROUTINE:
+            loop.run_until_complete(result)
+        if "place_order" in namespace:
+            namespace["broker"] = broker  # the function reads the global when called
+            loop.run_until_complete(namespace["place_order"](session, order))
+        loop.run_until_complete(session.commit())
+
+        async def published() -> list[Any]:
+            async with broker.engine.connect() as conn:
+                result = await conn.execute(sa.text("SELECT payload FROM message"))
+                return [json.loads(payload) for (payload,) in result]
+
+        (order_id,) = sa.inspect(order).identity  # committed: reading order.id would reload
+        assert isinstance(order_id, int)
+        assert loop.run_until_complete(published()) == [{"order_id": order_id}]
+    finally:
+        try:
+            loop.run_until_complete(_close(shared))
+        finally:
+            _close_loop(loop)
+
+
+def test_outbox_examples_are_found() -> None:
+    assert {b.page for b in OUTBOX_BLOCKS} >= {"README.md", "docs/index.md"}
+
+
+def test_every_example_file_runs_in_a_test() -> None:
+    """examples/*.py are whole apps: each is run by a test, under `faststream run`
+    (tests/integration/test_processes.py: "examples.NAME:app") or imported and driven
+    by one (`from examples.NAME import ...`)."""
+    tests = "".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py"))
+    examples = sorted(p.stem for p in (ROOT / "examples").glob("*.py") if p.stem != "__init__")
+    assert examples
+    untested = [
+        e for e in examples
+        if f'"examples.{e}:app"' not in tests and f"from examples.{e} import" not in tests
+    ]
+    assert untested == []

@@ -22,6 +22,7 @@ from faststream_sqla.exceptions import (
     SchemaOutdatedError,
 )
 
+from ..conftest import on_servers
 from .helpers import FAST, Recorder, rows, wait_until
 
 
@@ -329,7 +330,7 @@ async def _kill_other_connections(url: str) -> int:
     return killed
 
 
-@pytest.mark.parametrize("server", ["postgresql", "mysql"])
+@pytest.mark.parametrize("server", on_servers())
 async def test_lost_connections_are_replaced_and_nothing_is_lost(server, server_databases):
     url = server_databases[server]
     broker = SqlaBroker(url)
@@ -397,7 +398,7 @@ async def test_failing_loop_step_is_retried_and_nothing_is_lost(
     assert [r["state"] for r in await rows(engine, tables.archive)] == [MessageState.COMPLETED] * 2
 
 
-@pytest.mark.parametrize("server", ["postgresql", "mysql"])
+@pytest.mark.parametrize("server", on_servers())
 async def test_open_outbox_transaction_does_not_hold_up_other_messages(server, server_databases):
     """Outcome writes find their rows by key: an uncommitted publish elsewhere in the
     table (row locked by its transaction) must not stall them."""

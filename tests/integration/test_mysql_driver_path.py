@@ -24,6 +24,7 @@ async def my_engine(server_databases):
         yield engine
 
 
+@pytest.mark.databases("mysql")
 async def test_a_committed_transaction_is_checked_in_without_a_rollback(my_engine):
     dialect = await prepared_dialect(my_engine)
     resets: list[bool] = []
@@ -52,6 +53,7 @@ async def test_a_committed_transaction_is_checked_in_without_a_rollback(my_engin
     assert [row[0] for row in rows] == [message_id]
 
 
+@pytest.mark.databases("mysql")
 async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(my_engine):
     dialect = await prepared_dialect(my_engine)
     await dialect.insert_committed(my_engine, [plain_message()])
@@ -66,6 +68,7 @@ async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(my_
     assert len(await claim_after_losing_the_connection(dialect, my_engine, "q")) == 1
 
 
+@pytest.mark.databases("mysql")
 async def test_claim_and_release_stuck_each_read_their_own_range_of_the_ready_index(my_engine):
     """MySQL has no partial indexes: ready_at is the last DATETIME while a message is in
     flight, so the claim's range (ready_at up to now) holds no in-flight row to walk and
@@ -118,6 +121,7 @@ async def test_claim_and_release_stuck_each_read_their_own_range_of_the_ready_in
     assert await dialect.release_stuck(my_engine, ["q"], 0.0) == 400  # found by that key
 
 
+@pytest.mark.databases("mysql")
 async def test_mysql_claim_round_trips_counts_the_statements_a_claim_sends(my_engine):
     """The server's own count of statements on the one connection, around a claim."""
     dialect = await prepared_dialect(my_engine)

@@ -50,6 +50,7 @@ def test_constants_are_converted_once_and_per_call_values_must_need_none():
         DriverStatement(stmt, engine.dialect, per_call=("q", "missing"))
 
 
+@pytest.mark.databases("postgresql")
 async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(pg_engine):
     dialect = await prepared_dialect(pg_engine)
     await dialect.insert_committed(pg_engine, [plain_message()])
@@ -66,6 +67,7 @@ async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(pg_
         assert conn.get_server_pid() != doomed
 
 
+@pytest.mark.databases("postgresql")
 async def test_driver_errors_come_out_as_sqlalchemys(pg_engine):
     """The classes SQLAlchemy's own asyncpg dialect gives, with the driver's error (and
     its SQLSTATE) kept as `orig`; a live connection stays in the pool."""
@@ -116,6 +118,7 @@ def _scans(node: dict) -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.databases("postgresql")
 async def test_outcomes_and_leases_reach_their_rows_by_key_against_stale_statistics(pg_engine):
     """Statistics gathered while nothing was in flight say no message is claimed. Against
     them the outcome write took the whole table as its outer side and rescanned the
@@ -167,6 +170,7 @@ async def test_outcomes_and_leases_reach_their_rows_by_key_against_stale_statist
                 assert produced <= 20 * len(claimed), (name, mode, produced)
 
 
+@pytest.mark.databases("postgresql")
 async def test_the_claim_keeps_to_indexes_under_a_generic_plan(pg_engine):
     """A prepared claim may run on a generic plan (`plan_cache_mode`, or PostgreSQL's own
     choice after five executions), where LIMIT is a parameter estimated at a tenth of

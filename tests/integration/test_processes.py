@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 
 from faststream_sqla import MessageState, SqlaBroker, SqlaMessage
 
@@ -141,6 +143,111 @@ async def test_sigkilled_worker_message_is_delivered_again(database_url, engine,
     assert await rows(engine, tables.message) == []
 
 
+async def _holds_a_transaction(engine, dialect_name: str, database_url: str) -> bool:
+    """Whether another client of this test's database is inside a transaction (or, on
+    SQLite, holds the write lock): a process stopped there would block everyone else."""
+    if dialect_name == "sqlite":
+        probe = sqlite3.connect(make_url(database_url).database, timeout=0)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.rollback()
+            return False
+        except sqlite3.OperationalError:
+            return True
+        finally:
+            probe.close()
+    if dialect_name == "postgresql":
+        sql = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND (state = 'active' OR xact_start IS NOT NULL)"
+        )
+    else:
+        sql = (
+            "SELECT count(*) FROM information_schema.innodb_trx t "
+            "JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id "
+            "WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()"
+        )
+    async with engine.connect() as conn:
+        return bool(await conn.scalar(sa.text(sql)))
+
+
+async def _stop_between_statements(proc, engine, dialect_name: str, database_url: str) -> None:
+    """SIGSTOP `proc` at a moment it holds no transaction open (resuming and stopping it
+    again until so)."""
+
+    async def stopped_quietly() -> bool:
+        proc.send_signal(signal.SIGSTOP)
+        if not await _holds_a_transaction(engine, dialect_name, database_url):
+            return True
+        proc.send_signal(signal.SIGCONT)
+        return False
+
+    await wait_until(stopped_quietly)
+
+
+async def test_worker_stopped_past_its_lease_loses_the_message_and_carries_on(
+    database_url, engine, tables, dialect_name, tmp_path
+):
+    log = tmp_path / "stale.log"
+    (slow,) = await publish(database_url, "jobs", "slow")
+    async with spawn(
+        sys.executable, WORKERS / "stale.py", database_url, log=log,
+        stdin=asyncio.subprocess.PIPE,
+    ) as stale:
+        assert await read_line(stale, log) == f"STARTED {slow} 1"
+        await _stop_between_statements(stale, engine, dialect_name, database_url)
+        try:
+            # Frozen mid-handler: its lease lapses, another process takes the message.
+            broker = SqlaBroker(database_url)
+            got = Recorder()
+
+            @broker.subscriber(
+                "jobs", release_stuck_timeout=1.5, release_stuck_interval=0.1, **FAST
+            )
+            async def handle(body: str, msg: SqlaMessage) -> None:
+                got.record((msg.message_id, msg.deliveries_count))
+
+            async with broker:
+                await broker.start()
+                assert await got.wait_for(1) == [(slow, 2)]
+        finally:
+            stale.send_signal(signal.SIGCONT)
+
+        (done,) = await rows(engine, tables.archive)
+        assert (done["id"], done["state"], done["deliveries_count"]) == (
+            slow, MessageState.COMPLETED, 2
+        )
+
+        # Resumed, the stale worker finishes its handler; its outcome is fenced out.
+        assert stale.stdin is not None
+        stale.stdin.write(b"go\n")
+        await stale.stdin.drain()
+        assert await read_line(stale, log) == f"HANDLED {slow}"
+
+        async def warned() -> bool:
+            return "outcomes were stale" in log.read_text()
+
+        await wait_until(warned)
+
+        # ... and it carries on serving the queue.
+        (fresh,) = await publish(database_url, "jobs", "fresh")
+        assert await read_line(stale, log) == f"STARTED {fresh} 1"
+        assert await read_line(stale, log) == f"HANDLED {fresh}"
+
+        async def both_archived() -> bool:
+            return len(await rows(engine, tables.archive)) == 2
+
+        await wait_until(both_archived)
+
+    archive = {row["id"]: row for row in await rows(engine, tables.archive)}
+    assert sorted(archive) == [slow, fresh]
+    assert (archive[slow]["state"], archive[slow]["deliveries_count"]) == (
+        MessageState.COMPLETED, 2
+    )
+    assert archive[fresh]["state"] == MessageState.COMPLETED
+    assert await rows(engine, tables.message) == []
+
+
 async def test_three_processes_share_a_queue_exactly_once(database_url, engine, tables, tmp_path):
     n, workers = 2000, 3
     # No unique key: a second handling must show up as a row, not fail the handler.
@@ -188,17 +295,32 @@ async def test_example_app_runs_under_faststream_run(database_url, engine, table
         faststream, "run", "examples.app:app", log=log, pipe=False, cwd=REPO, env=env
     ) as proc:
 
-        async def all_completed() -> bool:
-            archive = await rows(engine, tables.archive)
-            done = [r["queue"] for r in archive if r["state"] == MessageState.COMPLETED]
-            return sorted(done) == ["orders"] * 3 + ["shipments"] * 3
+        def all_completed(orders: int) -> Callable[[], Awaitable[bool]]:
+            async def check() -> bool:
+                archive = await rows(engine, tables.archive)
+                done = [r["queue"] for r in archive if r["state"] == MessageState.COMPLETED]
+                return sorted(done) == ["orders"] * orders + ["shipments"] * orders
+
+            return check
 
         try:
-            await wait_until(all_completed, timeout=60)
+            await wait_until(all_completed(3), timeout=60)
+            # the README's second step: a message from another terminal
+            sent = await asyncio.create_subprocess_exec(
+                Path(sys.executable).parent / "faststream-sqla", "publish", "orders",
+                '{"id": 4, "item": "gadget", "quantity": 2}', "--url", database_url,
+                stdout=asyncio.subprocess.PIPE,
+            )
+            assert (await sent.communicate())[0].decode().startswith("Published message ")
+            await wait_until(all_completed(4), timeout=60)
         except TimeoutError:
             pytest.fail(f"example did not complete its orders:\n{log.read_text()}")
         proc.send_signal(signal.SIGTERM)
         assert await exit_code(proc) == 0, log.read_text()
+    output = log.read_text()
+    assert "published orders [" in output  # the app's own log line shows
+    assert "order 4: 2 x gadget (delivery 1)" in output
+    assert "shipment for order 4: shipped" in output
 
 
 async def test_message_options_example_runs_under_faststream_run(

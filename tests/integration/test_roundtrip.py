@@ -141,6 +141,7 @@ async def test_sixteen_mebibyte_payload_fits(database_url, engine, tables):
     assert len(row["payload"]) == len(body)
 
 
+@pytest.mark.databases("mysql")
 async def test_message_over_mariadb_packet_limit_is_refused_whole(server_databases, tables):
     from sqlalchemy.ext.asyncio import create_async_engine
 

@@ -24,7 +24,12 @@ AFTER = 100
 
 @pytest.mark.parametrize(
     ("server_kind", "how"),
-    [("postgresql", "fast"), ("postgresql", "immediate"), ("mysql", "term"), ("mysql", "kill")],
+    [
+        pytest.param(kind, how, marks=pytest.mark.databases(kind), id=f"{kind}-{how}")
+        for kind, how in (
+            ("postgresql", "fast"), ("postgresql", "immediate"), ("mysql", "term"), ("mysql", "kill")
+        )
+    ],
 )
 async def test_a_restarted_server_costs_nothing_but_the_wait(server_kind, how):
     async with throwaway(server_kind) as server:

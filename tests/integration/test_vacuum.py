@@ -37,6 +37,7 @@ async def ready_scan_buffers(engine) -> int:
     return plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
 
 
+@pytest.mark.databases("postgresql")
 async def test_a_vacuum_takes_the_dead_head_out_of_the_claims_walk(server_databases):
     async with one_connection_engine(server_databases["postgresql"]) as engine:
         dialect = await prepared_dialect(engine)
@@ -97,6 +98,7 @@ async def test_the_broker_vacuums_after_enough_settled_messages(database_url, en
     assert not vacuum.active  # stopped with the broker
 
 
+@pytest.mark.databases("postgresql")
 async def test_a_stopping_broker_starts_no_vacuum(server_databases):
     """The final flushes of a stopping broker still count settled messages; a vacuum
     begun then would only be cancelled."""
@@ -114,6 +116,7 @@ async def test_a_stopping_broker_starts_no_vacuum(server_databases):
 NOT_OWNER = "fsqla_not_owner"
 
 
+@pytest.mark.databases("postgresql")
 async def test_a_user_who_may_not_vacuum_leaves_the_table_to_autovacuum(server_databases):
     """Least privilege: a role that may read and write the tables but does not own
     them. PostgreSQL would skip its every VACUUM with a warning, so none is tried."""
@@ -146,6 +149,7 @@ def test_the_interval_grows_with_the_square_root_of_the_table():
     assert settled_between_vacuums(100_000_000) == 400_000
 
 
+@pytest.mark.databases("postgresql")
 async def test_no_vacuum_while_a_snapshot_keeps_every_dead_row(server_databases):
     """Issue 20, defect 8: under a long-held snapshot every vacuum removed nothing, and
     45 of them drove the row estimate to about 0 and the claims to a sort of every

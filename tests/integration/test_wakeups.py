@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -90,6 +92,7 @@ async def _publish_from_another_broker(url: str, body: str, queue: str) -> None:
         await producer.publish(body, queue=queue)
 
 
+@pytest.mark.databases("postgresql")
 async def test_notify_wakes_a_subscriber_in_another_broker(server_databases):
     url = server_databases["postgresql"]
     got = Recorder()
@@ -102,6 +105,7 @@ async def test_notify_wakes_a_subscriber_in_another_broker(server_databases):
     assert got.calls == ["from afar"]
 
 
+@pytest.mark.databases("postgresql")
 async def test_rolled_back_publish_notifies_nobody(server_databases):
     url = server_databases["postgresql"]
     got = Recorder()
@@ -130,6 +134,7 @@ async def test_rolled_back_publish_notifies_nobody(server_databases):
     assert heard == ["b"]  # notifications arrive in commit order: "a" would be first
 
 
+@pytest.mark.databases("postgresql")
 async def test_listener_comes_back_after_its_connection_is_killed(server_databases):
     url = server_databases["postgresql"]
     got = Recorder()
@@ -150,6 +155,7 @@ async def test_listener_comes_back_after_its_connection_is_killed(server_databas
     assert got.calls == ["after reconnect"]
 
 
+@pytest.mark.databases("postgresql")
 async def test_one_transaction_notifies_each_queue_once(server_databases):
     url = server_databases["postgresql"]
     got = Recorder()
@@ -184,6 +190,7 @@ async def test_one_transaction_notifies_each_queue_once(server_databases):
     assert heard.calls == ["a", "b", "b"]
 
 
+@pytest.mark.databases("postgresql")
 async def test_a_subscriber_polls_while_its_listener_is_down(server_databases):
     url = server_databases["postgresql"]
     got = Recorder()

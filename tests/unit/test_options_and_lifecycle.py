@@ -410,7 +410,7 @@ async def test_publish_encodes_like_the_codec_it_skips(broker: SqlaBroker) -> No
     bodies = ("text", b"\x00raw", {"a": [1, 2]}, 7, None, [1.5, "x"])
     cmd = SqlaPublishCommand(*bodies, queue="q", _publish_type=PublishType.PUBLISH)
     producer = broker.config.producer
-    direct = await producer.build_rows(cmd, cmd.batch_bodies)
+    direct = await producer.build_rows(cmd, cmd.batch_items)
     producer.codec = SameAsDefault()
-    awaited = await producer.build_rows(cmd, cmd.batch_bodies)
+    awaited = await producer.build_rows(cmd, cmd.batch_items)
     assert [(r.payload, r.headers) for r in direct] == [(r.payload, r.headers) for r in awaited]

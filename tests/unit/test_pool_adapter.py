@@ -7,6 +7,7 @@ import inspect
 import logging
 
 import pytest
+import sqlalchemy
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool.base import _ConnectionFairy
@@ -16,7 +17,10 @@ from faststream_sqla.dialects._pool import check_in
 
 def test_the_private_check_in_still_takes_transaction_reset():
     parameters = inspect.signature(_ConnectionFairy._close_special).parameters
-    assert "transaction_reset" in parameters
+    assert "transaction_reset" in parameters, (
+        f"SQLAlchemy {sqlalchemy.__version__}: _ConnectionFairy._close_special no longer "
+        "takes transaction_reset; update dialects/_pool.py (and the pin in pyproject.toml)"
+    )
 
 
 @pytest.fixture

@@ -228,3 +228,63 @@ async def test_subscriber_middlewares_wrap_only_that_subscriber() -> None:
         await br.publish("a", queue="tagged")
         await br.publish("b", queue="plain")
     assert seen == ["tag:tagged", "handler:a", "handler:b"]
+
+
+# -- as FastStream's other test clients -----------------------------------------------------
+async def test_a_subscriber_started_while_the_client_runs_gets_messages(broker) -> None:
+    async with TestSqlaBroker(broker, connect_only=False) as br:
+        late = br.subscriber("late")
+        got: list[str] = []
+
+        async def handle(body: str) -> None:
+            got.append(body)
+
+        late(handle)
+        await late.start()
+        await br.publish("first", queue="late")
+        assert got == ["first"]
+        late.calls[0].handler.mock.assert_called_once_with("first")
+
+        later = br.subscriber("later")
+        later(handle)
+        async with later:
+            await br.publish("second", queue="later")
+        assert got == ["first", "second"]
+
+
+async def test_request_is_refused_as_the_real_broker_refuses_it(broker) -> None:
+    from faststream.exceptions import FeatureNotSupportedException
+
+    @broker.subscriber("q")
+    async def handle(body: str) -> str:
+        return body
+
+    async with TestSqlaBroker(broker) as br:
+        with pytest.raises(FeatureNotSupportedException, match="reply_to"):
+            await br.request("x", queue="q")
+        with pytest.raises(FeatureNotSupportedException, match="reply_to"):
+            await br.publisher("q").request("x")
+
+
+async def test_the_client_uses_the_brokers_id_generator(db_file) -> None:
+    broker = SqlaBroker(f"sqlite+aiosqlite:///{db_file}", id_generator=lambda: "made-here")
+    seen: list[str | None] = []
+
+    @broker.subscriber("q")
+    async def handle(body: str, msg: SqlaMessage) -> None:
+        seen.append(msg.correlation_id)
+
+    async with TestSqlaBroker(broker) as br:
+        await br.publish("x", queue="q")
+        await br.publish_batch("y", "z", queue="q")
+    assert seen == ["made-here", "made-here-0", "made-here-1"]
+
+
+async def test_a_batch_given_as_one_list_is_refused_in_memory(broker) -> None:
+    @broker.subscriber("q")
+    async def handle(body: str) -> None: ...
+
+    async with TestSqlaBroker(broker) as br:
+        with pytest.raises(InvalidOptionError, match=r"publish_batch\(\*items"):
+            await br.publish_batch(["a", "b"], queue="q")
+        handle.mock.assert_not_called()

@@ -1,7 +1,7 @@
 """Interval and cron schedules get a table of their own.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-11-24
 
 `<message>_schedule` holds one row per schedule declared with `broker.schedule(...)`:
@@ -32,8 +32,8 @@ from faststream_sqla.schema import (
     schedule_table_name,
 )
 
-revision: str = "0011"
-down_revision: str | Sequence[str] | None = "0010"
+revision: str = "0012"
+down_revision: str | Sequence[str] | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,80 @@
+"""`faststream-sqla publish QUEUE BODY`: one message from a shell, e.g. to try a running
+app or to hand a job to it."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from faststream_sqla.durations import seconds_of
+from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
+
+from .common import ArchiveTable, MessageTable, Url, app, names_of, out, run, usage_error
+
+
+def parse_body(text: str) -> Any:
+    """JSON if the text parses as JSON (an object, a list, a number...), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_headers(pairs: list[str]) -> dict[str, str]:
+    headers = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            usage_error(f"--header: {pair!r} is not NAME=VALUE")
+        headers[name] = value
+    return headers
+
+
+@app.command()
+def publish(
+    queue: Annotated[str, typer.Argument(help="The queue to publish to.", show_default=False)],
+    body: Annotated[
+        str, typer.Argument(help="The body: JSON if it parses as JSON, else text.")
+    ],
+    url: Url,
+    header: Annotated[
+        list[str] | None, typer.Option("--header", help="A header, NAME=VALUE (repeatable).")
+    ] = None,
+    delay: Annotated[
+        str | None,
+        typer.Option(help="Hold the message back: seconds (30) or a duration (5s, 1m, 2h)."),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")] = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """Publish one message and print its id."""
+    from faststream_sqla.broker.broker import SqlaBroker  # the broker only for this command
+
+    names = names_of(message_table, archive_table)
+    headers = parse_headers(header or [])
+    seconds = None
+    if delay is not None:
+        try:
+            seconds = seconds_of(delay, "--delay")
+        except InvalidOptionError as e:
+            usage_error(str(e))
+    message = parse_body(body)
+
+    async def action(engine: AsyncEngine) -> int:
+        broker = SqlaBroker(
+            engine, message_table=names.message, archive_table=names.archive, logger=None
+        )
+        async with broker:
+            await broker.connect()
+            return await broker.publish(message, queue=queue, headers=headers, delay=seconds)
+
+    message_id = run(url, action)
+    if json_output:
+        typer.echo(json.dumps({"id": message_id, "queue": queue}))
+    else:
+        out.print(f"Published message {message_id} to {queue}.", highlight=False)
