@@ -134,6 +134,8 @@ class QueueTables:
     keys: sa.Table | None = field(init=False)
     #: what operators set per queue (build_controls_table)
     controls: sa.Table = field(init=False)
+    #: the interval and cron schedules (build_schedule_table)
+    schedule: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:
         self.metadata = sa.MetaData()
@@ -144,6 +146,7 @@ class QueueTables:
         self.archive = build_archive_table(self.metadata, self.names.archive)
         self.keys = build_keys_table(self.metadata, self.names.message) if mysql_family else None
         self.controls = build_controls_table(self.metadata, self.names.message)
+        self.schedule = build_schedule_table(self.metadata, self.names.message)
 
     @property
     def key_index(self) -> sa.Table:
@@ -425,6 +428,48 @@ def build_controls_table(metadata: sa.MetaData, message: str) -> sa.Table:
     )
 
 
+def schedule_table_name(message: str) -> str:
+    return f"{message}_schedule"
+
+
+#: schedule names are text of at most this many characters (room left under the key
+#: length, should a fired message's key ever be built from the name and the tick)
+MAX_SCHEDULE_NAME_LENGTH = 200
+MAX_CRON_LENGTH = 255
+MAX_TIMEZONE_LENGTH = 64
+
+
+def build_schedule_table(metadata: sa.MetaData, message: str) -> sa.Table:
+    """One row per interval or cron schedule (faststream_sqla.schedules), named after
+    the message table like the keys table. The timing and the message come from the
+    declaration in code (upserted at broker start); `paused` is changed only through
+    the admin API, so it survives restarts. Schedules are few and found by name: the
+    primary key is the only index."""
+    return sa.Table(
+        schedule_table_name(message),
+        metadata,
+        sa.Column("name", sa.String(MAX_SCHEDULE_NAME_LENGTH), primary_key=True),
+        sa.Column("queue", MESSAGE_COLUMN["queue"].type, nullable=False),
+        sa.Column("payload", Payload, nullable=False),
+        sa.Column("headers", Headers),
+        # the other publish options (priority, correlation id, ...) by name: a new
+        # option needs no migration here
+        sa.Column("options", sa.JSON()),
+        sa.Column("kind", sa.String(8), nullable=False),  # interval | cron
+        sa.Column("every_seconds", sa.Double()),
+        sa.Column("cron", sa.String(MAX_CRON_LENGTH)),
+        sa.Column("timezone", sa.String(MAX_TIMEZONE_LENGTH)),
+        sa.Column("missed", sa.String(16), nullable=False),  # skip | catch_up
+        sa.Column("catch_up_limit", sa.Integer(), nullable=False),
+        sa.Column("paused", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("next_fire_at", Timestamp, nullable=False),
+        sa.Column("last_fired_at", Timestamp),
+        sa.Column("fired_count", sa.BigInteger(), nullable=False, server_default=sa.text("0")),
+        sa.Column("created_at", Timestamp, nullable=False),
+        sa.Column("updated_at", Timestamp, nullable=False),
+    )
+
+
 def build_archive_table(metadata: sa.MetaData, name: str) -> sa.Table:
     table = sa.Table(
         name,
@@ -470,6 +515,7 @@ __all__ = [
     "TableNames",
     "controls_table_name",
     "keys_table_name",
+    "schedule_table_name",
     "utc_now",
     "validate_queue_name",
 ]

@@ -11,6 +11,7 @@ from .models import (
     MoveResult,
     Progress,
     QueueStats,
+    ScheduleInfo,
     to_json,
 )
 from .partitions import PartitionReport
@@ -27,5 +28,6 @@ __all__ = [
     "Progress",
     "QueueAdmin",
     "QueueStats",
+    "ScheduleInfo",
     "to_json",
 ]
