@@ -318,9 +318,9 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             config.logger.log(message, level, {"queue": "", "message_id": ""})
 
         runner = ScheduleRunner(self.schedules, self.publish, log)
+        producer = config.broker_config.producer
         await runner.start(
-            config.engine, config.dialect, config.producer.codec, config.producer.serializer,
-            config.health,
+            config.engine, config.dialect, producer.codec, producer.serializer, config.health
         )
         self.schedule_runner = runner
 
