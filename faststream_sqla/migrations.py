@@ -128,7 +128,7 @@ def _inspect(
 ) -> tuple[list[str], dict[str, list[str]], object]:
     inspector = sa.inspect(conn)
     existing = set(inspector.get_table_names())
-    ours = (*tables.live, tables.archive, tables.controls)
+    ours = (*tables.live, tables.archive, tables.controls, tables.breaker_events)
     missing = [t.name for t in ours if t.name not in existing]
     lacking: dict[str, list[str]] = {}
     for table in ours:
@@ -153,9 +153,10 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
     )
     fix = f"run: {upgrade_command(engine, tables.names)}"
     if revision == HEAD_REVISION:
-        # Migrated by us: the archive and the controls exist, though a producer granted
-        # nothing on them (docs/security.md) does not see them on MariaDB.
-        unseen = {tables.archive.name, tables.controls.name}
+        # Migrated by us: the archive, the controls and the breaker history exist, though
+        # a producer granted nothing on them (docs/security.md) does not see them on
+        # MariaDB.
+        unseen = {tables.archive.name, tables.controls.name, tables.breaker_events.name}
         missing = [name for name in missing if name not in unseen]
         for name in unseen:
             lacking.pop(name, None)
