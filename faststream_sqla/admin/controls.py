@@ -155,7 +155,8 @@ async def controls_among(
 
 def _event(tables: QueueTables, queue: str, before: BreakerState, after: BreakerState,
            reason: str) -> sa.Insert:
-    return tables.breaker_events.insert().values(
+    # inline: no RETURNING of the new id, which would need SELECT on the history
+    return tables.breaker_events.insert().inline().values(
         queue=queue, channel=WHOLE_QUEUE, from_state=before.value, to_state=after.value,
         reason=reason, at=utc_now(),
     )
