@@ -253,6 +253,27 @@ async def take_probe(
     return True
 
 
+async def hand_back_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me: str) -> bool:
+    """A stopping holder gives its probe back: OPEN again and due at once, so another
+    process probes now rather than after the silent-holder timeout. Whether it held it."""
+    tables = dialect.tables
+    c = tables.controls
+    async with dialect.own_transaction(engine) as conn:
+        handed = await conn.execute(
+            c.update()
+            .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE,
+                   c.c.breaker_state == BreakerState.HALF_OPEN.value, c.c.breaker_probe == me)
+            .values(breaker_state=BreakerState.OPEN.value, breaker_probe=None,
+                    breaker_changed_at=utc_now(), breaker_reopens_at=utc_now())
+        )
+        if handed.rowcount != 1:
+            return False
+        await conn.execute(
+            _event(tables, queue, BreakerState.HALF_OPEN, BreakerState.OPEN, "probe holder stopped")
+        )
+    return True
+
+
 async def keep_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me: str) -> bool:
     """The probe holder shows it is alive (breaker_changed_at); False if it no longer
     holds the probe (reset, or taken over)."""

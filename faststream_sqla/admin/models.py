@@ -131,7 +131,7 @@ class BreakerTransition:
     from_state: str
     to_state: str
     #: "3 consecutive failures", "cooldown over", "probe succeeded", "probe failed",
-    #: "probe holder silent", "manual reset"
+    #: "probe holder stopped", "probe holder silent", "manual reset"
     reason: str
     at: datetime
 

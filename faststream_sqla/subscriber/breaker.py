@@ -298,6 +298,15 @@ class Breakers:
                 )
         self._notify()
 
+    async def hand_back_probes(self) -> None:
+        """At stop, after the final flush: probes this instance still holds go back."""
+        for queue, view in self.views.items():
+            if view.state is HALF_OPEN and view.probe == self.me:
+                await with_retries(
+                    self.dialect,
+                    lambda q=queue: controls.hand_back_probe(self.dialect, self.engine, q, self.me),
+                )
+
     async def _take_probe(self, queue: str, silent_after: float | None) -> None:
         won = await with_retries(
             self.dialect,

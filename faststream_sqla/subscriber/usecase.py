@@ -371,6 +371,11 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._final_flush()
+        if self._breakers is not None:
+            try:
+                await self._breakers.hand_back_probes()
+            except Exception as exc:  # noqa: BLE001 - the silent-holder timeout covers it
+                self._log(logging.WARNING, f"handing back circuit breaker probes: {exc!r}")
         self._tasks, self._workers = [], []
         await super().stop()
 

@@ -4,12 +4,14 @@ success; no message fails because it is open. On every database."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
 from faststream_sqla import InvalidOptionError, SqlaBroker
 from faststream_sqla.admin import QueueAdmin
+from faststream_sqla.clock import utc_now
 from faststream_sqla.retry import ConstantRetryStrategy
 from faststream_sqla.schema import MessageState
 
@@ -244,3 +246,81 @@ def test_breaker_options_have_bounds(option, value, says):
     broker = SqlaBroker("sqlite+aiosqlite:///unused.db")
     with pytest.raises(InvalidOptionError, match=says):
         broker.subscriber("q", **{option: value})
+
+
+async def test_a_stopping_holder_hands_its_probe_back(database_url, engine, tables):
+    stuck = asyncio.Event()
+    calls = Recorder()
+
+    async def handle_first(body: str) -> None:
+        calls.record(body)
+        if len(calls.calls) == 1:
+            raise RuntimeError("down")
+        await stuck.wait()  # the probe: still running when its process stops
+
+    first = SqlaBroker(database_url, graceful_timeout=0.2)
+    first.subscriber(
+        "handed", circuit_breaker_threshold=1, circuit_breaker_cooldown=0.1,
+        retry_strategy=RETRY_SOON, **FAST,
+    )(handle_first)
+    second = SqlaBroker(database_url)
+    done = Recorder()
+    second.subscriber(
+        "handed", circuit_breaker_threshold=1, circuit_breaker_cooldown=0.1,
+        retry_strategy=RETRY_SOON, **FAST,
+    )(lambda body: done.record(body))
+    async with QueueAdmin(engine) as admin:
+        await first.start()
+        try:
+            await first.publish("m", queue="handed")
+            await calls.wait_for(2)  # failed, opened, and now the probe runs
+            (status,) = await admin.breakers("handed")
+            assert status.state == "HALF_OPEN" and status.probe_holder is not None
+        finally:
+            await first.stop()
+        (status,) = await admin.breakers("handed")
+        assert status.state == "OPEN" and status.probe_holder is None
+        # The cancelled probe spent no attempt; another process probes at once, rather
+        # than after the silent-holder timeout.
+        (row,) = await rows(engine, tables.message)
+        assert row["attempts_count"] == 1
+        async with second:
+            await second.start()
+            assert await done.wait_for(1) == ["m"]
+            await wait_until(lambda: all_completed(engine, tables, 1))
+        reasons = [(t.to_state, t.reason) for t in reversed(await admin.breaker_history("handed"))]
+    assert reasons == [
+        ("OPEN", "1 consecutive failures"), ("HALF_OPEN", "cooldown over"),
+        ("OPEN", "probe holder stopped"), ("HALF_OPEN", "cooldown over"),
+        ("CLOSED", "probe succeeded"),
+    ]
+
+
+async def test_a_silent_probe_holder_is_replaced(database_url, engine, tables):
+    # A holder that died: HALF_OPEN, held by an instance that has not shown itself for
+    # an hour (as a killed process leaves it).
+    c = tables.controls
+    async with engine.begin() as conn:
+        await conn.execute(c.insert().values(
+            queue="orphaned", channel="", updated_at=utc_now(), breaker_state="HALF_OPEN",
+            breaker_failures=5, breaker_changed_at=utc_now(-3600),
+            breaker_reopens_at=utc_now(-3600), breaker_probe="gone:1:deadbeef",
+        ))
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+    broker.subscriber(
+        "orphaned", circuit_breaker_threshold=5, circuit_breaker_cooldown=0.1,
+        release_stuck_timeout=0.5, **FAST,
+    )(lambda body: got.record(body))
+    async with QueueAdmin(engine) as admin, broker:
+        await broker.publish_batch("a", "b", queue="orphaned")
+        await broker.start()
+        assert await got.wait_for(2) == ["a", "b"]
+        history = [(t.from_state, t.to_state, t.reason)
+                   for t in reversed(await admin.breaker_history("orphaned"))]
+        (status,) = await admin.breakers("orphaned")
+    assert history == [
+        ("HALF_OPEN", "HALF_OPEN", "probe holder silent"),
+        ("HALF_OPEN", "CLOSED", "probe succeeded"),
+    ]
+    assert status.state == "CLOSED" and status.consecutive_failures == 0
