@@ -19,12 +19,14 @@ from faststream_sqla.exceptions import (
     SqlaBrokerError,
     UnknownMessageError,
     UnknownQueueError,
+    UnknownScheduleError,
 )
 from faststream_sqla.annotations import SqlaMessage
 from faststream_sqla.migrations import upgrade_schema
 from faststream_sqla.options import Envelope
 from faststream_sqla.publisher.usecase import SqlaPublisher
 from faststream_sqla.response import SqlaResponse
+from faststream_sqla.schedules import Schedule
 from faststream_sqla.schema import MessageState
 from faststream_sqla.testing import TestSqlaBroker
 
@@ -44,8 +46,10 @@ __all__ = (
     "SqlaBrokerError",
     "UnknownMessageError",
     "UnknownQueueError",
+    "UnknownScheduleError",
     "Envelope",
     "MessageLogFields",
+    "Schedule",
     "MessageState",
     "SqlaBroker",
     "SqlaMessage",

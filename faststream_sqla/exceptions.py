@@ -66,6 +66,10 @@ class UnknownQueueError(SqlaBrokerError, LookupError):
     """No message of that queue is queued or archived."""
 
 
+class UnknownScheduleError(SqlaBrokerError, LookupError):
+    """No schedule of that name."""
+
+
 class QueueFullError(SqlaBrokerError):
     """A publish would take a queue past its `max_queue_size`; nothing was written."""
 

@@ -91,6 +91,7 @@ class TableNames:
         for derived in (
             keys_table_name(self.message),
             controls_table_name(self.message),
+            schedule_table_name(self.message),
             breaker_events_table_name(self.message),
         ):
             if self.archive == derived:
@@ -137,6 +138,8 @@ class QueueTables:
     keys: sa.Table | None = field(init=False)
     #: what operators set per queue, and each queue's breaker (build_controls_table)
     controls: sa.Table = field(init=False)
+    #: the interval and cron schedules (build_schedule_table)
+    schedule: sa.Table = field(init=False)
     #: every change of a breaker's state (build_breaker_events_table)
     breaker_events: sa.Table = field(init=False)
 
@@ -149,6 +152,7 @@ class QueueTables:
         self.archive = build_archive_table(self.metadata, self.names.archive)
         self.keys = build_keys_table(self.metadata, self.names.message) if mysql_family else None
         self.controls = build_controls_table(self.metadata, self.names.message)
+        self.schedule = build_schedule_table(self.metadata, self.names.message)
         self.breaker_events = build_breaker_events_table(self.metadata, self.names.message)
 
     @property
@@ -438,7 +442,7 @@ def build_controls_table(metadata: sa.MetaData, message: str) -> sa.Table:
                   server_default=sa.text("''")),
         sa.Column("paused", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("updated_at", Timestamp, nullable=False),
-        # revision 0012: the circuit breaker (NULL state: CLOSED, never tripped)
+        # revision 0013: the circuit breaker (NULL state: CLOSED, never tripped)
         sa.Column("breaker_state", sa.String(BREAKER_STATE_LENGTH)),
         sa.Column("breaker_failures", sa.Integer(), nullable=False, server_default=sa.text("0")),
         sa.Column("breaker_changed_at", Timestamp),
@@ -446,6 +450,48 @@ def build_controls_table(metadata: sa.MetaData, message: str) -> sa.Table:
         # cooldown, so every process agrees
         sa.Column("breaker_reopens_at", Timestamp),
         sa.Column("breaker_probe", sa.String(BREAKER_PROBE_LENGTH)),
+    )
+
+
+def schedule_table_name(message: str) -> str:
+    return f"{message}_schedule"
+
+
+#: schedule names are text of at most this many characters (room left under the key
+#: length, should a fired message's key ever be built from the name and the tick)
+MAX_SCHEDULE_NAME_LENGTH = 200
+MAX_CRON_LENGTH = 255
+MAX_TIMEZONE_LENGTH = 64
+
+
+def build_schedule_table(metadata: sa.MetaData, message: str) -> sa.Table:
+    """One row per interval or cron schedule (faststream_sqla.schedules), named after
+    the message table like the keys table. The timing and the message come from the
+    declaration in code (upserted at broker start); `paused` is changed only through
+    the admin API, so it survives restarts. Schedules are few and found by name: the
+    primary key is the only index."""
+    return sa.Table(
+        schedule_table_name(message),
+        metadata,
+        sa.Column("name", sa.String(MAX_SCHEDULE_NAME_LENGTH), primary_key=True),
+        sa.Column("queue", MESSAGE_COLUMN["queue"].type, nullable=False),
+        sa.Column("payload", Payload, nullable=False),
+        sa.Column("headers", Headers),
+        # the other publish options (priority, correlation id, ...) by name: a new
+        # option needs no migration here
+        sa.Column("options", sa.JSON()),
+        sa.Column("kind", sa.String(8), nullable=False),  # interval | cron
+        sa.Column("every_seconds", sa.Double()),
+        sa.Column("cron", sa.String(MAX_CRON_LENGTH)),
+        sa.Column("timezone", sa.String(MAX_TIMEZONE_LENGTH)),
+        sa.Column("missed", sa.String(16), nullable=False),  # skip | catch_up
+        sa.Column("catch_up_limit", sa.Integer(), nullable=False),
+        sa.Column("paused", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("next_fire_at", Timestamp, nullable=False),
+        sa.Column("last_fired_at", Timestamp),
+        sa.Column("fired_count", sa.BigInteger(), nullable=False, server_default=sa.text("0")),
+        sa.Column("created_at", Timestamp, nullable=False),
+        sa.Column("updated_at", Timestamp, nullable=False),
     )
 
 
@@ -519,6 +565,7 @@ __all__ = [
     "breaker_events_table_name",
     "controls_table_name",
     "keys_table_name",
+    "schedule_table_name",
     "utc_now",
     "validate_queue_name",
 ]

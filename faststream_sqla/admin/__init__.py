@@ -13,6 +13,7 @@ from .models import (
     MoveResult,
     Progress,
     QueueStats,
+    ScheduleInfo,
     to_json,
 )
 from .partitions import PartitionReport
@@ -31,5 +32,6 @@ __all__ = [
     "Progress",
     "QueueAdmin",
     "QueueStats",
+    "ScheduleInfo",
     "to_json",
 ]

@@ -35,7 +35,7 @@ from faststream_sqla.schema import (
 )
 from faststream_sqla.urls import parse_url
 
-from . import archive, controls, dead_letters, messages, partitions, queues
+from . import archive, controls, dead_letters, messages, partitions, queues, schedules
 from .archive import PRUNE_BATCH
 from .dead_letters import MOVE_BATCH
 from .models import (
@@ -47,6 +47,7 @@ from .models import (
     MoveResult,
     Progress,
     QueueStats,
+    ScheduleInfo,
 )
 
 #: counts stop here by default (models.Count): enough to tell a backlog, and a cost that
@@ -369,6 +370,36 @@ class QueueAdmin:
         )
 
     # -- helpers ---------------------------------------------------------------------
+
+    # -- schedules -------------------------------------------------------------------
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule, by name."""
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            return await schedules.schedules(conn, self.tables)
+
+    async def pause_schedule(self, name: str) -> ScheduleInfo:
+        """Stop firing `name` until resumed; survives restarts (a declaration in code
+        never unpauses it). Running processes notice within a second."""
+        return await self._change_schedule(name, paused=True)
+
+    async def resume_schedule(self, name: str) -> ScheduleInfo:
+        """Fire `name` again from its next tick; the ticks it missed while paused are
+        not fired."""
+        return await self._change_schedule(name, paused=False)
+
+    async def delete_schedule(self, name: str) -> None:
+        """Remove `name`. A process that still declares it writes it again when it
+        starts: remove it from the code first."""
+        await self._prepare(writes=True)
+        async with self.dialect.own_transaction(self.engine) as conn:
+            await schedules.delete(conn, self.tables, name)
+
+    async def _change_schedule(self, name: str, *, paused: bool) -> ScheduleInfo:
+        await self._prepare(writes=True)
+        async with self.dialect.own_transaction(self.engine) as conn:
+            return await schedules.set_paused(conn, self.tables, name, paused=paused)
 
     async def _known_queue(self, conn: sa.ext.asyncio.AsyncConnection, queue: str) -> None:
         validate_queue_name(queue)

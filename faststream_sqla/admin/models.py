@@ -124,6 +124,32 @@ class MoveResult:
 
 
 @dataclass(frozen=True)
+class ScheduleInfo:
+    """One interval or cron schedule (docs/schedules.md)."""
+
+    name: str
+    queue: str
+    #: "interval" (every_seconds) or "cron" (cron, read in timezone)
+    kind: str
+    every_seconds: float | None
+    cron: str | None
+    timezone: str | None
+    #: "skip" or "catch_up" (up to catch_up_limit ticks)
+    missed: str
+    catch_up_limit: int
+    paused: bool
+    next_fire_at: datetime
+    last_fired_at: datetime | None
+    fired_count: int
+    created_at: datetime
+    updated_at: datetime
+    #: the encoded body, headers and delivery options of the messages it publishes
+    payload: bytes
+    headers: dict[str, Any]
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class BreakerTransition:
     """One change of a circuit breaker's state, with why."""
 

@@ -31,6 +31,7 @@ from faststream_sqla.migrations import check_schema
 from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelope
 from faststream_sqla.publisher.producer import QueueLimits, SqlaProducer
 from faststream_sqla.response import Connection, SqlaPublishCommand, check_batch_arguments
+from faststream_sqla.schedules import ScheduleRunner
 from faststream_sqla.schema import QueueTables, TableNames
 from faststream_sqla.urls import masked, parse_url
 from faststream_sqla.vacuum import MessageTableVacuum
@@ -227,6 +228,8 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         self.url = url
         #: the cross-process wake-up listener while running (PostgreSQL), else None
         self.notifications: NotificationListener | None = None
+        #: fires the declared schedules while running, None when there are none
+        self.schedule_runner: ScheduleRunner | None = None
 
     @property
     def engine(self) -> AsyncEngine:
@@ -301,6 +304,23 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             )
         await super().start()
         await self._start_notifications()
+        await self._start_schedules()
+
+    async def _start_schedules(self) -> None:
+        """Write and fire the declared schedules; nothing at all without any."""
+        if not self.schedules or self.schedule_runner is not None:
+            return
+        config = self.config
+
+        def log(level: int, message: str) -> None:
+            config.logger.log(message, level, {"queue": "", "message_id": ""})
+
+        runner = ScheduleRunner(self.schedules, self.publish, log)
+        await runner.start(
+            config.engine, config.dialect, config.producer.codec, config.producer.serializer,
+            config.health,
+        )
+        self.schedule_runner = runner
 
     async def _start_notifications(self) -> None:
         """Hear publishes from other processes where the database can tell us."""
@@ -330,6 +350,9 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         exc_val: BaseException | None = None,
         exc_tb: TracebackType | None = None,
     ) -> None:
+        if self.schedule_runner is not None:
+            await self.schedule_runner.stop()
+            self.schedule_runner = None
         self.config.vacuum.close()
         await super().stop(exc_type, exc_val, exc_tb)  # subscribers' final flushes too
         await self.config.vacuum.stop()

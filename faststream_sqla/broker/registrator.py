@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from typing_extensions import override
@@ -15,6 +17,7 @@ from faststream_sqla.broker.config import SqlaBrokerConfig
 from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.publisher.factory import create_publisher
+from faststream_sqla.schedules import Schedule
 from faststream_sqla.schema import validate_queue_name
 from faststream_sqla.subscriber.config import ConsumeOptions, default_retry_strategy
 from faststream_sqla.subscriber.factory import create_subscriber
@@ -64,6 +67,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         title: str | None = None,
         description: str | None = None,
         include_in_schema: bool = True,
+        schedule: Schedule | None = None,
     ) -> SqlaSubscriber:
         """Consume one queue or several.
 
@@ -111,10 +115,21 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             title: the AsyncAPI channel title.
             description: the AsyncAPI channel description.
             include_in_schema: show this subscriber in the AsyncAPI document.
+            schedule: a `Schedule` that publishes to this subscriber's queue (which must
+                be one), as `broker.schedule(queue, ...)` would.
 
         Every option is checked when the subscriber is built (`InvalidOptionError`
         names the option and its bounds); docs/configuration.md lists them all.
         """
+        if schedule is not None:
+            if not isinstance(schedule, Schedule):
+                msg = f"schedule must be a Schedule(...), got {type(schedule).__name__}"
+                raise InvalidOptionError(msg)
+            names = [queues] if isinstance(queues, str) else list(queues)
+            if len(names) != 1:
+                msg = f"schedule= needs a subscriber of one queue, this one has {len(names)}"
+                raise InvalidOptionError(msg)
+            self._declare_schedule(schedule.bound(names[0]))
         options = ConsumeOptions(
             max_workers=max_workers,
             retry_strategy=retry_strategy or default_retry_strategy(),
@@ -153,6 +168,67 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             decoder_=decoder or self._decoder,
             dependencies_=dependencies,
         )
+
+    def schedule(
+        self,
+        queue: str,
+        body: Any = None,
+        *,
+        every: timedelta | float | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        name: str | None = None,
+        headers: dict[str, Any] | None = None,
+        missed: str = "skip",
+        catch_up_limit: int = Schedule.catch_up_limit,
+        priority: int | None = None,
+        ordering_key: str | None = None,
+        delay: float | timedelta | None = None,
+        ttl: float | timedelta | None = None,
+    ) -> Schedule:
+        """Publish `body` to `queue` on an interval (`every`: a timedelta or seconds, at
+        least one second) or a cron expression (`cron`, read in `timezone`, default UTC),
+        once per tick however many processes run this broker (docs/schedules.md).
+
+        Args:
+            queue: the queue each message goes to.
+            body: the message, encoded as `publish` encodes it.
+            every: an interval, from 1 second to 3650 days; or instead:
+            cron: five fields, or six with seconds last.
+            timezone: the IANA zone `cron` is read in (default UTC).
+            name: the schedule's name in the database (default: the queue's name; two
+                schedules of one queue need names).
+            headers: headers of every message.
+            missed: ticks that fell due while no process ran: "skip" fires the latest
+                only, "catch_up" fires each, oldest first, up to `catch_up_limit`.
+            catch_up_limit: 1 to 1000.
+            priority: as in `publish`, for every message.
+            ordering_key: as in `publish`, for every message.
+            delay: as in `publish`, for every message.
+            ttl: as in `publish`, for every message.
+        """
+        declared = Schedule(
+            every=every, cron=cron, timezone=timezone, body=body, name=name, queue=queue,
+            headers=headers, missed=missed, catch_up_limit=catch_up_limit,
+            priority=priority, ordering_key=ordering_key, delay=delay, ttl=ttl,
+        ).bound(queue)
+        self._declare_schedule(declared)
+        return declared
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        """The schedules declared here and on included routers."""
+        return list(self.__dict__.get("_schedules", {}).values())
+
+    def _declare_schedule(self, schedule: Schedule) -> None:
+        declared: dict[str, Schedule] = self.__dict__.setdefault("_schedules", {})
+        if schedule.key in declared:
+            msg = (
+                f"schedule {schedule.key!r} is declared twice: give each schedule of a "
+                "queue its own name="
+            )
+            raise InvalidOptionError(msg)
+        declared[schedule.key] = schedule
 
     @override
     def publisher(  # type: ignore[override]
@@ -222,3 +298,13 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
                 validate_queue_name(queue)
         for pub in router.publishers:
             validate_queue_name(pub.queue)  # type: ignore[attr-defined]
+        # the router's queues are prefixed by its own prefix and the one given here
+        full_prefix = router.config.prefix
+        for declared in router.schedules:
+            if full_prefix:
+                declared = replace(
+                    declared, queue=full_prefix + (declared.queue or ""),
+                    name=declared.name and full_prefix + declared.name,
+                )
+                declared = declared.bound(declared.queue or "")
+            self._declare_schedule(declared)

@@ -1,8 +1,9 @@
-"""`faststream-sqla` command line: the schema (`db`), the running queues, and publishing."""
+"""`faststream-sqla` command line: the schema (`db`), the running queues, publishing, and
+the schedules."""
 
 from __future__ import annotations
 
-from . import control, db, operate, publish  # noqa: F401 - each registers its commands on the app
+from . import control, db, operate, publish, schedule  # noqa: F401 - each registers its commands
 from .common import app
 
 

@@ -167,3 +167,27 @@ async def test_a_producer_publishes_and_cannot_touch_the_queue_a_worker_drains_i
         and not message.startswith("circuit breaker of queue 'orders' is OPEN after 1 ")
     ]
     assert failures == []
+
+
+async def test_a_worker_with_the_schedule_grants_fires_its_schedule(roles):
+    admin = create_async_engine(roles.admin_url)
+    try:
+        async with admin.begin() as conn:
+            for statement in roles.statements("worker with schedules"):
+                await conn.execute(sa.text(statement))
+            await conn.execute(sa.text("DELETE FROM message_schedule"))
+        async with SqlaBroker(roles.url("worker")) as worker:
+            worker.schedule("nightly", "run", every=1)
+            await worker.start()
+            tables = worker.config.tables
+
+            async def fired() -> bool:
+                return len(await rows(admin, tables.message)) >= 1
+
+            await wait_until(fired)
+        (row,) = await rows(admin, tables.message)
+        assert (row["queue"], row["payload"]) == ("nightly", b"run")
+    finally:
+        async with admin.begin() as conn:
+            await conn.execute(sa.text("DELETE FROM message_schedule"))
+        await admin.dispose()

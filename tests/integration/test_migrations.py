@@ -61,7 +61,11 @@ async def custom_engine(engine: AsyncEngine) -> AsyncIterator[AsyncEngine]:
     """The test database; the CUSTOM tables and their version table are dropped after."""
     yield engine
     async with engine.begin() as conn:
-        for name in (CUSTOM.archive, CUSTOM.message, version_table_for(CUSTOM)):
+        for name in (
+            f"{CUSTOM.message}_schedule", f"{CUSTOM.message}_breaker_events",
+            f"{CUSTOM.message}_controls", CUSTOM.archive, CUSTOM.message,
+            version_table_for(CUSTOM),
+        ):
             await conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
 
 
@@ -69,11 +73,14 @@ def test_script_location_holds_the_scripts() -> None:
     location = Path(script_location())
     assert (location / "env.py").is_file()
     assert (location / "versions" / "0001_initial.py").is_file()
-    assert HEAD_REVISION == "0012"
+    assert HEAD_REVISION == "0013"
 
 
 async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
-    assert {"message", "message_archive", VERSION_TABLE} <= await _table_names(engine)
+    assert {
+        "message", "message_archive", "message_schedule", "message_controls",
+        "message_breaker_events", VERSION_TABLE,
+    } <= await _table_names(engine)
     assert await current_revision(engine) == HEAD_REVISION
     await check_schema(engine, QueueTables())
     await upgrade_schema(engine)  # idempotent
@@ -167,14 +174,18 @@ async def test_custom_table_names(custom_engine: AsyncEngine) -> None:
     engine = custom_engine
     kw = {"message_table": CUSTOM.message, "archive_table": CUSTOM.archive}
     await upgrade_schema(engine, **kw)
-    assert {CUSTOM.message, CUSTOM.archive} <= await _table_names(engine)
+    custom_tables = {
+        CUSTOM.message, CUSTOM.archive, f"{CUSTOM.message}_schedule",
+        f"{CUSTOM.message}_controls", f"{CUSTOM.message}_breaker_events",
+    }
+    assert custom_tables <= await _table_names(engine)
     assert await current_revision(engine, **kw) == HEAD_REVISION
     await check_schema(engine, QueueTables(CUSTOM))
     # the default tables next to them are untouched
     assert await current_revision(engine) == HEAD_REVISION
 
     await downgrade_schema(engine, **kw)
-    assert not {CUSTOM.message, CUSTOM.archive} & await _table_names(engine)
+    assert not custom_tables & await _table_names(engine)
     assert {"message", "message_archive"} <= await _table_names(engine)
     with pytest.raises(SchemaMissingError, match="--message-table fsqla_custom_msg"):
         await check_schema(engine, QueueTables(CUSTOM))

@@ -53,7 +53,7 @@ async def test_handlers_see_the_priority_and_it_is_archived(database_url, engine
     assert sorted(r["priority"] for r in archive) == [0, 9]
 
 
-@pytest.mark.parametrize("value", [-1, 11, 2.5, True, "5"])
+@pytest.mark.parametrize("value", [-1, 11, 2.5, True, "five", "12"])
 async def test_a_priority_out_of_range_is_refused_before_writing(
     database_url, engine, tables, value
 ):

@@ -1,7 +1,7 @@
 """A circuit breaker per queue, shared by every process that consumes it.
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-11-24
 
 Five columns on `<message>_controls` hold each queue's breaker (keyed (queue, channel),
@@ -9,7 +9,7 @@ with channel '' for the queue itself, so a per-channel breaker is one more row),
 `<message>_breaker_events` keeps the history of its changes of state
 (`faststream_sqla.subscriber.breaker`).
 
-Both are additions with defaults: workers of revision 0011 keep running while this is
+Both are additions with defaults: workers of revision 0012 keep running while this is
 applied and have no breaker until they are upgraded.
 """
 
@@ -32,8 +32,8 @@ from faststream_sqla.schema import (
     exact_collation,
 )
 
-revision: str = "0012"
-down_revision: str | Sequence[str] | None = "0011"
+revision: str = "0013"
+down_revision: str | Sequence[str] | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
