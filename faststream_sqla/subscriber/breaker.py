@@ -149,6 +149,9 @@ class Breakers:
     me: str = field(default_factory=instance_id)
     views: dict[str, QueueBreaker] = field(init=False)
     _changed: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    #: batches are counted one after another (the flusher writes two at once), so the
+    #: views follow the database's order of decisions
+    _counting: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         self.views = {queue: QueueBreaker() for queue in self.queues}
@@ -208,6 +211,12 @@ class Breakers:
             if kind is None and not is_probe:
                 continue
             tallies.setdefault(raw.queue, Tally()).add(kind, is_probe=is_probe)
+        if tallies:
+            async with self._counting:
+                await self._count(tallies)
+            self._notify()
+
+    async def _count(self, tallies: dict[str, Tally]) -> None:
         for queue, tally in tallies.items():
             view = self.views[queue]
             try:
@@ -225,8 +234,6 @@ class Breakers:
                 if tally.failures:
                     view.uncounted = max(0, view.uncounted - tally.failures)
                     self.wake.set()  # the fetcher held back while they were uncounted
-        if tallies:
-            self._notify()
 
     async def _write(self, queue: str, tally: Tally) -> None:
         def judge(current: BreakerRecord) -> BreakerChange | None:

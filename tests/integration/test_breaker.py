@@ -324,3 +324,33 @@ async def test_a_silent_probe_holder_is_replaced(database_url, engine, tables):
         ("HALF_OPEN", "CLOSED", "probe succeeded"),
     ]
     assert status.state == "CLOSED" and status.consecutive_failures == 0
+
+
+async def test_each_queue_has_its_own_breaker(database_url, engine, tables):
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber(
+        ["broken", "fine"], batch=True, circuit_breaker_threshold=2,
+        circuit_breaker_cooldown=3600, retry_strategy=RETRY_SOON, **FAST,
+    )
+    async def handle(bodies: list[str]) -> None:
+        queue = "broken" if bodies[0].startswith("b") else "fine"
+        got.record((queue, bodies))
+        if queue == "broken":
+            raise RuntimeError("down")
+
+    async with QueueAdmin(engine) as admin, broker:
+        # one batch of three failing messages: three consecutive failures
+        await broker.publish_batch("b1", "b2", "b3", queue="broken")
+        await broker.start()
+        await wait_until(reached(admin, "broken", 1))
+        await broker.publish("f1", queue="fine")
+        await got.wait_for(2)
+        await wait_until(lambda: all_completed(engine, tables, 1))
+        statuses = {s.queue: s for s in await admin.breakers()}
+    assert got.calls == [("broken", ["b1", "b2", "b3"]), ("fine", ["f1"])]
+    assert list(statuses) == ["broken"]  # "fine" never counted a failure
+    assert statuses["broken"].state == "OPEN" and statuses["broken"].consecutive_failures == 3
+    waiting = await rows(engine, tables.message)
+    assert [(r["state"], r["attempts_count"]) for r in waiting] == [(MessageState.RETRYABLE, 1)] * 3
