@@ -8,7 +8,7 @@ clocks are skewed still agree. Values are naive UTC with microseconds.
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, overload
 
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
@@ -59,6 +59,10 @@ def _sqlite(element: utc_now, compiler: Any, **kw: Any) -> str:
     return f"(strftime('%Y-%m-%d %H:%M:%f', 'now'{modifier}) || '000')"
 
 
+@overload
+def to_aware(value: datetime) -> datetime: ...
+@overload
+def to_aware(value: datetime | None) -> datetime | None: ...
 def to_aware(value: datetime | None) -> datetime | None:
     """Database values are naive UTC; users get aware UTC datetimes."""
     if value is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TypeVar
 
@@ -17,7 +18,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .connecting import create_engine, ensure_reachable
 from .dialects.base import reading
@@ -62,7 +63,12 @@ async def _run(
     try:
         await ensure_reachable(eng)  # a wrong URL is one typed error, not a driver's trace
         # a read never waits behind a writer (see dialects.base.reading)
-        async with (reading(eng) if reads_only else eng.connect()) as conn, conn.begin():
+        connecting: AbstractAsyncContextManager[AsyncConnection]
+        if reads_only:
+            connecting = reading(eng)
+        else:
+            connecting = eng.connect()
+        async with connecting as conn, conn.begin():
             return await conn.run_sync(fn)
     finally:
         if eng is not engine:

@@ -52,6 +52,7 @@ class SqlaBatchParser(SqlaParser):
     `msg.messages`; the bodies are decoded straight from the claimed rows.
     """
 
+    # a batch subscriber hands its parser a list of claimed rows, not one
     async def parse_message(self, raw: list[ClaimedMessage]) -> SqlaBatchMessage:  # type: ignore[override]
         first = raw[0]
         return SqlaBatchMessage(
@@ -168,4 +169,6 @@ def claimed_from_row(row: Sequence[Any], claimed_at_monotonic: float) -> Claimed
     values = list(row)
     for position, convert in _CONVERSIONS:
         values[position] = convert(values[position])
-    return ClaimedMessage(*values, claimed_at_monotonic=claimed_at_monotonic)
+    # `values` fills only the claimed fields, all before claimed_at_monotonic; mypy
+    # cannot know a list's length
+    return ClaimedMessage(*values, claimed_at_monotonic=claimed_at_monotonic)  # type: ignore[misc]

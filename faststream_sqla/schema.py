@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -211,6 +212,13 @@ class MessageColumn:
     #: counted up by every claim (the claimed row carries the new value)
     counts_claims: bool = False
 
+    @property
+    def published_attribute(self) -> str:
+        """`published_as` of a published column, for code that handles only those."""
+        if self.published_as is None:
+            raise TypeError(f"column {self.name!r} is not filled by publishers")
+        return self.published_as
+
 
 #: every column of the message table. Claimed columns come first, in the order of
 #: `ClaimedMessage`'s fields (`parser.claimed_from_row` builds one positionally).
@@ -373,7 +381,7 @@ def _key_indexes(table: sa.Table, name: str, *, partial: bool) -> None:
         (table.c.ordering_key, f"ix_{name}_ordering", False, (table.c.id,)),
         (table.c.idempotency_key, f"ux_{name}_idempotency", True, ()),
     ):
-        where = {}
+        where: dict[str, Any] = {}
         if partial:
             keyed = column.isnot(None)
             where = {"postgresql_where": keyed, "sqlite_where": keyed}

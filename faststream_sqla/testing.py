@@ -46,7 +46,7 @@ class TestSqlaBroker(TestBroker[SqlaBroker, Any], broker=SqlaBroker):
         for sub in _subscribers(self.brokers):
             if publisher.queue in sub.queues:
                 return sub, True
-        return cast("SqlaSubscriber", broker.subscriber(publisher.queue, persistent=False)), False
+        return broker.subscriber(publisher.queue, persistent=False), False
 
     @contextmanager
     def _patch_broker(self, broker: SqlaBroker) -> Generator[None, None, None]:
@@ -61,8 +61,12 @@ class TestSqlaBroker(TestBroker[SqlaBroker, Any], broker=SqlaBroker):
         with change_producer(broker.config.broker_config, FakeProducer(broker, self.brokers)):
             yield
 
+    # The base declares None, but connect() keeps what _connect returns as the broker's
+    # connection, and None there means "not connected".
     @override
-    async def _fake_connect(self, broker: SqlaBroker, *args: Any, **kwargs: Any) -> MagicMock:
+    async def _fake_connect(  # type: ignore[override]
+        self, broker: SqlaBroker, *args: Any, **kwargs: Any
+    ) -> MagicMock:
         return MagicMock()
 
 
@@ -79,7 +83,7 @@ class FakeProducer(SqlaProducer):
         self._ids = itertools.count(1)
         self.brokers = brokers
         self.serializer = serializer_of(broker.config.fd_config)
-        self.id_generator = broker.config.producer.id_generator
+        self.id_generator = broker.config.broker_config.producer.id_generator
         if broker.config.broker_codec is not None:
             self.codec = broker.config.broker_codec
 

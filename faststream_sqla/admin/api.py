@@ -12,7 +12,7 @@ from types import TracebackType
 from typing_extensions import Self
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from faststream_sqla.dialects import Dialect, dialect_for
 from faststream_sqla.dialects.base import reading
@@ -401,13 +401,13 @@ class QueueAdmin:
         async with self.dialect.own_transaction(self.engine) as conn:
             return await schedules.set_paused(conn, self.tables, name, paused=paused)
 
-    async def _known_queue(self, conn: sa.ext.asyncio.AsyncConnection, queue: str) -> None:
+    async def _known_queue(self, conn: AsyncConnection, queue: str) -> None:
         validate_queue_name(queue)
         if not await queues.queue_exists(conn, self.tables, queue):
             raise UnknownQueueError(f"no queue {queue!r}: no message of it is queued or archived")
 
     async def _queues_or_one(
-        self, conn: sa.ext.asyncio.AsyncConnection, queue: str | None
+        self, conn: AsyncConnection, queue: str | None
     ) -> list[str]:
         if queue is None:
             return await queues.queue_names(conn, self.tables, live=False)

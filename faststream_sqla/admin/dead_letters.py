@@ -126,14 +126,15 @@ async def dead_letter_summary(
     """The queue's dead letters: how many (counted up to `cap`), the oldest and newest,
     and the most common errors among the newest SAMPLE_SIZE. None when it has none."""
     a = tables.archive
-    one = sa.literal_column("1")
+    one: sa.ColumnClause[Any] = sa.literal_column("1")
     count = 0
     oldest: datetime | None = None
     newest: datetime | None = None
     errors: list[tuple[datetime, str | None]] = []
     for state in DEAD_STATES:
         in_range = (a.c.queue == queue, a.c.state == _literal(state))
-        count += await conn.scalar(sa.select(capped_count(sa.select(one).where(*in_range), cap)))
+        capped = capped_count(sa.select(one).where(*in_range), cap)
+        count += await conn.scalar(sa.select(capped)) or 0
         ends = (
             await conn.execute(
                 sa.select(
@@ -147,8 +148,8 @@ async def dead_letter_summary(
         if ends[0] is None:
             continue
         first, last = to_aware(ends[0]), to_aware(ends[1])
-        oldest = first if oldest is None or first < oldest else oldest  # type: ignore[operator]
-        newest = last if newest is None or last > newest else newest  # type: ignore[operator]
+        oldest = first if oldest is None or first < oldest else oldest
+        newest = last if newest is None or last > newest else newest
         errors += list(
             (
                 await conn.execute(

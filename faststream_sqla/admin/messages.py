@@ -50,7 +50,7 @@ async def find_message(
         idempotency_key=row["idempotency_key"],
         attempts_count=row["attempts_count"],
         deliveries_count=row["deliveries_count"],
-        created_at=to_aware(row["created_at"]),  # type: ignore[arg-type]
+        created_at=to_aware(row["created_at"]),
         first_attempt_at=to_aware(row["first_attempt_at"]),
         last_attempt_at=to_aware(row["last_attempt_at"]),
         expires_at=to_aware(row["expires_at"]),

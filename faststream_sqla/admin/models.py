@@ -184,7 +184,7 @@ def to_json(value: Any) -> Any:
     """`value` (a result of this API, or a list of them) as JSON-ready data: times in
     ISO 8601, payloads base64 (and as text when they are UTF-8)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {}
+        out: dict[str, Any] = {}
         for f in dataclasses.fields(value):
             item = getattr(value, f.name)
             if isinstance(item, bytes):

@@ -4,6 +4,7 @@ the cost does not grow with the backlog (docs/architecture.md, "Operating the qu
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -77,11 +78,13 @@ async def queue_stats(
     conn: AsyncConnection, tables: QueueTables, queue: str, cap: int
 ) -> QueueStats:
     m, a = tables.message, tables.archive
-    one = sa.literal_column("1")
+    one: sa.ColumnClause[Any] = sa.literal_column("1")
     in_queue = m.c.queue == queue
     # The priorities as an IN list: each kind below is a few ranges of the claim index
     # (priority comes second in it), not a walk of the queue's whole prefix.
     levels = m.c.priority.in_([sa.literal_column(str(p)) for p in PRIORITIES])
+    processing: tuple[sa.ColumnElement[bool], ...]  # one term more with ready_at
+    waiting: tuple[sa.ColumnElement[bool], ...]
     if "ready_at" in m.c:
         due = m.c.ready_at
         claimable = (in_queue, levels, m.c.ready_at < NOT_READY)
@@ -167,4 +170,4 @@ async def _oldest_ready_age(
     oldest, now = row
     if oldest is None:
         return None
-    return max(0.0, (to_aware(now) - to_aware(oldest)).total_seconds())  # type: ignore[operator]
+    return max(0.0, (to_aware(now) - to_aware(oldest)).total_seconds())

@@ -29,11 +29,11 @@ def schedule_info(row: sa.RowMapping) -> ScheduleInfo:
         missed=row["missed"],
         catch_up_limit=row["catch_up_limit"],
         paused=bool(row["paused"]),
-        next_fire_at=to_aware(row["next_fire_at"]),  # type: ignore[arg-type]
+        next_fire_at=to_aware(row["next_fire_at"]),
         last_fired_at=to_aware(row["last_fired_at"]),
         fired_count=row["fired_count"],
-        created_at=to_aware(row["created_at"]),  # type: ignore[arg-type]
-        updated_at=to_aware(row["updated_at"]),  # type: ignore[arg-type]
+        created_at=to_aware(row["created_at"]),
+        updated_at=to_aware(row["updated_at"]),
         payload=bytes(row["payload"]),
         headers=row["headers"] or {},
         options=options,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from fast_depends import Provider, dependency_provider
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from faststream._internal.types import BrokerMiddleware, CustomCallable, IdGenerator
     from faststream.security import BaseSecurity
     from faststream.specification.schema.extra import Tag, TagDict
+
+    from faststream_sqla.subscriber.usecase import SqlaSubscriber
 
 DEFAULT_URL = "sqlite+aiosqlite:///faststream_sqla.db"
 #: the longest graceful_timeout: a week, as for a subscriber's handler_timeout
@@ -281,7 +283,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         # FastStream sets the logger up once connected: the first moment we can warn
         # about settings that the database turned out not to support
         super()._setup_logger()
-        if not self.config.producer.fast_publish or self._connection is None:
+        if not self.config.broker_config.producer.fast_publish or self._connection is None:
             return
         dialect = self.config.dialect
         if not dialect.relaxes_commits:
@@ -316,15 +318,16 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             config.logger.log(message, level, {"queue": "", "message_id": ""})
 
         runner = ScheduleRunner(self.schedules, self.publish, log)
+        producer = config.broker_config.producer
         await runner.start(
-            config.engine, config.dialect, config.producer.codec, config.producer.serializer,
-            config.health,
+            config.engine, config.dialect, producer.codec, producer.serializer, config.health
         )
         self.schedule_runner = runner
 
     async def _start_notifications(self) -> None:
         """Hear publishes from other processes where the database can tell us."""
-        consumed = {q for sub in self.subscribers if sub.calls for q in sub.queues}  # type: ignore[attr-defined]
+        subscribers = cast("list[SqlaSubscriber]", self.subscribers)  # all made by us
+        consumed = {q for sub in subscribers if sub.calls for q in sub.queues}
         if not consumed or self.notifications is not None:
             return
         wakeups, health = self.config.wakeups, self.config.health
@@ -383,7 +386,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         return True
 
     @override
-    async def publish(  # type: ignore[override]
+    async def publish(
         self,
         message: SendableMessage = None,
         queue: str = "",
@@ -422,7 +425,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         return result
 
     @override
-    async def publish_batch(  # type: ignore[override]
+    async def publish_batch(
         self,
         *messages: SendableMessage | Envelope,
         queue: str,
@@ -463,6 +466,6 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         return result
 
     @override
-    async def request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def request(self, *args: Any, **kwargs: Any) -> Any:
         cmd = SqlaPublishCommand(None, _publish_type=PublishType.REQUEST)
         return await self.config.producer.request(cmd)

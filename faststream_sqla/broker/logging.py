@@ -71,7 +71,8 @@ class _EveryBrokersFields(logging.Filter):
         for name in MESSAGE_LOG_FIELDS:
             if not hasattr(record, name):
                 setattr(record, name, fields.get(name, ""))
-        record.message_id = str(record.message_id)[: self.message_id_ln]
+        # an extra field, present since the loop above: LogRecord does not declare it
+        record.message_id = str(record.message_id)[: self.message_id_ln]  # type: ignore[attr-defined]
         return True
 
 

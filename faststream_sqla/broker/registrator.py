@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
     # The defaults are written out (not read from ConsumeOptions) so that signatures and
     # the API reference show them; tests/unit/test_docs.py keeps the two equal.
+    # Registrator's subscriber/publisher register an endpoint built elsewhere; ours
+    # build it from a queue name and options.
     @override
     def subscriber(  # type: ignore[override]
         self,
@@ -144,6 +146,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             release_stuck_timeout=release_stuck_timeout,
             permanent_exceptions=(
                 tuple(permanent_exceptions)
+                # anything else goes on as given, for ConsumeOptions to refuse by name
                 if isinstance(permanent_exceptions, (list, tuple)) else permanent_exceptions  # type: ignore[arg-type]
             ),
             handler_timeout=handler_timeout,
@@ -271,6 +274,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         super().publisher(publisher, persistent=persistent)
         return publisher
 
+    # only SqlaRouters can be included (checked below)
     @override
     def include_router(  # type: ignore[override]
         self,
@@ -293,11 +297,12 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         )
         # Prefixes are known only now: a too-long prefixed name must fail here, not
         # leave a subscriber on a queue nobody can publish to.
-        for sub in router.subscribers:
-            for queue in sub.queues:  # type: ignore[attr-defined]
+        # a SqlaRegistrator makes only SqlaSubscribers and SqlaPublishers
+        for sub in cast("list[SqlaSubscriber]", router.subscribers):
+            for queue in sub.queues:
                 validate_queue_name(queue)
-        for pub in router.publishers:
-            validate_queue_name(pub.queue)  # type: ignore[attr-defined]
+        for pub in cast("list[SqlaPublisher]", router.publishers):
+            validate_queue_name(pub.queue)
         # the router's queues are prefixed by its own prefix and the one given here
         full_prefix = router.config.prefix
         for declared in router.schedules:

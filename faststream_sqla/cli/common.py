@@ -59,7 +59,7 @@ def missing_sqlite_file(url: sa.URL) -> Path | None:
     """The file a SQLite URL names, if it does not exist (connecting would create it)."""
     if url.get_backend_name() != "sqlite" or url.query.get("uri") or url.query.get("mode"):
         return None
-    if url.database in (None, "", ":memory:") or url.database.startswith("file:"):
+    if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
         return None
     path = Path(url.database)
     return None if path.exists() else path.resolve()

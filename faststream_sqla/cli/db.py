@@ -44,11 +44,13 @@ def upgrade(
         if partition_archive:
             from faststream_sqla.admin import QueueAdmin
 
-            await QueueAdmin(engine, **kw).partition_archive()
+            await QueueAdmin(
+                engine, message_table=names.message, archive_table=names.archive
+            ).partition_archive()
         return await current_revision(engine, **kw)
 
-    revision = run(url, action, may_create=True)
-    out.print(f"Tables {names.message}, {names.archive} at revision {revision}.")
+    reached = run(url, action, may_create=True)
+    out.print(f"Tables {names.message}, {names.archive} at revision {reached}.")
 
 
 @db.command()

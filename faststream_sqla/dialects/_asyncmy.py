@@ -41,6 +41,8 @@ async def driver_transaction(
     """
     fairy = await engine.raw_connection()
     driver = fairy.driver_connection
+    if driver is None:  # only on a connection SQLAlchemy has already closed
+        raise sa.exc.ResourceClosedError("the pool handed out a closed connection")
     reset = False  # the transaction is over: no rollback needed at check-in
     try:
         async with driver.cursor() as cursor:

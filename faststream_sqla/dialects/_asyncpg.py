@@ -56,6 +56,8 @@ async def driver_connection(engine: AsyncEngine) -> AsyncIterator[Any]:
     """
     fairy = await engine.raw_connection()
     driver = fairy.driver_connection
+    if driver is None:  # only on a connection SQLAlchemy has already closed
+        raise sa.exc.ResourceClosedError("the pool handed out a closed connection")
     interrupted = False
     try:
         yield driver

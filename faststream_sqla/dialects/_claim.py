@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -112,7 +113,7 @@ def earlier_of_its_key(tables: QueueTables) -> sa.Exists:
     counts."""
     m = tables.message
     earlier = keyed_messages(tables, "earlier")
-    blocked = sa.select(sa.literal_column("1")).select_from(earlier.source).where(
+    blocked: sa.Select[Any] = sa.select(sa.literal_column("1")).select_from(earlier.source).where(
         earlier.keys.c.queue == m.c.queue,
         earlier.keys.c.ordering_key == m.c.ordering_key,
         earlier.keys.c.id < m.c.id,
@@ -154,7 +155,7 @@ def active_count(m: sa.Table) -> sa.Select:
         return sa.select(sa.func.count()).select_from(found).scalar_subquery()
 
     probes = [probe(*where) for where in live_ranges(m).values()]
-    total = probes[0]
+    total: sa.ColumnElement[Any] = probes[0]
     for more in probes[1:]:
         total = total + more
     return sa.select(total)
@@ -168,7 +169,7 @@ def claimed_columns(m: sa.Table, *, headers_as_text: bool = False) -> list[sa.Co
     decoded headers can do it (`parser.claimed_from_row` finishes the job)."""
     from .base import CLAIMED_COLUMNS
 
-    columns = []
+    columns: list[sa.ColumnElement[Any]] = []
     for name in CLAIMED_COLUMNS:
         column: sa.ColumnElement = m.c[name]
         if name == "headers" and headers_as_text:

@@ -8,6 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect as SqlDialect
+from sqlalchemy.sql.compiler import SQLCompiler
 
 
 class DriverStatement:
@@ -20,9 +21,12 @@ class DriverStatement:
     """
 
     def __init__(
-        self, statement: sa.Executable, dialect: SqlDialect, per_call: Collection[str]
+        self, statement: sa.ClauseElement, dialect: SqlDialect, per_call: Collection[str]
     ) -> None:
         compiled = statement.compile(dialect=dialect)
+        if not isinstance(compiled, SQLCompiler):  # DDL compiles without bound values
+            msg = f"not a SQL statement with parameters: {type(statement).__name__}"
+            raise TypeError(msg)
         self.sql = compiled.string
         self._order: list[tuple[str, bool, Any]] = []
         for name in compiled.positiontup or ():
@@ -54,7 +58,7 @@ class DriverStatements:
         self,
         name: Hashable,
         dialect: SqlDialect,
-        build: Callable[[], sa.Executable],
+        build: Callable[[], sa.ClauseElement],
         per_call: Collection[str],
     ) -> DriverStatement:
         """The statement `name`, compiled from `build()` on first use."""

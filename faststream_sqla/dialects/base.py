@@ -121,7 +121,7 @@ class Outcome:
 #: published columns an insert may leave out when no row sets them, with a getter each.
 #: correlation_id is always sent: nearly every message has one, and "" is a value.
 _OMITTABLE = tuple(
-    (c.name, operator.attrgetter(c.published_as))  # type: ignore[arg-type]
+    (c.name, operator.attrgetter(c.published_attribute))
     for c in PUBLISHED_COLUMNS
     if c.name in PUBLISHED_DEFAULTS and c.name != "correlation_id"
 )
@@ -150,7 +150,7 @@ class InsertShape:
 @functools.lru_cache(maxsize=64)
 def _shape(unused: frozenset[str]) -> InsertShape:
     sent = tuple(c for c in PUBLISHED_COLUMNS if c.name not in unused)
-    return InsertShape(sent, operator.attrgetter(*(c.published_as for c in sent)))  # type: ignore[arg-type]
+    return InsertShape(sent, operator.attrgetter(*(c.published_attribute for c in sent)))
 
 
 def insert_shape(rows: Sequence[NewMessage]) -> InsertShape:

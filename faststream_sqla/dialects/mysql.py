@@ -73,7 +73,8 @@ def _row(shape: InsertShape) -> str:
     rest as their defaults."""
     return "({})".format(", ".join(
         shape.default_sql(c) or "%s" if c.published_as
-        else _INITIAL_SQL.get(c.initial, str(c.initial))  # type: ignore[arg-type]
+        # every column publishers do not fill has an initial value
+        else _INITIAL_SQL.get(c.initial, str(c.initial))  # type: ignore[call-overload]
         for c in INSERTED_COLUMNS
     ))
 
@@ -219,12 +220,10 @@ class MySQLDialect(Dialect):
         self.max_packet = int(packet)
         # MariaDB >= 10.5 returns the ids; MySQL 8 cannot, but a multi-row INSERT gets
         # consecutive ids under auto-increment lock modes 0 and 1.
-        self.insert_returning = bool(
-            getattr(dialect, "is_mariadb", False) and dialect.server_version_info >= (10, 5)
-        )
-        self.consecutive_ids = int(autoinc) <= 1
         mariadb = bool(getattr(dialect, "is_mariadb", False))
         version = dialect.server_version_info or (0,)
+        self.insert_returning = mariadb and version >= (10, 5)
+        self.consecutive_ids = int(autoinc) <= 1
         # JSON_TABLE: MariaDB 10.6, MySQL 8.0.4. The collation is the key columns' own
         # (migration 0007): a JSON_TABLE column would otherwise compare case-blind.
         self.json_table = version >= ((10, 6) if mariadb else (8, 0, 4))
@@ -387,11 +386,15 @@ class MySQLDialect(Dialect):
         self, engine: AsyncEngine
     ) -> tuple[DriverStatement, DriverStatement, DriverStatement, DriverStatement]:
         """The statements of _apply_outcome_statements."""
+
+        def outcome_text(name: str) -> sa.TextClause:
+            return sa.text(self._outcome_sql(engine)[name])
+
         archive, delete, delete_keyed, requeue = (
             self._on_driver.get(
                 name,
                 engine.dialect,
-                lambda name=name: sa.text(self._outcome_sql(engine)[name]),
+                functools.partial(outcome_text, name),
                 ("outcomes",),
             )
             for name in ("archive", "delete", "delete_keyed", "requeue")

@@ -93,8 +93,8 @@ def outcome_parameters(outcomes: Sequence[Outcome]) -> dict[str, Any]:
 #: with a value per row
 _SHARED = tuple(c for c in PUBLISHED_COLUMNS if c.shared)
 _PER_ROW = tuple(c for c in PUBLISHED_COLUMNS if not c.shared)
-_shared_values = operator.attrgetter(*(c.published_as for c in _SHARED))
-_PER_ROW_VALUES = tuple((c, operator.attrgetter(c.published_as)) for c in _PER_ROW)  # type: ignore[arg-type]
+_shared_values = operator.attrgetter(*(c.published_attribute for c in _SHARED))
+_PER_ROW_VALUES = tuple((c, operator.attrgetter(c.published_attribute)) for c in _PER_ROW)
 INSERT_PARAMETERS = (
     *(c.name for c in _SHARED), "publish_at", "delay", *(f"{c.name}_values" for c in _PER_ROW),
     "channel", "notify_queue",
@@ -151,14 +151,14 @@ def _same_options(a: NewMessage, b: NewMessage) -> bool:
     )
 
 
-def rows_from_columns(columns: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+def rows_from_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
     """A claim's column arrays (CLAIMED_COLUMNS order) as rows, oldest first.
 
     An aggregate over a sorted subquery takes the rows in that order in practice, but
     PostgreSQL does not promise it: the order is checked (cheap) and restored if it
     ever differs.
     """
-    rows = list(zip(*columns, strict=True))
+    rows: list[Sequence[Any]] = list(zip(*columns, strict=True))
     priority, due, ids = (columns[i] for i in CLAIM_ORDER_POSITIONS)
     keys = list(zip(map(operator.neg, priority), due, ids))  # claim_order, from the arrays
     if not all(map(operator.le, keys, itertools.islice(keys, 1, None))):
@@ -477,7 +477,8 @@ archived AS (
             values = [
                 f"CAST(:{c.name} AS {sql_type(c)})" if c.shared
                 else per_row(c) if c.published_as
-                else initial.get(c.initial, str(c.initial))  # type: ignore[arg-type]
+                # every column publishers do not fill has an initial value
+                else initial.get(c.initial, str(c.initial))  # type: ignore[call-overload]
                 for c in INSERTED_COLUMNS
             ]
             arrays = ", ".join(f"CAST(:{c.name}_values AS {sql_type(c)}[])" for c in _PER_ROW)
@@ -532,7 +533,7 @@ archived AS (
 
     def _insert_parameters(self, run: Sequence[NewMessage]) -> dict[str, Any]:
         first = run[0]
-        parameters = {c.name: getattr(first, c.published_as) for c in _SHARED}  # type: ignore[arg-type]
+        parameters = {c.name: getattr(first, c.published_attribute) for c in _SHARED}
         for c, get in _PER_ROW_VALUES:
             values = list(map(get, run))
             # an option no message of the run sets travels as NULL, not an array of

@@ -122,7 +122,9 @@ def ready_by_priority(tables: QueueTables) -> sa.Select:
         sub = rows.subquery(f"priority_{priority}")
         return sa.select(sub.c.id, sub.c.priority, sub.c.next_attempt_at)
 
-    order = (sa.literal_column(name) for name in ("priority DESC", "next_attempt_at", "id"))
+    order: list[sa.ColumnClause[Any]] = [
+        sa.literal_column(name) for name in ("priority DESC", "next_attempt_at", "id")
+    ]
     ready = (
         sa.union_all(*map(level, PRIORITIES)).order_by(*order).limit(claim_limit()).subquery("ready")
     )
@@ -185,7 +187,7 @@ async def through_sqlalchemy(conn: AsyncConnection, work: Callable[[Any], T]) ->
         raise _as_sqlalchemy_error(exc) from exc
 
 
-def _as_sqlalchemy_error(exc: sqlite3.Error) -> sa.exc.DBAPIError:
+def _as_sqlalchemy_error(exc: sqlite3.Error) -> sa.exc.StatementError:
     # What SQLAlchemy raises for the same error on every other route and database, so
     # callers (an outbox publish, say) catch one family of exceptions everywhere.
     return sa.exc.DBAPIError.instance(None, None, exc, sqlite3.Error)
@@ -444,6 +446,7 @@ class SQLiteDialect(Dialect):
         created = stored_text(now)
         due_after: dict[float, str] = {0.0: created}
         params: list[Any] = []
+        due: str | None
         shape = insert_shape(rows)
         _, per_row, times = _insert_row(shape)
         # `params += tuple` per row, not a tuple built by unpacking: this loop runs per

@@ -136,6 +136,8 @@ class SqlaRouter(StreamRouter[ClaimedMessage]):
             **broker_options,
         )
 
+    # StreamRouter's subscriber and publisher take any broker's arguments and return
+    # decorators; ours take SqlaBroker's and return its endpoints.
     @override
     def subscriber(  # type: ignore[override]
         self,
@@ -152,8 +154,10 @@ class SqlaRouter(StreamRouter[ClaimedMessage]):
         **subscriber_options: Any,
     ) -> SqlaSubscriber:
         """Consume `queues`: `SqlaBroker.subscriber`'s options, plus FastAPI's."""
+        # StreamRouter declares a decorator and `NameRequired | str` names, but returns
+        # the subscriber SqlaBroker.subscriber made, to which it hands `queues` as given
         sub: SqlaSubscriber = super().subscriber(  # type: ignore[assignment]
-            queues,
+            queues,  # type: ignore[arg-type]
             dependencies=dependencies,
             response_model=response_model,
             response_model_include=response_model_include,

@@ -120,7 +120,7 @@ class SqlaTelemetryScope(BaseTelemetryMiddleware[SqlaPublishCommand]):
             create.end()
             links.append(Link(create.get_span_context()))
             bodies.append(_with_headers(body, carrier))
-        cmd.batch_bodies = bodies
+        cmd.batch_bodies = tuple(bodies)  # as the getter types it: older mypy wants both alike
 
         count = len(bodies)
         metrics_attributes = {

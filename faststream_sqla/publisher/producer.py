@@ -297,6 +297,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         base_id = None if correlation_id is not None else self.id_generator()
         # Rows of one content type share one headers dict and its JSON text.
         by_content_type: dict[str | None, tuple[dict[str, Any], str]] = {}
+        shared: tuple[dict[str, Any], str] | None
         rows = []
         codec, serializer = self.codec, self.serializer
         # FastStream's default codec only wraps encode_message in a coroutine: calling it
@@ -399,11 +400,10 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         async def release_waiting() -> None:
             # after the commit: whichever of this and the archive before it starts last
             # releases the key's next message (see faststream_sqla.ordering)
-            assert self._engine is not None
+            engine = self._engine
+            assert engine is not None
             try:
-                await with_retries(
-                    dialect, lambda: ordering.release_first(dialect, self._engine, waiting)
-                )
+                await with_retries(dialect, lambda: ordering.release_first(dialect, engine, waiting))
             except Exception:  # noqa: BLE001 - published; a consumer's sweep releases it
                 log.warning("could not release messages waiting for their ordering key",
                             exc_info=True)

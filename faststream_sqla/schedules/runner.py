@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -87,7 +88,7 @@ class ScheduleRunner:
             if content_type:
                 headers.setdefault(CONTENT_TYPE_HEADER, content_type)
             await with_retries(
-                dialect, lambda s=schedule, p=payload, h=headers: self._declare_once(s, p, h)
+                dialect, functools.partial(self._declare_once, schedule, payload, headers)
             )
         self._stopping.clear()
         self._task = asyncio.create_task(self._run(), name="faststream-sqla schedules")
@@ -120,7 +121,7 @@ class ScheduleRunner:
         count are kept."""
         assert self._engine is not None and self._dialect is not None
         table, timing = self.table, schedule.timing
-        definition = {
+        definition: dict[str, Any] = {
             "queue": schedule.queue,
             "payload": payload,
             "headers": headers,
@@ -179,7 +180,7 @@ class ScheduleRunner:
             if next_fire_at <= now:
                 try:
                     next_fire_at = await with_retries(
-                        self._dialect, lambda r=row: self._fire(r, now)
+                        self._dialect, functools.partial(self._fire, row, now)
                     )
                 except Exception as e:  # noqa: BLE001 - one schedule's failure (a full
                     # queue, say) must not hold the others back

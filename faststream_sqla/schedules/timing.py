@@ -77,13 +77,20 @@ class Timing:
     def every_seconds(self) -> float | None:
         return None if self.every is None else self.every.total_seconds()
 
+    @property
+    def cron_expression(self) -> str:
+        """`cron`, for code that handles cron timings only."""
+        if self.cron is None:
+            raise InvalidOptionError("a cron schedule needs an expression (cron=)")
+        return self.cron
+
     def next_after(self, moment: datetime) -> datetime:
         """The first tick strictly after `moment` (cron), or one interval on."""
         if self.every is not None:
             return moment + self.every
         zone = ZoneInfo(self.timezone or "UTC")
         local = moment.replace(tzinfo=timezone.utc).astimezone(zone)
-        found: datetime = croniter(self.cron, local).get_next(datetime)
+        found: datetime = croniter(self.cron_expression, local).get_next(datetime)
         return _naive_utc(found)
 
     def due(
@@ -100,7 +107,7 @@ class Timing:
         zone = ZoneInfo(self.timezone or "UTC")
         # walk back from now: the latest due ticks, never before next_fire_at
         after_now = now.replace(tzinfo=timezone.utc).astimezone(zone) + timedelta(microseconds=1)
-        back = croniter(self.cron, after_now)
+        back = croniter(self.cron_expression, after_now)
         latest: list[datetime] = []
         while len(latest) < keep:
             tick = _naive_utc(back.get_prev(datetime))

@@ -19,6 +19,7 @@ import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from faststream_sqla.admin import controls
@@ -240,9 +241,11 @@ class Breakers:
             return decide(current, tally, threshold=self.threshold, cooldown=self.cooldown,
                           me=self.me)
 
-        before, after = await with_retries(
+        changed = await with_retries(
             self.dialect, lambda: controls.change_breaker(self.dialect, self.engine, queue, judge)
-        )  # type: ignore[misc]
+        )
+        assert changed is not None  # the row is inserted when missing
+        before, after = changed
         view = self.views[queue]
         view.version += 1
         self._apply(queue, after)
@@ -301,7 +304,7 @@ class Breakers:
             elif record.state is HALF_OPEN and record.probe == self.me:
                 await with_retries(
                     self.dialect,
-                    lambda q=queue: controls.keep_probe(self.dialect, self.engine, q, self.me),
+                    partial(controls.keep_probe, self.dialect, self.engine, queue, self.me),
                 )
         self._notify()
 
@@ -311,7 +314,7 @@ class Breakers:
             if view.state is HALF_OPEN and view.probe == self.me:
                 await with_retries(
                     self.dialect,
-                    lambda q=queue: controls.hand_back_probe(self.dialect, self.engine, q, self.me),
+                    partial(controls.hand_back_probe, self.dialect, self.engine, queue, self.me),
                 )
 
     async def _take_probe(self, queue: str, silent_after: float | None) -> None:

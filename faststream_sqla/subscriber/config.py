@@ -72,9 +72,12 @@ class ConsumeOptions:
         # database's integers, a busy-looping interval, a lease of centuries) fails here,
         # when the subscriber is built, not in every claim later.
         def seconds(name: str, value: object, low: float, high: float, *, above: bool = False) -> None:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            ok = ok and math.isfinite(value) and (value > low if above else value >= low)
-            if not ok or value > high:  # type: ignore[operator]
+            ok = (
+                isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value) and (value > low if above else value >= low)
+                and value <= high
+            )
+            if not ok:
                 bound = f"more than {low:g}" if above else f"at least {low:g}"
                 msg = f"{name} must be {bound} and at most {high:g} seconds, got {value!r}"
                 raise InvalidOptionError(msg)

@@ -7,6 +7,7 @@ connection delays work but never stops it or loses a message.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -548,8 +549,9 @@ class StuckReleaser(StoppableLoop):
             # a commit and its release (faststream_sqla.ordering)
             released, self._sweep_from[queue] = await with_retries(
                 self.dialect,
-                lambda queue=queue: ordering.sweep(
-                    self.dialect, self.engine, queue, self._sweep_from.get(queue, "")
+                functools.partial(
+                    ordering.sweep, self.dialect, self.engine, queue,
+                    self._sweep_from.get(queue, ""),
                 ),
             )
             if released:

@@ -100,7 +100,7 @@ class LoopStallWatch:
         describes it, and the innermost line of its stack."""
         assert self._loop is not None and self._loop_thread is not None
         task = asyncio.current_task(self._loop)
-        describe = self._tasks.get(task) if task is not None else None  # type: ignore[arg-type]
+        describe = self._tasks.get(task) if task is not None else None
         what = describe() if describe is not None else None
         if what is None:
             what = f"task {task.get_name()!r}" if task is not None else "a callback"

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pydantic
 from typing_extensions import override
@@ -88,7 +88,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     ) -> None:
         parser = SqlaBatchParser() if config.batch else SqlaParser()
         config.parser = parser.parse_message
-        config.decoder = parser.decode_batch if config.batch else parser.decode_message
+        config.decoder = (
+            parser.decode_batch if isinstance(parser, SqlaBatchParser) else parser.decode_message
+        )
         super().__init__(config, specification, calls)
         self._config = config
         self._queues = config.queues
@@ -148,10 +150,17 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             "correlation_id": "",
         }
 
-    def _log(self, log_level: int | None, message: str, **kwargs: Any) -> None:
-        self._outer_config.logger.log(
-            message, log_level, extra=self.get_log_context(None), **kwargs
-        )
+    def _log(
+        self,
+        log_level: int | None,
+        message: str,
+        extra: dict[str, Any] | None = None,
+        exc_info: BaseException | None = None,
+    ) -> None:
+        fields = self.get_log_context(None)
+        if extra:
+            fields = {**fields, **extra}
+        self._outer_config.logger.log(message, log_level, extra=fields, exc_info=exc_info)
 
     def _make_response_publisher(self, message: StreamMessage[Any]) -> Iterable[PublisherProto]:
         return (SqlaFakePublisher(self._outer_config.producer, queue=message.reply_to),)
@@ -414,6 +423,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         assert self._fetcher is not None and self._flusher is not None
         buffer, fetcher, flusher = self._buffer, self._fetcher, self._flusher
         running, me = self._running, asyncio.current_task()
+        assert me is not None  # workers run as tasks (_spawn)
         health = self._outer_config.health
         breakers = self._breakers
         delivered = 0
@@ -442,7 +452,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                     flusher.add(lifecycle.released(raw, started=False))
                     fetcher.notify_taken()
                     continue
-            running[me] = raw  # type: ignore[index]
+            running[me] = raw
             batch = self._take_batch(raw) if self.batch else None
             if batch is not None and breakers is not None:
                 batch = self._admitted(batch, breakers)
@@ -547,8 +557,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         if self._breakers is not None:
             held = self._held
             for outcome in settled:
-                if (raw := held.get(outcome.id)) is not None:
-                    self._breakers.handed(raw, outcome)
+                if (handed := held.get(outcome.id)) is not None:
+                    self._breakers.handed(handed, outcome)
         self._flusher.add_all(settled)
         if any(raw.ordering_key is not None for raw in batch):
             self._flusher.write_soon()  # as in _deliver_one
@@ -725,16 +735,17 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             self._outer_config.wakeups.unregister(self.queues, wake)
         parser, decoder = self._get_parser_and_decoder()
         context = self._outer_config.context
-        msg: SqlaMessage = await process_msg(  # type: ignore[assignment]
+        msg = await process_msg(
             msg=raw,
             middlewares=(m(raw, context=context) for m in self._broker_middlewares),
             parser=SqlaParser().parse_message if self.batch else parser,
             decoder=SqlaParser().decode_message if self.batch else decoder,
         )
-        return msg
+        # not None for a message given; our parsers make SqlaMessages
+        return cast("SqlaMessage", msg)
 
     @override
-    async def __aiter__(self) -> AsyncIterator[SqlaMessage]:  # type: ignore[override]
+    async def __aiter__(self) -> AsyncIterator[SqlaMessage]:
         while True:
             msg = await self.get_one(timeout=3600.0)
             if msg is not None:
