@@ -134,7 +134,9 @@ def _inspect(
 ) -> tuple[list[str], dict[str, list[str]], object]:
     inspector = sa.inspect(conn)
     existing = set(inspector.get_table_names())
-    ours = (*tables.live, tables.archive, tables.controls, tables.schedule)
+    ours = (
+        *tables.live, tables.archive, tables.controls, tables.schedule, tables.breaker_events
+    )
     missing = [t.name for t in ours if t.name not in existing]
     lacking: dict[str, list[str]] = {}
     for table in ours:
@@ -159,9 +161,13 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
     )
     fix = f"run: {upgrade_command(engine, tables.names)}"
     if revision == HEAD_REVISION:
-        # Migrated by us: the archive, the controls and the schedules exist, though a
-        # producer granted nothing on them (docs/security.md) does not see them on MariaDB.
-        unseen = {tables.archive.name, tables.controls.name, tables.schedule.name}
+        # Migrated by us: the archive, the controls, the schedules and the breaker history
+        # exist, though a producer granted nothing on them (docs/security.md) does not see
+        # them on MariaDB.
+        unseen = {
+            tables.archive.name, tables.controls.name, tables.schedule.name,
+            tables.breaker_events.name,
+        }
         missing = [name for name in missing if name not in unseen]
         for name in unseen:
             lacking.pop(name, None)

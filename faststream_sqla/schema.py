@@ -89,7 +89,12 @@ class TableNames:
         if self.message == self.archive:
             msg = f"message and archive tables need different names, both are {self.message!r}"
             raise InvalidOptionError(msg)
-        for derived in (keys_table_name(self.message), controls_table_name(self.message)):
+        for derived in (
+            keys_table_name(self.message),
+            controls_table_name(self.message),
+            schedule_table_name(self.message),
+            breaker_events_table_name(self.message),
+        ):
             if self.archive == derived:
                 msg = f"archive table {self.archive!r} would share its name with {derived!r}"
                 raise InvalidOptionError(msg)
@@ -132,10 +137,12 @@ class QueueTables:
     archive: sa.Table = field(init=False)
     #: MySQL and MariaDB only: the keys of the keyed messages (build_keys_table)
     keys: sa.Table | None = field(init=False)
-    #: what operators set per queue (build_controls_table)
+    #: what operators set per queue, and each queue's breaker (build_controls_table)
     controls: sa.Table = field(init=False)
     #: the interval and cron schedules (build_schedule_table)
     schedule: sa.Table = field(init=False)
+    #: every change of a breaker's state (build_breaker_events_table)
+    breaker_events: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:
         self.metadata = sa.MetaData()
@@ -147,6 +154,7 @@ class QueueTables:
         self.keys = build_keys_table(self.metadata, self.names.message) if mysql_family else None
         self.controls = build_controls_table(self.metadata, self.names.message)
         self.schedule = build_schedule_table(self.metadata, self.names.message)
+        self.breaker_events = build_breaker_events_table(self.metadata, self.names.message)
 
     @property
     def key_index(self) -> sa.Table:
@@ -412,11 +420,28 @@ def controls_table_name(message: str) -> str:
 WHOLE_QUEUE = ""
 
 
+class BreakerState(str, enum.Enum):
+    """Where a circuit breaker is (faststream_sqla.subscriber.breaker). Stored by name;
+    a control row whose breaker never tripped holds NULL, which reads as CLOSED."""
+
+    CLOSED = "CLOSED"
+    """Claims as usual; consecutive failures are counted."""
+    OPEN = "OPEN"
+    """No claims until `breaker_reopens_at`."""
+    HALF_OPEN = "HALF_OPEN"
+    """One process (`breaker_probe`) claims one message, the probe, whose outcome
+    closes or opens the breaker."""
+
+
+#: the longest text of a breaker state, and of the id of a process holding a probe
+BREAKER_STATE_LENGTH, BREAKER_PROBE_LENGTH = 16, 64
+
+
 def build_controls_table(metadata: sa.MetaData, message: str) -> sa.Table:
     """What operators set per queue, read by every consumer of the queue: whether its
-    claims are paused. One row per (queue, channel); the channel `WHOLE_QUEUE` stands
-    for the queue itself (channels, per-queue limits and breakers will add columns
-    here). A queue without a row runs normally."""
+    claims are paused, and its circuit breaker's state. One row per (queue, channel);
+    the channel `WHOLE_QUEUE` stands for the queue itself (channels and per-queue
+    limits will add rows and columns here). A queue without a row runs normally."""
     return sa.Table(
         controls_table_name(message),
         metadata,
@@ -425,6 +450,14 @@ def build_controls_table(metadata: sa.MetaData, message: str) -> sa.Table:
                   server_default=sa.text("''")),
         sa.Column("paused", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("updated_at", Timestamp, nullable=False),
+        # revision 0013: the circuit breaker (NULL state: CLOSED, never tripped)
+        sa.Column("breaker_state", sa.String(BREAKER_STATE_LENGTH)),
+        sa.Column("breaker_failures", sa.Integer(), nullable=False, server_default=sa.text("0")),
+        sa.Column("breaker_changed_at", Timestamp),
+        # when HALF_OPEN may start: the database's time at opening plus the opener's
+        # cooldown, so every process agrees
+        sa.Column("breaker_reopens_at", Timestamp),
+        sa.Column("breaker_probe", sa.String(BREAKER_PROBE_LENGTH)),
     )
 
 
@@ -470,6 +503,29 @@ def build_schedule_table(metadata: sa.MetaData, message: str) -> sa.Table:
     )
 
 
+def breaker_events_table_name(message: str) -> str:
+    return f"{message}_breaker_events"
+
+
+def build_breaker_events_table(metadata: sa.MetaData, message: str) -> sa.Table:
+    """The history of every breaker: one row per change of state, with its reason."""
+    table = sa.Table(
+        breaker_events_table_name(message),
+        metadata,
+        sa.Column("id", Id, primary_key=True, autoincrement=True),
+        sa.Column("queue", MESSAGE_COLUMN["queue"].type, nullable=False),
+        sa.Column("channel", sa.String(MAX_KEY_LENGTH), nullable=False,
+                  server_default=sa.text("''")),
+        sa.Column("from_state", sa.String(BREAKER_STATE_LENGTH), nullable=False),
+        sa.Column("to_state", sa.String(BREAKER_STATE_LENGTH), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("at", Timestamp, nullable=False),
+    )
+    # a short name: the message table's name may take 48 of PostgreSQL's 63 characters
+    sa.Index(f"ix_{message}_breaker_ev", table.c.queue, table.c.id)
+    return table
+
+
 def build_archive_table(metadata: sa.MetaData, name: str) -> sa.Table:
     table = sa.Table(
         name,
@@ -513,6 +569,8 @@ __all__ = [
     "MessageState",
     "QueueTables",
     "TableNames",
+    "BreakerState",
+    "breaker_events_table_name",
     "controls_table_name",
     "keys_table_name",
     "schedule_table_name",

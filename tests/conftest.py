@@ -88,7 +88,8 @@ async def _create_database(dialect: str) -> None:
     engine = create_async_engine(server_database_url(dialect))
     async with engine.begin() as conn:
         for table in (
-            "message_keys", "message_controls", "message_schedule", "message", "message_archive",
+            "message_keys", "message_controls", "message_schedule", "message_breaker_events",
+            "message", "message_archive",
             "faststream_sqla_version", "handled",
         ):
             q = engine.dialect.identifier_preparer.quote(table)
@@ -155,7 +156,9 @@ async def database_url(
     tables = QueueTables()
     async with engine.begin() as conn:
         live = tables.for_dialect(engine.dialect.name).live
-        for table in (*live, tables.archive, tables.controls, tables.schedule):
+        for table in (
+            *live, tables.archive, tables.controls, tables.schedule, tables.breaker_events
+        ):
             await conn.execute(table.delete())
     await engine.dispose()
     yield url

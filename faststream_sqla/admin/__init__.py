@@ -2,6 +2,8 @@
 
 from .api import QueueAdmin
 from .models import (
+    BreakerStatus,
+    BreakerTransition,
     Count,
     DeadLetter,
     DeadLetterPage,
@@ -17,6 +19,8 @@ from .models import (
 from .partitions import PartitionReport
 
 __all__ = [
+    "BreakerStatus",
+    "BreakerTransition",
     "Count",
     "DeadLetter",
     "DeadLetterPage",

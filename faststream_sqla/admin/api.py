@@ -39,6 +39,8 @@ from . import archive, controls, dead_letters, messages, partitions, queues, sch
 from .archive import PRUNE_BATCH
 from .dead_letters import MOVE_BATCH
 from .models import (
+    BreakerStatus,
+    BreakerTransition,
     DeadLetterPage,
     DeadLetterSummary,
     MessageDetails,
@@ -52,6 +54,8 @@ from .models import (
 #: does not grow with it
 DEFAULT_EXACT_UP_TO = 5_000
 MAX_PAGE = 1000
+#: changes of state `breakers()` reports with each breaker
+RECENT_TRANSITIONS = 5
 #: states a replay takes by default: every final outcome
 REPLAYABLE = TERMINAL
 
@@ -195,7 +199,33 @@ class QueueAdmin:
         async with reading(self.engine) as conn:
             return await controls.paused_queues(conn, self.tables)
 
+    async def breakers(self, queue: str | None = None) -> list[BreakerStatus]:
+        """The circuit breakers that ever counted a failure, or `queue`'s alone (CLOSED
+        if it never did), each with its last `RECENT_TRANSITIONS` changes of state."""
+        if queue is not None:
+            validate_queue_name(queue)
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            return await controls.breaker_statuses(conn, self.tables, queue, RECENT_TRANSITIONS)
+
+    async def breaker_history(self, queue: str, limit: int = 50) -> list[BreakerTransition]:
+        """The last `limit` (at most 1,000) changes of state of `queue`'s breaker, newest
+        first."""
+        validate_queue_name(queue)
+        require_whole("limit", limit, MAX_PAGE)
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            return await controls.breaker_events(conn, self.tables, queue, limit)
+
     # -- changing --------------------------------------------------------------------
+
+    async def reset_breaker(self, queue: str) -> bool:
+        """Close `queue`'s circuit breaker and forget its failures ("manual reset" in its
+        history); every process claims again within one `CONTROL_INTERVAL`. Whether it
+        was open, half-open or counting failures."""
+        validate_queue_name(queue)
+        await self._prepare(writes=True)
+        return await controls.reset_breaker(self.dialect, self.engine, queue)
 
     async def pause_queue(self, queue: str) -> bool:
         """Stop every consumer of `queue`, in every process, from claiming its messages,

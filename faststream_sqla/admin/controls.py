@@ -1,18 +1,29 @@
-"""What operators set per queue (the controls table): reading and changing it.
+"""What operators set per queue and each queue's circuit breaker (the controls table,
+and the breakers' history): reading and changing them.
 
-Workers read it through `paused_among` every few seconds (subscriber.loops.
-ControlWatcher); the admin API and the CLI change it through `set_paused`.
+Workers read it through `paused_among`, or `controls_among` when they have a breaker,
+every few seconds (subscriber.loops.ControlWatcher); the admin API and the CLI change it
+through `set_paused` and `reset_breaker`. The breaker's decisions are made in
+subscriber.breaker; the statements that apply them are here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.clock import utc_now
-from faststream_sqla.schema import WHOLE_QUEUE, QueueTables
+from faststream_sqla.clock import to_aware, utc_now
+from faststream_sqla.schema import WHOLE_QUEUE, BreakerState, QueueTables
+
+from .models import BreakerStatus, BreakerTransition
+
+if TYPE_CHECKING:
+    from faststream_sqla.dialects import Dialect
 
 
 async def paused_among(conn: AsyncConnection, tables: QueueTables, queues: Sequence[str]) -> set[str]:
@@ -58,3 +69,280 @@ async def set_paused(engine: AsyncEngine, tables: QueueTables, queue: str, pause
             .values(paused=paused, updated_at=utc_now())
         )
     return changed.rowcount > 0
+
+
+# -- circuit breakers (subscriber.breaker decides; these statements read and write) --
+
+
+@dataclass(frozen=True)
+class BreakerRecord:
+    """One queue's breaker as its control row holds it (no row: CLOSED, no failures)."""
+
+    state: BreakerState = BreakerState.CLOSED
+    failures: int = 0
+    changed_at: datetime | None = None
+    reopens_at: datetime | None = None
+    probe: str | None = None
+
+
+@dataclass(frozen=True)
+class BreakerChange:
+    """What a decision writes: the new state, failure count and probe holder; `opens`
+    sets `breaker_reopens_at` to the database's time plus `cooldown`; a `reason`
+    records a change of state in the history."""
+
+    state: BreakerState
+    failures: int
+    probe: str | None = None
+    opens: bool = False
+    cooldown: float = 0.0
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ControlReading:
+    """What a worker reads of one queue each turn (ControlWatcher)."""
+
+    paused: bool
+    breaker: BreakerRecord
+    #: OPEN and its reopening time has come, on the database's clock
+    reopening_due: bool
+    #: HALF_OPEN and its holder has not shown itself for the silent-holder timeout
+    probe_silent: bool
+
+
+def _record(row: Any) -> BreakerRecord:
+    state = BreakerState(row.breaker_state) if row.breaker_state else BreakerState.CLOSED
+    return BreakerRecord(
+        state, row.breaker_failures, row.breaker_changed_at, row.breaker_reopens_at,
+        row.breaker_probe,
+    )
+
+
+def _breaker_columns(c: Any) -> tuple[Any, ...]:
+    return (
+        c.breaker_state, c.breaker_failures, c.breaker_changed_at, c.breaker_reopens_at,
+        c.breaker_probe,
+    )
+
+
+async def controls_among(
+    conn: AsyncConnection, tables: QueueTables, queues: Sequence[str], silent_after: float
+) -> dict[str, ControlReading]:
+    """The control rows of `queues` that exist, pause and breaker, in one statement;
+    the database's clock decides whether a reopening is due and a probe holder
+    silent (for `silent_after` seconds)."""
+    c = tables.controls
+    due = sa.case((c.c.breaker_reopens_at <= utc_now(), 1), else_=0)
+    cutoff = utc_now(-sa.bindparam("silent_after", silent_after, type_=sa.Float()))
+    silent = sa.case((c.c.breaker_changed_at <= cutoff, 1), else_=0)
+    result = await conn.execute(
+        sa.select(c.c.queue, c.c.paused, *_breaker_columns(c.c), due.label("due"),
+                  silent.label("silent"))
+        .where(c.c.queue.in_(list(queues)), c.c.channel == WHOLE_QUEUE)
+    )
+    readings = {}
+    for row in result:
+        record = _record(row)
+        readings[row.queue] = ControlReading(
+            paused=bool(row.paused),
+            breaker=record,
+            reopening_due=record.state is BreakerState.OPEN and bool(row.due),
+            probe_silent=record.state is BreakerState.HALF_OPEN and bool(row.silent),
+        )
+    return readings
+
+
+def _event(tables: QueueTables, queue: str, before: BreakerState, after: BreakerState,
+           reason: str) -> sa.Insert:
+    # inline: no RETURNING of the new id, which would need SELECT on the history
+    return tables.breaker_events.insert().inline().values(
+        queue=queue, channel=WHOLE_QUEUE, from_state=before.value, to_state=after.value,
+        reason=reason, at=utc_now(),
+    )
+
+
+async def change_breaker(
+    dialect: Dialect,
+    engine: AsyncEngine,
+    queue: str,
+    decide: Callable[[BreakerRecord], BreakerChange | None],
+    *,
+    create: bool = True,
+) -> tuple[BreakerRecord, BreakerRecord] | None:
+    """Lock the queue's control row (inserting it first if missing and `create`), let
+    `decide` judge the breaker as stored, and write its change with an event row for a
+    change of state, all in one transaction. Returns the breaker before and after
+    (equal when `decide` changed nothing); None when there is no row and not `create`.
+
+    The lock (SELECT ... FOR UPDATE; SQLite's writer lock) makes the decisions of
+    every process about one queue happen one after another."""
+    c = dialect.tables.controls
+    where = (c.c.queue == queue, c.c.channel == WHOLE_QUEUE)
+    for _ in range(2):
+        async with dialect.own_transaction(engine) as conn:
+            row = (
+                await conn.execute(sa.select(*_breaker_columns(c.c)).where(*where).with_for_update())
+            ).first()
+            if row is not None:
+                before = _record(row)
+                change = decide(before)
+                if change is None:
+                    return before, before
+                values: dict[str, Any] = {
+                    "breaker_state": change.state.value,
+                    "breaker_failures": change.failures,
+                    "breaker_probe": change.probe,
+                }
+                if change.state is not before.state:
+                    values["breaker_changed_at"] = utc_now()
+                if change.opens:
+                    values["breaker_reopens_at"] = utc_now(
+                        sa.bindparam("cooldown", change.cooldown, type_=sa.Float())
+                    )
+                elif change.state is BreakerState.CLOSED:
+                    values["breaker_reopens_at"] = None
+                await conn.execute(c.update().where(*where).values(**values))
+                if change.reason is not None:
+                    await conn.execute(
+                        _event(dialect.tables, queue, before.state, change.state, change.reason)
+                    )
+                after = (
+                    await conn.execute(sa.select(*_breaker_columns(c.c)).where(*where))
+                ).one()
+                return before, _record(after)
+        if not create:
+            return None
+        try:
+            async with dialect.own_transaction(engine) as conn:
+                await conn.execute(
+                    c.insert().values(queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now())
+                )
+        except sa.exc.IntegrityError:
+            pass  # another process inserted it meanwhile: lock that one
+    raise AssertionError(f"the control row of queue {queue!r} vanished twice")
+
+
+async def take_probe(
+    dialect: Dialect, engine: AsyncEngine, queue: str, me: str, *, silent_after: float | None
+) -> bool:
+    """Compare-and-set to HALF_OPEN with `me` holding the probe: from OPEN once its
+    reopening is due, or (with `silent_after`) from a HALF_OPEN whose holder has been
+    silent that long. Whether this call won; the winner writes the event."""
+    tables = dialect.tables
+    c = tables.controls
+    if silent_after is None:
+        before, reason = BreakerState.OPEN, "cooldown over"
+        when = c.c.breaker_reopens_at <= utc_now()
+    else:
+        before, reason = BreakerState.HALF_OPEN, "probe holder silent"
+        when = c.c.breaker_changed_at <= utc_now(
+            -sa.bindparam("silent_after", silent_after, type_=sa.Float())
+        )
+    async with dialect.own_transaction(engine) as conn:
+        won = await conn.execute(
+            c.update()
+            .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE,
+                   c.c.breaker_state == before.value, when)
+            .values(breaker_state=BreakerState.HALF_OPEN.value, breaker_probe=me,
+                    breaker_changed_at=utc_now())
+        )
+        if won.rowcount != 1:
+            return False
+        await conn.execute(_event(tables, queue, before, BreakerState.HALF_OPEN, reason))
+    return True
+
+
+async def hand_back_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me: str) -> bool:
+    """A stopping holder gives its probe back: OPEN again and due at once, so another
+    process probes now rather than after the silent-holder timeout. Whether it held it."""
+    tables = dialect.tables
+    c = tables.controls
+    async with dialect.own_transaction(engine) as conn:
+        handed = await conn.execute(
+            c.update()
+            .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE,
+                   c.c.breaker_state == BreakerState.HALF_OPEN.value, c.c.breaker_probe == me)
+            .values(breaker_state=BreakerState.OPEN.value, breaker_probe=None,
+                    breaker_changed_at=utc_now(), breaker_reopens_at=utc_now())
+        )
+        if handed.rowcount != 1:
+            return False
+        await conn.execute(
+            _event(tables, queue, BreakerState.HALF_OPEN, BreakerState.OPEN, "probe holder stopped")
+        )
+    return True
+
+
+async def keep_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me: str) -> bool:
+    """The probe holder shows it is alive (breaker_changed_at); False if it no longer
+    holds the probe (reset, or taken over)."""
+    c = dialect.tables.controls
+    async with dialect.own_transaction(engine) as conn:
+        kept = await conn.execute(
+            c.update()
+            .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE,
+                   c.c.breaker_state == BreakerState.HALF_OPEN.value, c.c.breaker_probe == me)
+            .values(breaker_changed_at=utc_now())
+        )
+    return kept.rowcount == 1
+
+
+async def reset_breaker(dialect: Dialect, engine: AsyncEngine, queue: str) -> bool:
+    """Close the queue's breaker, failures forgotten ("manual reset"); whether it was
+    anything but CLOSED without failures."""
+
+    def closed(current: BreakerRecord) -> BreakerChange | None:
+        if current.state is BreakerState.CLOSED and current.failures == 0:
+            return None
+        return BreakerChange(BreakerState.CLOSED, 0, reason="manual reset")
+
+    changed = await change_breaker(dialect, engine, queue, closed, create=False)
+    return changed is not None and changed[0] != changed[1]
+
+
+async def breaker_events(
+    conn: AsyncConnection, tables: QueueTables, queue: str, limit: int
+) -> list[BreakerTransition]:
+    """The queue's last `limit` changes of state, newest first."""
+    e = tables.breaker_events
+    result = await conn.execute(
+        sa.select(e.c.id, e.c.from_state, e.c.to_state, e.c.reason, e.c.at)
+        .where(e.c.queue == queue, e.c.channel == WHOLE_QUEUE)
+        .order_by(e.c.id.desc())
+        .limit(limit)
+    )
+    return [
+        BreakerTransition(row.id, row.from_state, row.to_state, row.reason, to_aware(row.at))
+        for row in result
+    ]
+
+
+async def breaker_statuses(
+    conn: AsyncConnection, tables: QueueTables, queue: str | None, recent: int
+) -> list[BreakerStatus]:
+    """Every breaker that ever counted a failure (or `queue`'s, CLOSED if it never
+    did), with its last `recent` changes of state."""
+    c = tables.controls
+    query = sa.select(c.c.queue, *_breaker_columns(c.c)).where(c.c.channel == WHOLE_QUEUE)
+    if queue is None:
+        query = query.where(
+            sa.or_(c.c.breaker_state.is_not(None), c.c.breaker_failures > 0)
+        )
+    else:
+        query = query.where(c.c.queue == queue)
+    found = {row.queue: _record(row) for row in await conn.execute(query.order_by(c.c.queue))}
+    if queue is not None and queue not in found:
+        found[queue] = BreakerRecord()
+    return [
+        BreakerStatus(
+            queue=name,
+            state=record.state.value,
+            consecutive_failures=record.failures,
+            changed_at=to_aware(record.changed_at),
+            reopens_at=to_aware(record.reopens_at),
+            probe_holder=record.probe,
+            recent=await breaker_events(conn, tables, name, recent),
+        )
+        for name, record in found.items()
+    ]

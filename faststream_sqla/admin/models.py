@@ -149,6 +149,37 @@ class ScheduleInfo:
     options: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class BreakerTransition:
+    """One change of a circuit breaker's state, with why."""
+
+    id: int
+    from_state: str
+    to_state: str
+    #: "3 consecutive failures", "cooldown over", "probe succeeded", "probe failed",
+    #: "probe holder stopped", "probe holder silent", "manual reset"
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class BreakerStatus:
+    """A queue's circuit breaker as every process sees it (docs/flow-control.md)."""
+
+    queue: str
+    #: CLOSED, OPEN or HALF_OPEN
+    state: str
+    consecutive_failures: int
+    #: when it last changed state; None if it never did
+    changed_at: datetime | None
+    #: when an OPEN breaker lets a probe through (the last opening's, once it reopened)
+    reopens_at: datetime | None
+    #: the subscriber instance that holds the probe while HALF_OPEN (host:pid:id)
+    probe_holder: str | None
+    #: its last changes of state, newest first
+    recent: list[BreakerTransition] = field(default_factory=list)
+
+
 def to_json(value: Any) -> Any:
     """`value` (a result of this API, or a list of them) as JSON-ready data: times in
     ISO 8601, payloads base64 (and as text when they are UTF-8)."""

@@ -56,6 +56,8 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         release_stuck_timeout: float = 30.0,
         permanent_exceptions: Sequence[type[BaseException]] = (),
         handler_timeout: float | None = None,
+        circuit_breaker_threshold: int | None = None,
+        circuit_breaker_cooldown: float = 30.0,
         # FastStream arguments
         no_reply: bool = False,
         dependencies: Sequence[Dependant] = (),
@@ -99,6 +101,10 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             handler_timeout: seconds a handler (one message, or a batch) may run; past
                 that it is cancelled and the attempt fails with HandlerTimeoutError,
                 retried by the retry strategy (default: no limit).
+            circuit_breaker_threshold: consecutive failed attempts (across every process)
+                after which no process claims from the queue for circuit_breaker_cooldown,
+                then one probe message decides (default: no breaker).
+            circuit_breaker_cooldown: seconds an open breaker waits before its probe.
             no_reply: do not publish the handler's return value to the message's
                 `reply_to` queue.
             dependencies: FastDepends dependencies of this handler.
@@ -144,6 +150,8 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
                 if isinstance(permanent_exceptions, (list, tuple)) else permanent_exceptions  # type: ignore[arg-type]
             ),
             handler_timeout=handler_timeout,
+            circuit_breaker_threshold=circuit_breaker_threshold,
+            circuit_breaker_cooldown=circuit_breaker_cooldown,
         )
         subscriber = create_subscriber(
             queues=queues,

@@ -1,5 +1,6 @@
-"""`faststream-sqla queue pause|resume|paused`: what operators set for every consumer of
-a queue, through `faststream_sqla.admin`."""
+"""`faststream-sqla queue pause|resume|paused` and `faststream-sqla breaker
+status|reset`: what operators set for every consumer of a queue, and its circuit
+breaker, through `faststream_sqla.admin`."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ from faststream_sqla.exceptions import InvalidQueueNameError
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE, validate_queue_name
 
 from .common import ArchiveTable, MessageTable, Url, app, out, usage_error
-from .operate import Json, print_json, with_admin
+from .operate import Json, _time, listing, print_json, with_admin
 
 queue_app = typer.Typer(help="Pause and resume the consumers of a queue.", no_args_is_help=True)
 app.add_typer(queue_app, name="queue")
-
+breaker_app = typer.Typer(
+    help="The circuit breakers of the queues: their state, and a manual reset.",
+    no_args_is_help=True,
+)
+app.add_typer(breaker_app, name="breaker")
 
 
 def _queue_name(value: str) -> str:
@@ -28,6 +33,19 @@ def _queue_name(value: str) -> str:
 
 Name = Annotated[
     str, typer.Argument(metavar="QUEUE", help="The queue.", callback=_queue_name)
+]
+
+
+def _optional_queue_name(value: str | None) -> str | None:
+    return None if value is None else _queue_name(value)
+
+
+OptionalName = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[QUEUE]", help="Only this queue (default: every breaker that ever counted "
+        "a failure).", callback=_optional_queue_name, show_default=False,
+    ),
 ]
 
 
@@ -80,4 +98,56 @@ def paused(
         out.print("No queue is paused.")
     for name in names:
         out.print(escape(name))
+    return None
+
+
+@breaker_app.command()
+def status(
+    url: Url,
+    queue: OptionalName = None,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """State, consecutive failures, probe holder and recent transitions of the breakers."""
+    found = with_admin(url, message_table, archive_table, lambda a: a.breakers(queue))
+    if json_output:
+        return print_json(found)
+    if not found:
+        out.print("No circuit breaker has counted a failure.")
+        return None
+    table = listing("queue", "state", "failures", "since", "reopens at", "probe holder",
+                    first=[b.queue for b in found])
+    for b in found:
+        table.add_row(escape(b.queue), b.state, str(b.consecutive_failures), _time(b.changed_at),
+                      _time(b.reopens_at) if b.state == "OPEN" else "-",
+                      escape(b.probe_holder or "-"))
+    out.print(table)
+    # below the table, one per line: a narrow terminal would fold them into shreds
+    for b in found:
+        if b.recent:
+            out.print(f"Recent transitions of {escape(repr(b.queue))}, newest first:")
+        for t in b.recent:
+            out.print(f"  {_time(t.at)}  {t.from_state} -> {t.to_state}  ({escape(t.reason)})")
+    return None
+
+
+@breaker_app.command()
+def reset(
+    url: Url,
+    queue: Name,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """Close QUEUE's breaker and forget its failures; consumers claim again within seconds."""
+    changed = with_admin(url, message_table, archive_table, lambda a: a.reset_breaker(queue))
+    if json_output:
+        return print_json({"queue": queue, "state": "CLOSED", "changed": changed})
+    if changed:
+        out.print(f"Circuit breaker of queue {escape(repr(queue))} reset: CLOSED, consumers "
+                  "claim again within a few seconds.")
+    else:
+        out.print(f"Circuit breaker of queue {escape(repr(queue))} was already closed, "
+                  "with no failures counted.")
     return None

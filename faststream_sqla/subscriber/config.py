@@ -40,6 +40,7 @@ MAX_CLAIM = 100_000
 MAX_DELIVERIES = 1_000_000
 MAX_OVERFETCH = 100
 HOUR, DAY = 3600.0, 86400.0
+MAX_BREAKER_THRESHOLD = 1_000_000
 
 
 @dataclass(kw_only=True)
@@ -61,6 +62,10 @@ class ConsumeOptions:
     permanent_exceptions: tuple[type[BaseException], ...] = ()
     #: a handler running longer is cancelled and its attempt failed (None: no limit)
     handler_timeout: float | None = None
+    #: consecutive failed attempts that open the queue's circuit breaker (None: none)
+    circuit_breaker_threshold: int | None = None
+    #: seconds an open breaker lets no claim through before one probe
+    circuit_breaker_cooldown: float = 30.0
 
     def __post_init__(self) -> None:
         # Every option has bounds: a value that cannot work (a claim size past the
@@ -111,6 +116,11 @@ class ConsumeOptions:
         seconds("release_stuck_timeout", self.release_stuck_timeout, 0.1, 7 * DAY)
         if self.handler_timeout is not None:
             seconds("handler_timeout", self.handler_timeout, 0, 7 * DAY, above=True)
+        if self.circuit_breaker_threshold is not None:
+            require_whole(
+                "circuit_breaker_threshold", self.circuit_breaker_threshold, MAX_BREAKER_THRESHOLD
+            )
+        seconds("circuit_breaker_cooldown", self.circuit_breaker_cooldown, 0.1, DAY)
         if not isinstance(self.permanent_exceptions, tuple) or not all(
             isinstance(t, type) and issubclass(t, BaseException)
             for t in self.permanent_exceptions

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from faststream_sqla.dialects import Dialect
     from faststream_sqla.message import ClaimedMessage
 
+    from .breaker import Breakers
     from .config import ConsumeOptions
 
 Log = Callable[..., None]
@@ -130,6 +131,15 @@ class PrefetchBuffer:
         if self.items:
             self._filled.set()
 
+    def take_where(self, wanted: Callable[[ClaimedMessage], bool]) -> list[ClaimedMessage]:
+        """Take out every buffered message `wanted` says, keeping the others' order."""
+        taken = [item for item in self.items if item is not None and wanted(item)]
+        if taken:
+            kept = [item for item in self.items if item is None or not wanted(item)]
+            self.items.clear()
+            self.items.extend(kept)
+        return taken
+
     def take(self) -> ClaimedMessage | None:
         """The next item; raises IndexError when empty."""
         item = self.items.popleft()
@@ -210,6 +220,8 @@ class Fetcher:
         self.paused: frozenset[str] = frozenset()
         #: set once the controls were first read: no claim comes before that
         self.controls_read = asyncio.Event()
+        #: the circuit breakers of the queues, if the subscriber has them
+        self.breakers: Breakers | None = None
 
     def _apply_size(self) -> None:
         self.batch_size = self.sizer.size
@@ -297,6 +309,10 @@ class Fetcher:
                 break
             if queue in self.paused:
                 continue
+            if self.breakers is not None:
+                remaining = self.breakers.claim_limit(queue, remaining)
+                if remaining <= 0:
+                    continue
 
             async def claim(queue: str = queue, remaining: int = remaining) -> list:
                 return await self.dialect.claim(self.engine, queue, remaining)
@@ -306,6 +322,8 @@ class Fetcher:
                 now = time.monotonic()
                 claimed = [claimed_from_row(row, now) for row in rows]
                 self.on_claimed(claimed)
+                if self.breakers is not None:
+                    self.breakers.claimed(queue, claimed)
             self.buffer.put_all(claimed)
             got += len(rows)
         return got
@@ -564,7 +582,10 @@ CONTROL_INTERVAL = 2.0
 
 class ControlWatcher(StoppableLoop):
     """Reads what operators set for this subscriber's queues (paused or not) every
-    `CONTROL_INTERVAL`, one small statement, and tells the fetcher."""
+    `CONTROL_INTERVAL`, one small statement, and tells the fetcher. With circuit
+    breakers, the same statement reads them too, and the watcher takes the probe of a
+    breaker whose reopening is due, and shows it still holds its probes
+    (subscriber.breaker)."""
 
     def __init__(
         self,
@@ -577,18 +598,39 @@ class ControlWatcher(StoppableLoop):
         log: Log,
         health: DatabaseHealth,
         interval: float = CONTROL_INTERVAL,
+        breakers: Breakers | None = None,
     ) -> None:
         super().__init__()
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
         self.fetcher, self.wake, self.log, self.health = fetcher, wake, log, health
         self.interval = interval
+        self.breakers = breakers
 
     async def read_once(self) -> None:
+        if self.breakers is not None:
+            await self._read_with_breakers(self.breakers)
+            return
+
         async def read() -> set[str]:
             async with reading(self.engine) as conn:
                 return await controls.paused_among(conn, self.dialect.tables, self.queues)
 
-        paused = frozenset(await with_retries(self.dialect, read))
+        self._take_paused(frozenset(await with_retries(self.dialect, read)))
+
+    async def _read_with_breakers(self, breakers: Breakers) -> None:
+        versions = breakers.versions()
+
+        async def read() -> dict[str, controls.ControlReading]:
+            async with reading(self.engine) as conn:
+                return await controls.controls_among(
+                    conn, self.dialect.tables, self.queues, breakers.silent_after
+                )
+
+        readings = await with_retries(self.dialect, read)
+        self._take_paused(frozenset(q for q, found in readings.items() if found.paused))
+        await breakers.observe(readings, versions)
+
+    def _take_paused(self, paused: frozenset[str]) -> None:
         before = self.fetcher.paused
         if paused == before:
             return

@@ -25,7 +25,9 @@ from faststream_sqla.parser import SqlaBatchParser, SqlaParser, claimed_from_row
 from faststream_sqla.publisher.fake import SqlaFakePublisher
 from faststream_sqla.schema import validate_queue_name
 
+from .breaker import Admission, Breakers
 from .loops import (
+    CONTROL_INTERVAL,
     DELIVERIES_PER_YIELD,
     ControlWatcher,
     Fetcher,
@@ -107,6 +109,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._keyed = False
         self._fetcher: Fetcher | None = None
         self._flusher: OutcomeFlusher | None = None
+        #: the circuit breakers of the queues, when circuit_breaker_threshold is set
+        self._breakers: Breakers | None = None
         self._loops: list[StoppableLoop] = []
         #: the message each worker task is delivering, for the stall watch
         self._running: dict[asyncio.Task[Any], ClaimedMessage] = {}
@@ -198,9 +202,21 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._flusher = OutcomeFlusher(
             engine=engine, dialect=dialect, interval=opts.flush_interval,
             batch_size=flush_batch_size(self._fetcher.batch_size, opts),
-            on_written=self._release_held, after_write=self._release_keys, log=self._log,
+            on_written=self._release_held, after_write=self._after_write, log=self._log,
             health=self._outer_config.health,
         )
+        self._breakers = None
+        if opts.circuit_breaker_threshold is not None:
+            self._breakers = self._fetcher.breakers = Breakers(
+                engine=engine, dialect=dialect, queues=self.queues,
+                threshold=opts.circuit_breaker_threshold,
+                cooldown=opts.circuit_breaker_cooldown,
+                # the holder refreshes its hold every watcher turn; after it dies, its
+                # probe message's lease lapses too
+                silent_after=max(opts.circuit_breaker_cooldown, 3 * CONTROL_INTERVAL)
+                + opts.release_stuck_timeout,
+                log=self._log, on_opened=self._give_back_buffered, wake=self._wake,
+            )
         releaser = StuckReleaser(
             engine=engine, dialect=dialect, queues=self.queues, options=opts,
             held=self._held, claiming=claiming, on_released=self._wake.set, log=self._log,
@@ -214,6 +230,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         watcher = ControlWatcher(
             engine=engine, dialect=dialect, queues=self.queues, fetcher=self._fetcher,
             wake=self._wake, log=self._log, health=self._outer_config.health,
+            breakers=self._breakers,
         )
         self._loops = [self._flusher, releaser, leases, watcher]
         self._outer_config.wakeups.register(self.queues, self._wake)
@@ -249,6 +266,23 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             held[raw.id] = raw
             if raw.ordering_key is not None:
                 self._keyed = True
+
+    async def _after_write(self, outcomes: Sequence[Outcome]) -> None:
+        try:
+            await self._release_keys(outcomes)
+        finally:
+            if self._breakers is not None:
+                await self._breakers.count(outcomes, self._held)
+
+    def _give_back_buffered(self, queue: str) -> None:
+        """The queue's breaker opened: its messages waiting in the buffer go back to the
+        queue unstarted (no attempt, no delivery spent), as at shutdown."""
+        if self._flusher is None:
+            return
+        for raw in self._buffer.take_where(lambda raw: raw.queue == queue):
+            self._flusher.add(lifecycle.released(raw, started=False))
+        if self._fetcher is not None:
+            self._fetcher.notify_taken()
 
     async def _release_keys(self, outcomes: Sequence[Outcome]) -> None:
         """Once outcomes are committed: the next message of each ordering key whose
@@ -346,6 +380,11 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._final_flush()
+        if self._breakers is not None:
+            try:
+                await self._breakers.hand_back_probes()
+            except Exception as exc:  # noqa: BLE001 - the silent-holder timeout covers it
+                self._log(logging.WARNING, f"handing back circuit breaker probes: {exc!r}")
         self._tasks, self._workers = [], []
         await super().stop()
 
@@ -386,6 +425,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         running, me = self._running, asyncio.current_task()
         assert me is not None  # workers run as tasks (_spawn)
         health = self._outer_config.health
+        breakers = self._breakers
         delivered = 0
         while True:
             # The common case, a buffered message, costs a popleft; only an empty
@@ -399,8 +439,23 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 buffer.put_back(raw)
                 await health.until_reachable(self._stopping)
                 continue
+            if breakers is not None and self.running:
+                admission = breakers.admits(raw)
+                if admission is Admission.WAIT:
+                    # failures on their way to the database may open the breaker: no
+                    # new handler starts before they are counted
+                    buffer.put_back(raw)
+                    flusher.write_soon()
+                    await breakers.changed(timeout=CONTROL_INTERVAL)
+                    continue
+                if admission is Admission.GIVE_BACK:
+                    flusher.add(lifecycle.released(raw, started=False))
+                    fetcher.notify_taken()
+                    continue
             running[me] = raw
             batch = self._take_batch(raw) if self.batch else None
+            if batch is not None and breakers is not None:
+                batch = self._admitted(batch, breakers)
             fetcher.notify_taken()
             if not self.running:  # stopping: messages not yet started go back
                 for item in batch or (raw,):
@@ -432,6 +487,18 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 for item in batch or (raw,):
                     flusher.add(lifecycle.released(item, started=True))
 
+    def _admitted(self, batch: list[ClaimedMessage], breakers: Breakers) -> list[ClaimedMessage]:
+        """The messages of a batch its breakers let run (the first one was let); the
+        others go back unstarted."""
+        assert self._flusher is not None
+        admitted = [batch[0]]
+        for raw in batch[1:]:
+            if breakers.admits(raw) is Admission.RUN:
+                admitted.append(raw)
+            else:
+                self._flusher.add(lifecycle.released(raw, started=False))
+        return admitted
+
     async def _deliver_one(self, raw: ClaimedMessage) -> None:
         """`_deliver` for one message, without the lists: this runs per message."""
         assert self._flusher is not None
@@ -454,6 +521,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         outcome = self._outcome(raw, started, error)
         if raw.on_outcome is not None:  # checked here: this runs per message
             told(raw, outcome)
+        if self._breakers is not None:
+            self._breakers.handed(raw, outcome)
         self._flusher.add(outcome)
         if raw.ordering_key is not None:
             # the key's next message is claimable only once this outcome is written
@@ -485,6 +554,11 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             if error is not None and await self._held_for_outage(live, error):
                 live = []
         settled += (told(raw, self._outcome(raw, started, error)) for raw in live)
+        if self._breakers is not None:
+            held = self._held
+            for outcome in settled:
+                if (handed := held.get(outcome.id)) is not None:
+                    self._breakers.handed(handed, outcome)
         self._flusher.add_all(settled)
         if any(raw.ordering_key is not None for raw in batch):
             self._flusher.write_soon()  # as in _deliver_one

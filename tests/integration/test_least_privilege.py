@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from faststream_sqla import MessageState, SqlaBroker
+from faststream_sqla.retry import ConstantRetryStrategy
 
 from ..conftest import on_servers
 from .helpers import FAST, Recorder, captured_logger, rows, wait_until
@@ -83,6 +84,8 @@ async def roles(request, server_databases) -> AsyncIterator[Roles]:
     async with admin.begin() as conn:
         await conn.execute(sa.text("DELETE FROM message"))
         await conn.execute(sa.text("DELETE FROM message_archive"))
+        await conn.execute(sa.text("DELETE FROM message_controls"))
+        await conn.execute(sa.text("DELETE FROM message_breaker_events"))
     made = Roles(server, url)
     await made.drop(admin)  # left by an interrupted run
     await made.create(admin)
@@ -119,8 +122,18 @@ async def test_a_producer_publishes_and_cannot_touch_the_queue_a_worker_drains_i
         worker = SqlaBroker(roles.url("worker"), logger=logger)
         handled = Recorder()
 
-        @worker.subscriber("orders", **FAST)
+        failed_once: set[int] = set()
+
+        # With a circuit breaker that one failure opens: its statements run with the
+        # worker's grants too (lock, insert and update the control row, the history).
+        @worker.subscriber(
+            "orders", circuit_breaker_threshold=1, circuit_breaker_cooldown=0.1,
+            retry_strategy=ConstantRetryStrategy(delay_seconds=0.05, max_attempts=5), **FAST,
+        )
         async def handle(body: dict) -> None:
+            if body["order"] == 0 and not failed_once:
+                failed_once.add(0)
+                raise RuntimeError("flaky once")
             await worker.publish({"receipt": body["order"]}, queue="receipts")
             handled.record(body["order"])
 
@@ -134,6 +147,7 @@ async def test_a_producer_publishes_and_cannot_touch_the_queue_a_worker_drains_i
 
             await wait_until(archived)
         done = await rows(admin, tables.archive)
+        history = await rows(admin, tables.breaker_events)
         receipts = await rows(admin, tables.message, tables.message.c.queue == "receipts")
     finally:
         await producer_engine.dispose()
@@ -142,8 +156,16 @@ async def test_a_producer_publishes_and_cannot_touch_the_queue_a_worker_drains_i
     assert {r["state"] for r in done} == {MessageState.COMPLETED}
     assert sorted(r["id"] for r in done) == sorted(ids)
     assert len(receipts) == 5
-    # every loop of the worker ran with its grants: nothing failed and was retried
-    failures = [r.getMessage() for r in lines.records if r.levelno >= logging.WARNING]
+    assert [(r["from_state"], r["to_state"]) for r in history] == [
+        ("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN"), ("HALF_OPEN", "CLOSED")
+    ]
+    # every loop of the worker ran with its grants: nothing failed and was retried (but
+    # the handler's own failure, and the breaker it opened)
+    failures = [
+        message for r in lines.records if r.levelno >= logging.WARNING
+        and "flaky once" not in (message := r.getMessage())
+        and not message.startswith("circuit breaker of queue 'orders' is OPEN after 1 ")
+    ]
     assert failures == []
 
 

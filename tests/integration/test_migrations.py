@@ -62,7 +62,8 @@ async def custom_engine(engine: AsyncEngine) -> AsyncIterator[AsyncEngine]:
     yield engine
     async with engine.begin() as conn:
         for name in (
-            f"{CUSTOM.message}_schedule", CUSTOM.archive, CUSTOM.message,
+            f"{CUSTOM.message}_schedule", f"{CUSTOM.message}_breaker_events",
+            f"{CUSTOM.message}_controls", CUSTOM.archive, CUSTOM.message,
             version_table_for(CUSTOM),
         ):
             await conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
@@ -72,12 +73,13 @@ def test_script_location_holds_the_scripts() -> None:
     location = Path(script_location())
     assert (location / "env.py").is_file()
     assert (location / "versions" / "0001_initial.py").is_file()
-    assert HEAD_REVISION == "0012"
+    assert HEAD_REVISION == "0013"
 
 
 async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
     assert {
-        "message", "message_archive", "message_schedule", VERSION_TABLE
+        "message", "message_archive", "message_schedule", "message_controls",
+        "message_breaker_events", VERSION_TABLE,
     } <= await _table_names(engine)
     assert await current_revision(engine) == HEAD_REVISION
     await check_schema(engine, QueueTables())
@@ -172,7 +174,10 @@ async def test_custom_table_names(custom_engine: AsyncEngine) -> None:
     engine = custom_engine
     kw = {"message_table": CUSTOM.message, "archive_table": CUSTOM.archive}
     await upgrade_schema(engine, **kw)
-    custom_tables = {CUSTOM.message, CUSTOM.archive, f"{CUSTOM.message}_schedule"}
+    custom_tables = {
+        CUSTOM.message, CUSTOM.archive, f"{CUSTOM.message}_schedule",
+        f"{CUSTOM.message}_controls", f"{CUSTOM.message}_breaker_events",
+    }
     assert custom_tables <= await _table_names(engine)
     assert await current_revision(engine, **kw) == HEAD_REVISION
     await check_schema(engine, QueueTables(CUSTOM))

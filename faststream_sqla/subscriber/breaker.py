@@ -1,0 +1,335 @@
+"""The circuit breaker of a subscriber's queues, shared through the database.
+
+Per queue (one control row, channel ''): CLOSED until `threshold` consecutive failed
+attempts, then OPEN (no claims until the database's time passes `breaker_reopens_at`),
+then HALF_OPEN with one process holding the probe: it claims one message, whose success
+closes the breaker and whose failure opens it again. What counts, and the decision, are
+pure functions here (`attempt_kind`, `Tally`, `decide`); `Breakers` is one subscriber's
+view of its queues' breakers, kept by its outcome flusher and its ControlWatcher, and
+asked by its fetcher and workers. The statements are in admin/controls.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
+
+from faststream_sqla.admin import controls
+from faststream_sqla.admin.controls import BreakerChange, BreakerRecord, ControlReading
+from faststream_sqla.dialects.base import Outcome, with_retries
+from faststream_sqla.schema import BreakerState, MessageState
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.message import ClaimedMessage
+
+Log = Callable[..., None]
+CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
+
+
+class Attempt(enum.Enum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+def attempt_kind(raw: ClaimedMessage, outcome: Outcome) -> Attempt | None:
+    """What an outcome tells the breaker: an attempt that completed, one whose handler
+    raised or nacked (RETRYABLE, or FAILED with an error), or nothing: deferrals,
+    expiries, releases and max_deliveries spend no attempt, and a rejection without
+    an error is a verdict on the message, not on what the handler calls."""
+    if outcome.attempts_count <= raw.attempts_count:
+        return None
+    if outcome.state is MessageState.COMPLETED:
+        return Attempt.SUCCEEDED
+    if outcome.state is MessageState.RETRYABLE or (
+        outcome.state is MessageState.FAILED and outcome.last_error is not None
+    ):
+        return Attempt.FAILED
+    return None
+
+
+@dataclass
+class Tally:
+    """The attempts of one queue in one written batch of outcomes, in order."""
+
+    failures: int = 0
+    #: failures after the batch's last success
+    trailing: int = 0
+    succeeded: bool = False
+    #: the probe's own outcome, if the probe this process holds is in the batch
+    probe_settled: bool = False
+    probe: Attempt | None = None
+
+    def add(self, kind: Attempt | None, *, is_probe: bool) -> None:
+        if is_probe:
+            self.probe_settled, self.probe = True, kind
+        if kind is Attempt.FAILED:
+            self.failures += 1
+            self.trailing += 1
+        elif kind is Attempt.SUCCEEDED:
+            self.succeeded, self.trailing = True, 0
+
+
+def decide(
+    current: BreakerRecord, tally: Tally, *, threshold: int, cooldown: float, me: str
+) -> BreakerChange | None:
+    """What the batch's attempts change in the breaker as stored, or None."""
+    if current.state is CLOSED:
+        failures = tally.trailing if tally.succeeded else current.failures + tally.failures
+        if failures >= threshold:
+            return BreakerChange(
+                OPEN, failures, opens=True, cooldown=cooldown,
+                reason=f"{failures} consecutive failures",
+            )
+        if failures == current.failures:
+            return None
+        return BreakerChange(CLOSED, failures)
+    if current.state is HALF_OPEN and current.probe == me and tally.probe is not None:
+        if tally.probe is Attempt.SUCCEEDED:
+            return BreakerChange(CLOSED, 0, reason="probe succeeded")
+        return BreakerChange(
+            OPEN, current.failures + 1, opens=True, cooldown=cooldown, reason="probe failed"
+        )
+    return None  # OPEN: late outcomes of handlers that ran before it opened
+
+
+class Admission(enum.Enum):
+    RUN = "run"
+    #: back to the queue unstarted: its breaker is open, or half-open for another probe
+    GIVE_BACK = "give back"
+    #: failures waiting to be counted may open the breaker: wait for the count
+    WAIT = "wait"
+
+
+@dataclass
+class QueueBreaker:
+    """This process's view of one queue's breaker."""
+
+    state: BreakerState = CLOSED
+    failures: int = 0
+    probe: str | None = None
+    #: the id of the probe message this process claimed while it holds the probe
+    probe_message: int | None = None
+    #: failed attempts handed to the flusher and not yet counted in the database
+    uncounted: int = 0
+    #: changed by this process's own writes: a reading taken meanwhile is stale
+    version: int = 0
+
+
+def instance_id() -> str:
+    """Who holds a probe: host, process and subscriber instance (at most 64 chars)."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Breakers:
+    """The breakers of one subscriber's queues (see the module docstring)."""
+
+    engine: AsyncEngine
+    dialect: Dialect
+    queues: Sequence[str]
+    threshold: int
+    cooldown: float
+    #: a HALF_OPEN breaker whose holder has been silent this long may be taken over
+    silent_after: float
+    log: Log
+    #: called when a queue's breaker opens: its buffered messages go back unstarted
+    on_opened: Callable[[str], None]
+    #: wakes the fetcher (a breaker closed, or this process got a probe)
+    wake: asyncio.Event
+    me: str = field(default_factory=instance_id)
+    views: dict[str, QueueBreaker] = field(init=False)
+    _changed: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    #: batches are counted one after another (the flusher writes two at once), so the
+    #: views follow the database's order of decisions
+    _counting: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+
+    def __post_init__(self) -> None:
+        self.views = {queue: QueueBreaker() for queue in self.queues}
+
+    # -- asked by the fetcher and the workers -----------------------------------------
+    def claim_limit(self, queue: str, wanted: int) -> int:
+        """How many of `wanted` messages the fetcher may claim from `queue` now."""
+        view = self.views[queue]
+        if view.state is CLOSED:
+            # none while failures on their way to the database may open it
+            return wanted if view.failures + view.uncounted < self.threshold else 0
+        if view.state is HALF_OPEN and view.probe == self.me and view.probe_message is None:
+            return 1
+        return 0
+
+    def claimed(self, queue: str, messages: Sequence[ClaimedMessage]) -> None:
+        view = self.views[queue]
+        if messages and view.state is HALF_OPEN and view.probe == self.me:
+            view.probe_message = messages[0].id
+
+    def admits(self, raw: ClaimedMessage) -> Admission:
+        view = self.views[raw.queue]
+        if view.state is CLOSED:
+            if view.failures + view.uncounted >= self.threshold:
+                return Admission.WAIT
+            return Admission.RUN
+        if view.state is HALF_OPEN and view.probe == self.me and raw.id == view.probe_message:
+            return Admission.RUN
+        return Admission.GIVE_BACK
+
+    async def changed(self, timeout: float) -> None:
+        """Wait until a count is written or a reading changes a view (or `timeout`)."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def handed(self, raw: ClaimedMessage, outcome: Outcome) -> None:
+        """An outcome goes to the flusher: a failure is uncounted until written."""
+        if attempt_kind(raw, outcome) is Attempt.FAILED:
+            self.views[raw.queue].uncounted += 1
+
+    # -- after each written batch of outcomes (OutcomeFlusher.after_write) ------------
+    async def count(self, outcomes: Sequence[Outcome], held: dict[int, ClaimedMessage]) -> None:
+        tallies: dict[str, Tally] = {}
+        for outcome in outcomes:
+            raw = held.get(outcome.id)
+            if raw is None or raw.queue not in self.views:
+                continue
+            kind = attempt_kind(raw, outcome)
+            view = self.views[raw.queue]
+            is_probe = raw.id == view.probe_message
+            if kind is None and not is_probe:
+                continue
+            tallies.setdefault(raw.queue, Tally()).add(kind, is_probe=is_probe)
+        if tallies:
+            async with self._counting:
+                await self._count(tallies)
+            self._notify()
+
+    async def _count(self, tallies: dict[str, Tally]) -> None:
+        for queue, tally in tallies.items():
+            view = self.views[queue]
+            try:
+                if tally.probe_settled and tally.probe is None:
+                    view.probe_message = None  # spent without a verdict: probe another
+                    self.wake.set()
+                if tally.failures or tally.probe is not None or (
+                    tally.succeeded and (view.failures or view.state is not CLOSED)
+                ):
+                    await self._write(queue, tally)
+            except Exception as exc:  # noqa: BLE001 - the next batch counts again
+                self.log(logging.WARNING, f"counting failures for the circuit breaker of "
+                         f"queue {queue!r} failed: {exc!r}")
+            finally:
+                if tally.failures:
+                    view.uncounted = max(0, view.uncounted - tally.failures)
+                    self.wake.set()  # the fetcher held back while they were uncounted
+
+    async def _write(self, queue: str, tally: Tally) -> None:
+        def judge(current: BreakerRecord) -> BreakerChange | None:
+            return decide(current, tally, threshold=self.threshold, cooldown=self.cooldown,
+                          me=self.me)
+
+        changed = await with_retries(
+            self.dialect, lambda: controls.change_breaker(self.dialect, self.engine, queue, judge)
+        )
+        assert changed is not None  # the row is inserted when missing
+        before, after = changed
+        view = self.views[queue]
+        view.version += 1
+        self._apply(queue, after)
+        if after.state is not before.state:
+            if after.state is OPEN:
+                reason = (
+                    "its probe failed" if before.state is HALF_OPEN
+                    else f"{after.failures} consecutive failures"
+                )
+                self.log(
+                    logging.WARNING,
+                    f"circuit breaker of queue {queue!r} is OPEN after {reason}: no claims "
+                    f"for {self.cooldown:g}s, then one probe",
+                )
+            else:
+                self.log(logging.INFO, f"circuit breaker of queue {queue!r} is CLOSED: its "
+                         "probe succeeded")
+
+    def _apply(self, queue: str, record: BreakerRecord) -> None:
+        """Make the view of `queue` what the database holds."""
+        view = self.views[queue]
+        was = view.state
+        view.state, view.failures, view.probe = record.state, record.failures, record.probe
+        if not (record.state is HALF_OPEN and record.probe == self.me):
+            view.probe_message = None
+        if record.state is OPEN:
+            if was is not OPEN:
+                self.on_opened(queue)
+        elif record.state is not was:
+            self.wake.set()  # claimable again, or by this process's probe
+
+    # -- every ControlWatcher turn ------------------------------------------------------
+    def versions(self) -> dict[str, int]:
+        return {queue: view.version for queue, view in self.views.items()}
+
+    async def observe(self, readings: dict[str, ControlReading], versions: dict[str, int]) -> None:
+        """Take what the watcher read; take the probe where a reopening is due or a
+        holder fell silent; show this process holds its probes."""
+        for queue, view in self.views.items():
+            reading = readings.get(queue)
+            record = reading.breaker if reading is not None else BreakerRecord()
+            if view.version == versions[queue] and (
+                record.state is not view.state or record.probe != view.probe
+                or record.failures != view.failures
+            ):
+                if record.state is not view.state:
+                    self.log(logging.INFO, f"circuit breaker of queue {queue!r} is "
+                             f"{record.state.value}")
+                self._apply(queue, record)
+            if reading is None:
+                continue
+            if reading.reopening_due:
+                await self._take_probe(queue, None)
+            elif reading.probe_silent and record.probe != self.me:
+                await self._take_probe(queue, self.silent_after)
+            elif record.state is HALF_OPEN and record.probe == self.me:
+                await with_retries(
+                    self.dialect,
+                    partial(controls.keep_probe, self.dialect, self.engine, queue, self.me),
+                )
+        self._notify()
+
+    async def hand_back_probes(self) -> None:
+        """At stop, after the final flush: probes this instance still holds go back."""
+        for queue, view in self.views.items():
+            if view.state is HALF_OPEN and view.probe == self.me:
+                await with_retries(
+                    self.dialect,
+                    partial(controls.hand_back_probe, self.dialect, self.engine, queue, self.me),
+                )
+
+    async def _take_probe(self, queue: str, silent_after: float | None) -> None:
+        won = await with_retries(
+            self.dialect,
+            lambda: controls.take_probe(
+                self.dialect, self.engine, queue, self.me, silent_after=silent_after
+            ),
+        )
+        if not won:
+            return
+        view = self.views[queue]
+        view.version += 1
+        view.state, view.probe, view.probe_message = HALF_OPEN, self.me, None
+        why = "its holder fell silent" if silent_after is not None else "its cooldown is over"
+        self.log(logging.INFO, f"circuit breaker of queue {queue!r} is HALF_OPEN ({why}): "
+                 "this process claims one message as the probe")
+        self.wake.set()
