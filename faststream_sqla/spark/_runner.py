@@ -1,0 +1,41 @@
+"""Runs the package's async database code from Spark's synchronous world.
+
+The driver may call us from a thread whose event loop is running (a notebook, an async
+test): a coroutine then runs on a loop of its own in a short-lived thread. Executors
+run one loop per task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def run_async(work: Callable[[], Awaitable[T]]) -> T:
+    """`await work()` to completion, whether or not this thread runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_call(work))
+    outcome: dict[str, Any] = {}
+
+    def in_thread() -> None:
+        try:
+            outcome["value"] = asyncio.run(_call(work))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=in_thread, name="faststream-sqla-spark")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+async def _call(work: Callable[[], Awaitable[T]]) -> T:
+    return await work()
