@@ -39,3 +39,10 @@ def run_async(work: Callable[[], Awaitable[T]]) -> T:
 
 async def _call(work: Callable[[], Awaitable[T]]) -> T:
     return await work()
+
+
+async def after_failed_connect(url: object) -> None:
+    """After a failed connect aiosqlite stops its worker thread without waiting; a loop
+    closed before that thread reports back makes it die with a traceback."""
+    if str(url).startswith("sqlite"):
+        await asyncio.sleep(0.1)

@@ -11,15 +11,20 @@ attempt, or a second run of the job, finds its keys held and writes nothing for 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import decimal
 import hashlib
 import json
 import math
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import sqlalchemy as sa
+
+from faststream_sqla.clock import utc_now
 from faststream_sqla.dialects.base import reading
 from faststream_sqla.exceptions import (
     InvalidOptionError,
@@ -30,7 +35,8 @@ from faststream_sqla.exceptions import (
 from faststream_sqla.options import Envelope
 from faststream_sqla.schema import TableNames, validate_queue_name
 from faststream_sqla.spark._errors import executor_errors
-from faststream_sqla.spark._runner import run_async
+from faststream_sqla.spark._runner import after_failed_connect, run_async
+from faststream_sqla.spark.read import ARCHIVE_STATES
 from faststream_sqla.urls import masked, parse_url
 
 if TYPE_CHECKING:
@@ -97,6 +103,14 @@ class _Plan:
     idempotency_key: _Option | None  # None: derived from the row
     headers: _Option
     delay: _Option
+    #: names this call in the correlation id of each of its messages
+    run_id: str
+    #: the database's time when the job began (naive UTC)
+    started_at: dt.datetime
+
+    @property
+    def run_prefix(self) -> str:
+        return f"spark:{self.run_id}:"
 
 
 def publish_dataframe(
@@ -153,8 +167,10 @@ def publish_dataframe(
         ),
         headers=_option("headers", headers, columns, (Mapping,)),
         delay=_option("delay", delay, columns, number),
+        run_id=uuid.uuid4().hex,
+        started_at=dt.datetime.min,
     )
-    _check_reachable(plan)
+    plan = dataclasses.replace(plan, started_at=_database_time(plan))
     with executor_errors(f"publishing to queue {queue!r}"):
         return int(
             df.rdd.mapPartitionsWithIndex(lambda index, rows: _write_partition(plan, index, rows))
@@ -181,28 +197,40 @@ def _broker(plan: _Plan) -> Any:
     )
 
 
-def _check_reachable(plan: _Plan) -> None:
-    """On the driver, before any task starts: the database answers and holds our
-    tables (DatabaseUnreachableError or SchemaError otherwise, URL masked)."""
+def _database_time(plan: _Plan) -> dt.datetime:
+    """On the driver, before any task starts: the database's clock, once it is known
+    to answer and to hold our tables (DatabaseUnreachableError or SchemaError
+    otherwise, URL masked)."""
 
-    async def check() -> None:
+    async def check() -> dt.datetime:
         broker = _broker(plan)
         try:
             await broker.connect()
+            async with reading(broker.engine) as conn:
+                now = (await conn.execute(sa.select(utc_now()))).scalar_one()
+        except Exception:
+            await after_failed_connect(plan.url)
+            raise
         finally:
             await broker.stop()
+        return now if isinstance(now, dt.datetime) else dt.datetime.fromisoformat(now)
 
-    run_async(check)
+    return run_async(check)
 
 
 # -- on the executors ----------------------------------------------------------------
 
 
 def _write_partition(plan: _Plan, index: int, rows: Iterable[Any]) -> Iterator[int]:
-    yield run_async(lambda: _write(plan, index, iter(rows)))
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    # a retry of a failed task, or a speculative copy of a slow one
+    again = context is not None and context.attemptNumber() > 0
+    yield run_async(lambda: _write(plan, index, iter(rows), again=again))
 
 
-async def _write(plan: _Plan, partition: int, rows: Iterator[Any]) -> int:
+async def _write(plan: _Plan, partition: int, rows: Iterator[Any], *, again: bool) -> int:
     broker = _broker(plan)
     await broker.connect()
     try:
@@ -218,36 +246,86 @@ async def _write(plan: _Plan, partition: int, rows: Iterator[Any]) -> int:
                     break
             if not batch:
                 return new
-            new += await _publish(broker, plan, partition, batch)
+            new += await _publish(broker, plan, partition, batch, again=again)
     finally:
         await broker.stop()
 
 
 async def _publish(
-    broker: Any, plan: _Plan, partition: int, batch: list[tuple[int, Mapping[str, Any], Envelope]]
+    broker: Any,
+    plan: _Plan,
+    partition: int,
+    batch: list[tuple[int, Mapping[str, Any], Envelope]],
+    *,
+    again: bool,
 ) -> int:
-    """Publish one batch in one transaction; the number of its keys that were new."""
+    """Publish one batch in one transaction; the number of its messages that this run
+    of the job created."""
     envelopes = [envelope for _, _, envelope in batch]
-    keys = list(dict.fromkeys(e.options.idempotency_key for e in envelopes))
-    keys = [k for k in keys if k is not None]
-    # the keys already held: their messages were published before (an earlier run, or
-    # an earlier attempt of this task) and are not new
-    async with reading(broker.engine) as conn:
-        held = await broker.config.dialect.find_idempotency_keys(conn, plan.queue, keys)
-    try:
-        await broker.publish_batch(*envelopes, queue=plan.queue)
-    except (InvalidOptionError, MessageSerializationError) as e:
-        # raised before anything was written: find the row to name it
-        producer = broker.config.producer
-        for number, values, envelope in batch:
-            try:
-                await producer.build_rows(_command(plan.queue, envelope), (envelope,))
-            except SqlaBrokerError as row_error:
-                msg = f"{_where(partition, number, values)}: {row_error}"
-                raise type(e)(msg) from row_error
-        raise
     unkeyed = sum(e.options.idempotency_key is None for e in envelopes)
-    return unkeyed + len(keys) - len(held)
+    keys = [k for k in dict.fromkeys(e.options.idempotency_key for e in envelopes) if k]
+    async with reading(broker.engine) as conn:
+        # keys already held: published by an earlier run, or an earlier attempt of this
+        # task, and still queued
+        held = await broker.config.dialect.find_idempotency_keys(conn, plan.queue, keys)
+        ours = 0
+        if again:
+            # An earlier attempt of this task may have published some of these rows and
+            # consumers may have archived them since, which freed their keys: leave out
+            # the keys archived since the job began, and count those of this run as new.
+            archived = await _archived_since(broker.tables.archive, conn, plan, keys)
+            ours = await _of_this_run(broker.tables.message, conn, plan, held) + sum(
+                corr.startswith(plan.run_prefix) for corr in archived.values() if corr
+            )
+            held = {**held, **dict.fromkeys(archived, (0, b""))}
+            envelopes = [e for e in envelopes if e.options.idempotency_key not in archived]
+    if envelopes:
+        try:
+            await broker.publish_batch(*envelopes, queue=plan.queue)
+        except (InvalidOptionError, MessageSerializationError) as e:
+            # raised before anything was written: find the row to name it
+            producer = broker.config.producer
+            for number, values, envelope in batch:
+                try:
+                    await producer.build_rows(_command(plan.queue, envelope), (envelope,))
+                except SqlaBrokerError as row_error:
+                    msg = f"{_where(partition, number, values)}: {row_error}"
+                    raise type(e)(msg) from row_error
+            raise
+    return unkeyed + len(keys) - len(held) + ours
+
+
+async def _archived_since(
+    archive: sa.Table, conn: Any, plan: _Plan, keys: list[str]
+) -> dict[str, str | None]:
+    """The keys of `keys` archived in the queue since the job began, with the
+    correlation ids of their messages: one range of the archive index per state."""
+    if not keys:
+        return {}
+    result = await conn.execute(
+        sa.select(archive.c.idempotency_key, archive.c.correlation_id).where(
+            archive.c.queue == plan.queue,
+            archive.c.state.in_(list(ARCHIVE_STATES)),
+            archive.c.archived_at >= plan.started_at,
+            archive.c.idempotency_key.in_(keys),
+        )
+    )
+    return dict(result.tuples().all())
+
+
+async def _of_this_run(
+    message: sa.Table, conn: Any, plan: _Plan, held: Mapping[str, tuple[int, bytes]]
+) -> int:
+    """How many of the `held` messages an earlier attempt of this run published."""
+    if not held:
+        return 0
+    result = await conn.execute(
+        sa.select(sa.func.count()).where(
+            message.c.id.in_([message_id for message_id, _ in held.values()]),
+            message.c.correlation_id.startswith(plan.run_prefix, autoescape=True),
+        )
+    )
+    return int(result.scalar_one())
 
 
 def _command(queue: str, envelope: Envelope) -> Any:
@@ -288,7 +366,12 @@ def _envelope(plan: _Plan, row: Mapping[str, Any], partition: int, number: int) 
         msg = (f"{_where(partition, number, row)}: headers column {plan.headers.column!r} "
                f"must hold a map or struct, got {type(headers).__name__}")
         raise InvalidOptionError(msg)
-    return Envelope(body, headers=None if headers is None else dict(headers), **options)
+    return Envelope(
+        body,
+        headers=None if headers is None else dict(headers),
+        correlation_id=f"{plan.run_prefix}{partition}:{number}",
+        **options,
+    )
 
 
 def _json_value(value: Any, column: str, partition: int, number: int, row: Mapping[str, Any]) -> Any:

@@ -30,7 +30,7 @@ from faststream_sqla.schema import (
     TableNames,
     validate_queue_name,
 )
-from faststream_sqla.spark._runner import run_async
+from faststream_sqla.spark._runner import after_failed_connect, run_async
 from faststream_sqla.urls import masked, parse_url
 
 if TYPE_CHECKING:
@@ -198,7 +198,8 @@ async def _id_span(scan: _Scan) -> tuple[int | None, int | None]:
             )
             low, high = result.one()
     except Exception as e:
-        if isinstance(e, sa.exc.DBAPIError) or isinstance(e, OSError):
+        await after_failed_connect(scan.url)
+        if isinstance(e, (sa.exc.DBAPIError, OSError)):
             reason = e.orig if isinstance(e, sa.exc.DBAPIError) else e
             msg = f"cannot read {masked(scan.url)}: {type(reason).__name__}: {reason}"
             raise DatabaseUnreachableError(msg) from None
