@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import db, operate  # noqa: F401 - each registers its commands on the app
+from . import db, operate, report  # noqa: F401 - each registers its commands on the app
 from .common import app
 
 

@@ -15,10 +15,11 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 from faststream_sqla.spark._errors import SparkJobError
 from faststream_sqla.spark.publish import Constant, publish_dataframe, row_key
 from faststream_sqla.spark.read import read_archive, read_queue
-from faststream_sqla.spark.report import delivery_report
+from faststream_sqla.spark.report import REPORT_INPUT, delivery_report
 from faststream_sqla.spark.session import spark_session
 
 __all__ = [
+    "REPORT_INPUT",
     "Constant",
     "SparkJobError",
     "delivery_report",

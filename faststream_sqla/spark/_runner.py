@@ -8,9 +8,13 @@ run one loop per task.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+
+from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.urls import masked, parse_url
 
 T = TypeVar("T")
 
@@ -46,3 +50,22 @@ async def after_failed_connect(url: object) -> None:
     closed before that thread reports back makes it die with a traceback."""
     if str(url).startswith("sqlite"):
         await asyncio.sleep(0.1)
+
+
+def executor_url(url: str) -> str:
+    """`url` as Spark's executors must see it: a SQLite file by its absolute path (the
+    executors' working directory is not the driver's); an in-memory SQLite database,
+    which no other process can open, is refused."""
+    parsed = parse_url(url)
+    if not parsed.get_backend_name() == "sqlite":
+        return url
+    database = parsed.database or ""
+    if database in ("", ":memory:") or "mode=memory" in str(parsed.query):
+        msg = (
+            f"{masked(parsed)} is an in-memory SQLite database, which Spark's executors "
+            "cannot open; use a file"
+        )
+        raise InvalidOptionError(msg)
+    if database.startswith("file:"):
+        return url
+    return parsed.set(database=os.path.abspath(database)).render_as_string(hide_password=False)

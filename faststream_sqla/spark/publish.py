@@ -35,9 +35,8 @@ from faststream_sqla.exceptions import (
 from faststream_sqla.options import Envelope
 from faststream_sqla.schema import TableNames, validate_queue_name
 from faststream_sqla.spark._errors import executor_errors
-from faststream_sqla.spark._runner import after_failed_connect, run_async
+from faststream_sqla.spark._runner import after_failed_connect, executor_url, run_async
 from faststream_sqla.spark.read import ARCHIVE_STATES
-from faststream_sqla.urls import masked, parse_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -139,15 +138,9 @@ def publish_dataframe(
     archived). Rows are written `batch_size` at a time, each batch one transaction.
     """
     queue = validate_queue_name(queue)
-    parse_url(url)
+    url = executor_url(url)
     if not isinstance(job_key, str):
         msg = f"job_key must be a str, got {type(job_key).__name__}"
-        raise InvalidOptionError(msg)
-    if ":memory:" in url or url.rstrip("/").endswith("sqlite+aiosqlite:"):
-        msg = (
-            f"{masked(url)} is an in-memory SQLite database, which Spark's executors "
-            "cannot share; use a file"
-        )
         raise InvalidOptionError(msg)
     columns = list(df.columns)
     text, number = (str,), (int, float, dt.timedelta)

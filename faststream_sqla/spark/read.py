@@ -30,7 +30,7 @@ from faststream_sqla.schema import (
     TableNames,
     validate_queue_name,
 )
-from faststream_sqla.spark._runner import after_failed_connect, run_async
+from faststream_sqla.spark._runner import after_failed_connect, executor_url, run_async
 from faststream_sqla.urls import masked, parse_url
 
 if TYPE_CHECKING:
@@ -60,13 +60,19 @@ class _Scan:
     since: dt.datetime | None
     until: dt.datetime | None
     states: tuple[str, ...] | None
+    #: the columns to read, in table order (None: all)
+    only: tuple[str, ...] | None = None
 
     def table(self, backend: str) -> sa.Table:
         tables = QueueTables(self.names, dialect=backend)
         return tables.archive if self.archive else tables.message
 
     def columns(self, table: sa.Table) -> list[sa.Column]:
-        return [c for c in table.columns if c.name != "ready_at"]  # MySQL's generated key
+        return [
+            c for c in table.columns
+            if c.name != "ready_at"  # MySQL's generated key
+            and (self.only is None or c.name in self.only)
+        ]
 
     def where(self, table: sa.Table) -> list[sa.ColumnElement[bool]]:
         time = table.c.archived_at if self.archive else table.c.created_at
@@ -91,12 +97,14 @@ def read_archive(
     until: dt.datetime | None = None,
     states: Iterable[str | MessageState] | None = None,
     num_partitions: int | None = None,
+    columns: Sequence[str] | None = None,
     message_table: str = "message",
     archive_table: str = "message_archive",
 ) -> DataFrame:
     """The archived messages (COMPLETED, FAILED, EXPIRED, REDRIVEN) as a DataFrame,
-    filtered by queue, state and `since <= archived_at < until` (aware datetimes)."""
-    scan = _scan(url, True, queues, since, until, states, message_table, archive_table)
+    filtered by queue, state and `since <= archived_at < until` (aware datetimes).
+    `columns`: read only these (payloads are the bulk of most rows)."""
+    scan = _scan(url, True, queues, since, until, states, columns, message_table, archive_table)
     return _read(spark, scan, num_partitions)
 
 
@@ -109,13 +117,14 @@ def read_queue(
     until: dt.datetime | None = None,
     states: Iterable[str | MessageState] | None = None,
     num_partitions: int | None = None,
+    columns: Sequence[str] | None = None,
     message_table: str = "message",
     archive_table: str = "message_archive",
 ) -> DataFrame:
     """The messages not yet archived (PENDING, WAITING, PROCESSING, RETRYABLE) as a
     DataFrame, filtered by queue, state and `since <= created_at < until`. A snapshot
     per partition: messages move while it is read."""
-    scan = _scan(url, False, queues, since, until, states, message_table, archive_table)
+    scan = _scan(url, False, queues, since, until, states, columns, message_table, archive_table)
     return _read(spark, scan, num_partitions)
 
 
@@ -126,10 +135,11 @@ def _scan(
     since: dt.datetime | None,
     until: dt.datetime | None,
     states: Iterable[str | MessageState] | None,
+    columns: Sequence[str] | None,
     message_table: str,
     archive_table: str,
 ) -> _Scan:
-    parse_url(url)
+    url = executor_url(url)
     if isinstance(queues, str):
         msg = f"queues must be a list of queue names, got the string {queues!r}"
         raise InvalidOptionError(msg)
@@ -148,9 +158,23 @@ def _scan(
                 )
                 raise InvalidOptionError(msg)
             chosen.append(name)
+    names = TableNames(message_table, archive_table)
+    only = None
+    if columns is not None:
+        tables = QueueTables(names)
+        known = [c.name for c in (tables.archive if archive else tables.message).columns]
+        if isinstance(columns, str) or not columns:
+            msg = f"columns must be a non-empty list of column names, got {columns!r}"
+            raise InvalidOptionError(msg)
+        for name in columns:
+            if name not in known:
+                msg = f"columns: the {'archive' if archive else 'queue'} has no column {name!r}; its columns are {', '.join(known)}"
+                raise InvalidOptionError(msg)
+        only = tuple(columns)
     return _Scan(
         url=url,
-        names=TableNames(message_table, archive_table),
+        only=only,
+        names=names,
         archive=archive,
         queues=None if queues is None else tuple(validate_queue_name(q) for q in queues),
         since=_stored_time("since", since),
@@ -254,11 +278,12 @@ def _read_range(scan: _Scan, span: tuple[int, int]) -> Iterator[tuple[Any, ...]]
         convert = [_converter(c) for c in columns]
         start, end = span
         while start < end:
+            # the id first, for the next page, whether or not it was asked for
             page = loop.run_until_complete(_page(engine, scan, table, columns, start, end))
             if not page:
                 return
             for row in page:
-                yield tuple(f(v) for f, v in zip(convert, row))
+                yield tuple(f(v) for f, v in zip(convert, row[1:]))
             start = page[-1][0] + 1
     finally:
         loop.run_until_complete(engine.dispose())
@@ -270,7 +295,7 @@ async def _page(
 ) -> list[Any]:
     async with reading(engine) as conn:
         result = await conn.execute(
-            sa.select(*columns)
+            sa.select(table.c.id, *columns)
             .where(table.c.id >= start, table.c.id < end, *scan.where(table))
             .order_by(table.c.id)
             .limit(PAGE_SIZE)

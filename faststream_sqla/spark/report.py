@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 #: the periods a report can be split by, and their length in seconds
 PERIODS = {"minute": 60, "hour": 3600, "day": 86400}
 PERCENTILES = (0.5, 0.95, 0.99)
+#: the archive's columns a report reads: `read_archive(..., columns=REPORT_INPUT)`
+#: leaves the payloads in the database
+REPORT_INPUT = ("queue", "state", "attempts_count", "created_at", "archived_at")
 #: the report's columns after queue (and period), in order
 REPORT_COLUMNS = (
     "messages", "completed", "failed", "expired", "redriven", "failure_rate",
@@ -41,9 +44,7 @@ def delivery_report(archive_df: DataFrame, *, by: str | None = None) -> DataFram
     if by is not None and by not in PERIODS:
         msg = f"by must be one of {', '.join(PERIODS)} or None, got {by!r}"
         raise InvalidOptionError(msg)
-    missing = {"queue", "state", "attempts_count", "created_at", "archived_at"} - set(
-        archive_df.columns
-    )
+    missing = set(REPORT_INPUT) - set(archive_df.columns)
     if missing:
         msg = f"archive_df lacks the columns {', '.join(sorted(missing))}: pass read_archive()'s DataFrame"
         raise InvalidOptionError(msg)
@@ -88,4 +89,4 @@ def delivery_report(archive_df: DataFrame, *, by: str | None = None) -> DataFram
     return report.select(*names).orderBy(*names[: 2 if by is not None else 1])
 
 
-__all__ = ["delivery_report"]
+__all__ = ["REPORT_INPUT", "delivery_report"]

@@ -10,13 +10,19 @@ keeps any broker of the test running.
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
 import math
+import subprocess
+import sys
 from collections import defaultdict
 from datetime import datetime, timedelta
 
+import matplotlib.image
 import pytest
 import sqlalchemy as sa
+from typer.testing import CliRunner
 
 from faststream_sqla import (
     DatabaseUnreachableError,
@@ -25,6 +31,7 @@ from faststream_sqla import (
     MessageState,
     SqlaBroker,
 )
+from faststream_sqla.cli import app
 from faststream_sqla.retry import ConstantRetryStrategy
 from faststream_sqla.spark import (
     Constant,
@@ -70,8 +77,7 @@ def expected_report(archived: list[sa.RowMapping]) -> dict[str, float]:
     latencies = [(r["archived_at"] - r["created_at"]) / timedelta(microseconds=1) / 1e6 for r in archived]
     states = [r["state"] for r in archived]
     attempts = [r["attempts_count"] for r in archived]
-    first = min(r["archived_at"] for r in archived)
-    last = max(r["archived_at"] for r in archived)
+    span = max(r["archived_at"] for r in archived) - min(r["archived_at"] for r in archived)
     return {
         "messages": len(archived),
         "completed": states.count(MessageState.COMPLETED),
@@ -84,7 +90,8 @@ def expected_report(archived: list[sa.RowMapping]) -> dict[str, float]:
         "latency_p50_s": percentile(latencies, 0.5),
         "latency_p95_s": percentile(latencies, 0.95),
         "latency_p99_s": percentile(latencies, 0.99),
-        "throughput_per_s": len(archived) / ((last - first) / timedelta(microseconds=1) / 1e6),
+        # null when every message was archived at the same moment (one flush)
+        "throughput_per_s": len(archived) / (span / timedelta(microseconds=1) / 1e6) if span else None,
     }
 
 
@@ -129,6 +136,7 @@ async def test_a_dataframe_is_enqueued_consumed_archived_and_reported(
     expected = expected_report(archived)
     assert report.queue == "orders"
     assert expected["failed"] == len(range(0, ROWS, FAILING_EVERY))  # the handler ran as meant
+    assert expected["throughput_per_s"] is not None
     for name, value in expected.items():
         assert getattr(report, name) == pytest.approx(value, abs=1e-6), name
 
@@ -185,10 +193,10 @@ async def test_options_come_from_columns_or_constants(spark, database_url, engin
     )
     assert new == 2
     queued = await rows(engine, tables.message)
-    assert [
+    assert sorted(
         (r["payload"], r["priority"], r["ordering_key"], r["idempotency_key"], r["headers"]["source"])
         for r in queued
-    ] == [(b"one", 3, "a", "k1", "crm"), (b"two", 7, "b", "k2", "erp")]
+    ) == [(b"one", 3, "a", "k1", "crm"), (b"two", 7, "b", "k2", "erp")]
     assert all(r["next_attempt_at"] - r["created_at"] >= timedelta(seconds=3599) for r in queued)
 
 
@@ -256,3 +264,100 @@ async def test_bad_read_and_report_options_are_refused(spark, database_url):
     with pytest.raises(InvalidOptionError, match="by must be one of"):
         delivery_report(empty, by="week")
     assert await in_thread(lambda: delivery_report(empty).collect()) == []
+
+
+# -- faststream-sqla report ---------------------------------------------------------
+
+
+async def cli(url: str, *args: str, code: int = 0):
+    # in-process, in a thread: the command finds the module's Spark session active,
+    # uses it and leaves it running
+    result = await asyncio.to_thread(CliRunner().invoke, app, ["report", "--url", url, *args])
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    return result
+
+
+async def test_the_report_command_prints_and_plots_the_archive(
+    spark, database_url, engine, tables, tmp_path
+):
+    broker = SqlaBroker(database_url, logger=None)
+
+    @broker.subscriber("emails", **FAST)
+    async def send(body: str) -> None:
+        pass
+
+    @broker.subscriber("invoices", retry_strategy=ConstantRetryStrategy(delay_seconds=0, max_attempts=1), **FAST)
+    async def bill(body: str) -> None:
+        if body.endswith("3"):
+            raise ValueError("no such customer")
+
+    async with broker:
+        await broker.start()
+        await broker.publish_batch(*(f"e{i}" for i in range(30)), queue="emails")
+        await broker.publish_batch(*(f"i{i}" for i in range(20)), queue="invoices")
+        await wait_until(lambda: _archived_at_least(engine, tables, 50))
+
+    archived = await rows(engine, tables.archive)
+    result = await cli(database_url, "--format", "json", "--since", "1h")
+    report = {r["queue"]: r for r in json.loads(result.stdout)}
+    for queue in ("emails", "invoices"):
+        mine = [r for r in archived if r["queue"] == queue]
+        expected = expected_report(mine)
+        for name in ("messages", "completed", "failed", "max_attempts"):
+            assert report[queue][name] == expected[name], (queue, name)
+        assert report[queue]["latency_p95_s"] == pytest.approx(expected["latency_p95_s"], abs=1e-6)
+    assert report["invoices"]["failed"] == 2  # i3 and i13
+
+    result = await cli(database_url, "--format", "csv", "--queue", "invoices", "--by", "hour")
+    (line,) = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert (line["queue"], line["messages"], line["failed"]) == ("invoices", "20", "2")
+
+    plot = tmp_path / "report.png"
+    result = await cli(database_url, "--plot", str(plot))
+    assert "emails" in result.stdout and "invoices" in result.stdout
+    assert "latency" in result.stdout
+    image = matplotlib.image.imread(plot)
+    assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+async def _archived_at_least(engine, tables, n: int) -> bool:
+    return await count(engine, tables.archive) >= n
+
+
+async def test_the_report_command_fails_in_one_line(spark, database_url, dialect_name, tmp_path):
+    await cli(database_url, "--since", "yesterday", code=2)
+    await cli(database_url, "--plot", str(tmp_path / "report.svg"), code=2)
+    empty = await cli(database_url)
+    assert "No archived messages match" in empty.output
+    unreachable = {
+        "sqlite": f"sqlite+aiosqlite:///{tmp_path}/missing/queue.db",
+        "postgresql": "postgresql+asyncpg://postgres:s3cret@127.0.0.1:1/nowhere",
+        "mysql": "mysql+asyncmy://root:s3cret@127.0.0.1:1/nowhere",
+    }[dialect_name]
+    result = await cli(unreachable, code=1)
+    assert result.output.startswith("Error:") and len(result.output.strip().splitlines()) == 1
+    assert "s3cret" not in result.output
+
+
+def test_the_cli_works_without_pyspark(tmp_path):
+    # pyspark made unimportable: the base CLI still runs, and report names the extra
+    script = (
+        "import sys; sys.modules['pyspark'] = None\n"
+        "from faststream_sqla.cli import main\n"
+        "assert 'matplotlib' not in sys.modules\n"
+        "main()\n"
+    )
+    url = f"sqlite+aiosqlite:///{tmp_path}/queue.db"
+    base = subprocess.run(
+        [sys.executable, "-c", script, "db", "upgrade", "--url", url],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert base.returncode == 0, base.stderr
+    report = subprocess.run(
+        [sys.executable, "-c", script, "report", "--url", url],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert report.returncode == 1
+    assert "pip install 'faststream-sqla[spark]'" in report.stderr
+    assert "Traceback" not in report.stderr
