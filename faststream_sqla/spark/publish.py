@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 MAX_BATCH_SIZE = 100_000
 #: idempotency keys this module makes start with this
 KEY_PREFIX = "spark:"
+#: read a batch's ids as one range while the range holds at most this many ids per
+#: message of the batch (other tasks' inserts interleave)
+DENSE_IDS = 4
 
 
 @dataclass(frozen=True)
@@ -252,46 +255,40 @@ async def _publish(
     *,
     again: bool,
 ) -> int:
-    """Publish one batch in one transaction; the number of its messages that this run
-    of the job created."""
+    """Publish one batch in one transaction; the number of its messages that this call
+    created (in this attempt of the task or an earlier one)."""
     envelopes = [envelope for _, _, envelope in batch]
-    unkeyed = sum(e.options.idempotency_key is None for e in envelopes)
-    keys = [k for k in dict.fromkeys(e.options.idempotency_key for e in envelopes) if k]
-    async with reading(broker.engine) as conn:
-        # keys already held: published by an earlier run, or an earlier attempt of this
-        # task, and still queued
-        held = await broker.config.dialect.find_idempotency_keys(conn, plan.queue, keys)
-        ours = 0
-        if again:
-            # An earlier attempt of this task may have published some of these rows and
-            # consumers may have archived them since, which freed their keys: leave out
-            # the keys archived since the job began, and count those of this run as new.
+    earlier = 0
+    if again:
+        # An earlier attempt of this task may have published some of these rows, and
+        # consumers may have archived them since, which freed their keys: leave out the
+        # keys archived since the call began, counting those the call created.
+        keys = [k for k in dict.fromkeys(e.options.idempotency_key for e in envelopes) if k]
+        async with reading(broker.engine) as conn:
             archived = await _archived_since(broker.tables.archive, conn, plan, keys)
-            ours = await _of_this_run(broker.tables.message, conn, plan, held) + sum(
-                corr.startswith(plan.run_prefix) for corr in archived.values() if corr
-            )
-            held = {**held, **dict.fromkeys(archived, (0, b""))}
-            envelopes = [e for e in envelopes if e.options.idempotency_key not in archived]
-    if envelopes:
-        try:
-            await broker.publish_batch(*envelopes, queue=plan.queue)
-        except (InvalidOptionError, MessageSerializationError) as e:
-            # raised before anything was written: find the row to name it
-            producer = broker.config.producer
-            for number, values, envelope in batch:
-                try:
-                    await producer.build_rows(_command(plan.queue, envelope), (envelope,))
-                except SqlaBrokerError as row_error:
-                    msg = f"{_where(partition, number, values)}: {row_error}"
-                    raise type(e)(msg) from row_error
-            raise
-    return unkeyed + len(keys) - len(held) + ours
+        earlier = sum(bool(c and c.startswith(plan.run_prefix)) for c in archived.values())
+        envelopes = [e for e in envelopes if e.options.idempotency_key not in archived]
+    if not envelopes:
+        return earlier
+    try:
+        ids = await broker.publish_batch(*envelopes, queue=plan.queue)
+    except (InvalidOptionError, MessageSerializationError) as e:
+        # raised before anything was written: find the row to name it
+        producer = broker.config.producer
+        for number, values, envelope in batch:
+            try:
+                await producer.build_rows(_command(plan.queue, envelope), (envelope,))
+            except SqlaBrokerError as row_error:
+                msg = f"{_where(partition, number, values)}: {row_error}"
+                raise type(e)(msg) from row_error
+        raise
+    return earlier + len(await _created_by_this_call(broker, plan, set(ids)))
 
 
 async def _archived_since(
     archive: sa.Table, conn: Any, plan: _Plan, keys: list[str]
 ) -> dict[str, str | None]:
-    """The keys of `keys` archived in the queue since the job began, with the
+    """The keys of `keys` archived in the queue since the call began, with the
     correlation ids of their messages: one range of the archive index per state."""
     if not keys:
         return {}
@@ -306,19 +303,27 @@ async def _archived_since(
     return dict(result.tuples().all())
 
 
-async def _of_this_run(
-    message: sa.Table, conn: Any, plan: _Plan, held: Mapping[str, tuple[int, bytes]]
-) -> int:
-    """How many of the `held` messages an earlier attempt of this run published."""
-    if not held:
-        return 0
-    result = await conn.execute(
-        sa.select(sa.func.count()).where(
-            message.c.id.in_([message_id for message_id, _ in held.values()]),
-            message.c.correlation_id.startswith(plan.run_prefix, autoescape=True),
-        )
-    )
-    return int(result.scalar_one())
+async def _created_by_this_call(broker: Any, plan: _Plan, ids: set[int]) -> set[int]:
+    """Which of the messages `ids` (a batch's, new or held) this call created: those
+    whose correlation id is the call's. A held key returns the id of a message an
+    earlier run published, which is not new. Read by primary key, in the queue and
+    then the archive (consumers may have settled some already); a message moving in
+    between is found in one or both, and counted once."""
+    low, high = min(ids), max(ids)
+    found: set[int] = set()
+    async with reading(broker.engine) as conn:
+        for table in (broker.tables.message, broker.tables.archive):
+            # A batch's new ids are dense: one range of the primary key, whose statement
+            # is compiled once, instead of a list of a thousand ids each time
+            dense = high - low < DENSE_IDS * len(ids)
+            where = table.c.id.between(low, high) if dense else table.c.id.in_(sorted(ids))
+            result = await conn.execute(
+                sa.select(table.c.id).where(
+                    where, table.c.correlation_id.startswith(plan.run_prefix, autoescape=True)
+                )
+            )
+            found.update(result.scalars())
+    return found & ids
 
 
 def _command(queue: str, envelope: Envelope) -> Any:
