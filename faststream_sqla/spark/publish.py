@@ -181,15 +181,18 @@ def _column_only(name: str, value: object) -> str:
     return value
 
 
-def _broker(plan: _Plan) -> Any:
+def _broker(plan: _Plan, *, check_schema: bool) -> Any:
     from faststream_sqla.broker.broker import SqlaBroker
 
     return SqlaBroker(
         plan.url,
         message_table=plan.names.message,
         archive_table=plan.names.archive,
+        validate_schema=check_schema,
         vacuum_message_table=False,
         logger=None,
+        # one connection per task: a task publishes one batch at a time
+        engine_options={"pool_size": 1, "max_overflow": 1},
     )
 
 
@@ -199,7 +202,7 @@ def _database_time(plan: _Plan) -> dt.datetime:
     otherwise, URL masked)."""
 
     async def check() -> dt.datetime:
-        broker = _broker(plan)
+        broker = _broker(plan, check_schema=True)
         try:
             await broker.connect()
             async with reading(broker.engine) as conn:
@@ -227,7 +230,7 @@ def _write_partition(plan: _Plan, index: int, rows: Iterable[Any]) -> Iterator[i
 
 
 async def _write(plan: _Plan, partition: int, rows: Iterator[Any], *, again: bool) -> int:
-    broker = _broker(plan)
+    broker = _broker(plan, check_schema=False)  # the driver checked it
     await broker.connect()
     try:
         new = 0
@@ -235,7 +238,7 @@ async def _write(plan: _Plan, partition: int, rows: Iterator[Any], *, again: boo
         while True:
             batch: list[tuple[int, Mapping[str, Any], Envelope]] = []
             for row in rows:
-                values = row.asDict(recursive=True)
+                values = row.asDict()  # nested rows (structs) are converted where used
                 batch.append((number, values, _envelope(plan, values, partition, number)))
                 number += 1
                 if len(batch) == plan.batch_size:
@@ -360,6 +363,8 @@ def _envelope(plan: _Plan, row: Mapping[str, Any], partition: int, number: int) 
         if (value := option.of(row)) is not None:
             options[option.name] = value
     headers = plan.headers.of(row)
+    if hasattr(headers, "asDict"):  # a struct column
+        headers = headers.asDict(recursive=True)
     if headers is not None and not isinstance(headers, Mapping):
         msg = (f"{_where(partition, number, row)}: headers column {plan.headers.column!r} "
                f"must hold a map or struct, got {type(headers).__name__}")
@@ -387,6 +392,8 @@ def _json_value(value: Any, column: str, partition: int, number: int, row: Mappi
             return str(value)
     elif isinstance(value, dt.timedelta):
         return value.total_seconds()
+    elif hasattr(value, "asDict"):  # a struct: a Row
+        return _json_value(value.asDict(), column, partition, number, row)
     elif isinstance(value, Mapping):
         return {str(k): _json_value(v, column, partition, number, row) for k, v in value.items()}
     elif isinstance(value, (list, tuple)):
@@ -416,6 +423,6 @@ def _canonical(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, dt.timedelta):
         return {"us": value // dt.timedelta(microseconds=1)}
-    if isinstance(value, (decimal.Decimal, set, frozenset)):
-        return str(sorted(value)) if isinstance(value, (set, frozenset)) else str(value)
+    if isinstance(value, decimal.Decimal):
+        return str(value)
     return repr(value)

@@ -200,6 +200,23 @@ async def test_options_come_from_columns_or_constants(spark, database_url, engin
     assert all(r["next_attempt_at"] - r["created_at"] >= timedelta(seconds=3599) for r in queued)
 
 
+async def test_nested_and_typed_values_become_json(spark, database_url, engine, tables):
+    df = spark.sql(
+        "SELECT 1 AS n, named_struct('city', 'Oslo', 'zip', '0150') AS address,"
+        " array(1, 2) AS tags, map('a', 1) AS counts, CAST('12.30' AS DECIMAL(5, 2)) AS price,"
+        " DATE'2024-02-29' AS day, TIMESTAMP_NTZ'2024-02-29 12:00:00.5' AS at,"
+        " named_struct('source', 'crm') AS meta"
+    )
+    assert await in_thread(publish_dataframe, df, database_url, "typed", headers="meta") == 1
+    (row,) = await rows(engine, tables.message)
+    assert json.loads(row["payload"]) == {
+        "n": 1, "address": {"city": "Oslo", "zip": "0150"}, "tags": [1, 2], "counts": {"a": 1},
+        "price": "12.30", "day": "2024-02-29", "at": "2024-02-29T12:00:00.500000",
+        "meta": {"source": "crm"},
+    }
+    assert row["headers"]["source"] == "crm"
+
+
 async def test_the_backfill_example_runs(spark, database_url, engine, tables):
     from examples.spark_backfill import backfill
 
