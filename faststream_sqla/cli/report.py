@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,13 +32,15 @@ class Format(str, Enum):
 
 
 class Period(str, Enum):
+    second = "second"
     minute = "minute"
     hour = "hour"
     day = "day"
 
 
-#: the plot's period when --by is not given, by the span of the archive read
-AUTO_PERIODS = ((2 * 3600, Period.minute), (14 * 86400, Period.hour))
+#: the plot's period when --by is not given, by the span of the archive read: a few
+#: hundred points at most
+AUTO_PERIODS = ((300, Period.second), (5 * 3600, Period.minute), (14 * 86400, Period.hour))
 
 
 @app.command()
@@ -50,7 +52,7 @@ def report(
         list[str] | None, typer.Option("--queue", help="Only this queue (repeat for more).")
     ] = None,
     by: Annotated[
-        Period | None, typer.Option(help="A row per queue and minute, hour or day archived.")
+        Period | None, typer.Option(help="A row per queue and second, minute, hour or day archived.")
     ] = None,
     master: Annotated[
         str, typer.Option(help="Spark master: local[*] (this machine) or a cluster's URL.")
@@ -155,6 +157,8 @@ def _table(rows: list[dict[str, Any]]) -> Any:
                "p99 s", "msg/s"]
     table = listing(*headers, first=[r["queue"] for r in rows])
     table.title = "Delivery report: latency from creation to archive"
+    for column in table.columns[2 if periodic else 1 :]:
+        column.justify = "right"
     for r in rows:
         table.add_row(
             escape(r["queue"]),
@@ -179,10 +183,17 @@ def draw(series: list[dict[str, Any]], path: Path) -> None:
     for queue in sorted({r["queue"] for r in series}):
         points = sorted((r for r in series if r["queue"] == queue), key=lambda r: r["period"])
         times = [r["period"] for r in points]
-        throughput.plot(times, [r["throughput_per_s"] for r in points], marker=".", label=queue)
-        latency.plot(times, [r["latency_p50_s"] for r in points], marker=".", label=f"{queue} p50")
-        latency.plot(times, [r["latency_p95_s"] for r in points], linestyle="--",
+        (line,) = throughput.plot(
+            times, [r["throughput_per_s"] for r in points], marker=".", label=queue
+        )
+        color = line.get_color()  # one colour per queue in both panels
+        latency.plot(times, [r["latency_p50_s"] for r in points], marker=".", color=color,
+                     label=f"{queue} p50")
+        latency.plot(times, [r["latency_p95_s"] for r in points], linestyle="--", color=color,
                      label=f"{queue} p95")
+    times = sorted({r["period"] for r in series})
+    if len(times) == 1:  # one point: show the period around it, not an axis of years
+        throughput.set_xlim(times[0] - timedelta(seconds=30), times[0] + timedelta(seconds=30))
     throughput.set_ylabel("messages / s")
     throughput.set_title("Archived messages: throughput and latency (UTC)")
     latency.set_ylabel("created → archived (s)")

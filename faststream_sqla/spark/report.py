@@ -1,6 +1,6 @@
 """`delivery_report`: how the archived messages of each queue fared.
 
-Per queue, and optionally per minute, hour or day of `archived_at`: how many messages
+Per queue, and optionally per second, minute, hour or day of `archived_at`: how many messages
 settled and how (completed, failed, expired, redriven), the failure rate, attempts,
 the latency from creation to archive at p50/p95/p99 (exact percentiles, interpolated
 between the two nearest values as numpy does by default) and the throughput.
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 #: the periods a report can be split by, and their length in seconds
-PERIODS = {"minute": 60, "hour": 3600, "day": 86400}
+PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 PERCENTILES = (0.5, 0.95, 0.99)
 #: the archive's columns a report reads: `read_archive(..., columns=REPORT_INPUT)`
 #: leaves the payloads in the database
@@ -31,8 +31,8 @@ REPORT_COLUMNS = (
 
 
 def delivery_report(archive_df: DataFrame, *, by: str | None = None) -> DataFrame:
-    """One row per queue (and per period of `archived_at` when `by` is "minute",
-    "hour" or "day"), ordered by queue then period.
+    """One row per queue (and per period of `archived_at` when `by` is "second",
+    "minute", "hour" or "day"), ordered by queue then period.
 
     `failure_rate` is failed / messages. Latencies are in seconds from `created_at` to
     `archived_at` (a redriven message's clock restarts with its copy). `throughput_per_s`
