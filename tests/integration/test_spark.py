@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 import matplotlib.image
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
 from typer.testing import CliRunner
 
 from faststream_sqla import (
@@ -33,6 +34,7 @@ from faststream_sqla import (
 )
 from faststream_sqla.cli import app
 from faststream_sqla.retry import ConstantRetryStrategy
+from faststream_sqla.schema import QueueTables
 from faststream_sqla.spark import (
     Constant,
     delivery_report,
@@ -159,26 +161,100 @@ async def _all_archived(engine, tables) -> bool:
     return await count(engine, tables.archive) == ROWS
 
 
+#: rows of about 2 kB: Spark hands a task's rows on in buffers of 64 kB, so the writer
+#: has received (and committed) most rows before the one where a failure is injected
+PADDED = ("id AS n", "repeat('x', 2000) AS padding")
+
+
 async def test_a_task_that_fails_midway_is_retried_and_each_row_is_enqueued_once(
     spark, database_url, engine, tables, tmp_path
 ):
     marker = tmp_path / "failed-once"
+    url = database_url
 
     def fail_once(index, partition):
         for number, row in enumerate(partition):
-            # three batches of partition 1 are committed when its task first fails
             if index == 1 and number == 1500 and not marker.exists():
+                # once the writer has committed some of the rows handed on to it
+                marker.write_text(str(asyncio.run(_until_some_committed(url))))
+                raise RuntimeError("injected task failure")
+            yield row
+
+    source = spark.range(4000, numPartitions=2).selectExpr(*PADDED)
+    df = spark.createDataFrame(source.rdd.mapPartitionsWithIndex(fail_once), source.schema)
+    new = await in_thread(publish_dataframe, df, database_url, "backfill", batch_size=250)
+    assert int(marker.read_text()) > 0  # it failed midway, and Spark retried the task
+    assert new == 4000  # the retry counts what its failed attempt committed as new
+    queued = await rows(engine, tables.message)
+    assert sorted(json.loads(r["payload"])["n"] for r in queued) == list(range(4000))
+
+
+async def _until_some_committed(url: str) -> int:
+    engine = create_async_engine(url)
+    message = QueueTables().message
+    try:
+        await wait_until(lambda: _holds_any(engine, message))
+        return await count(engine, message)
+    finally:
+        await engine.dispose()
+
+
+async def _holds_any(engine, table) -> bool:
+    return await count(engine, table) > 0
+
+
+async def test_a_retry_skips_rows_whose_messages_were_consumed_since_the_failure(
+    spark, database_url, engine, tables, tmp_path
+):
+    # A consumer runs during the job. The only task fails once the consumer has
+    # archived every message it had published (which frees their keys); its retry must
+    # not publish those rows again.
+    marker = tmp_path / "failed-once"
+    url = database_url
+
+    def fail_once_after_the_archive(index, partition):
+        for number, row in enumerate(partition):
+            if number == 1500 and not marker.exists():
+                asyncio.run(_until_all_archived(url))
                 marker.touch()
                 raise RuntimeError("injected task failure")
             yield row
 
-    source = spark.range(4000, numPartitions=2).selectExpr("id AS n")
-    df = spark.createDataFrame(source.rdd.mapPartitionsWithIndex(fail_once), source.schema)
-    new = await in_thread(publish_dataframe, df, database_url, "backfill", batch_size=500)
-    assert marker.exists()  # the failure happened, and Spark retried the task
-    assert new == 4000  # the retry counts what its failed attempt committed as new
-    queued = await rows(engine, tables.message)
-    assert sorted(json.loads(r["payload"])["n"] for r in queued) == list(range(4000))
+    source = spark.range(2000, numPartitions=1).selectExpr(*PADDED)
+    df = spark.createDataFrame(
+        source.rdd.mapPartitionsWithIndex(fail_once_after_the_archive), source.schema
+    )
+    broker = SqlaBroker(database_url, logger=None)
+
+    @broker.subscriber("live-backfill", max_workers=4, **FAST)
+    async def handle(row: dict) -> None:
+        pass
+
+    async with broker:
+        await broker.start()
+        new = await in_thread(publish_dataframe, df, database_url, "live-backfill", batch_size=250)
+        await wait_until(lambda: _archived_at_least(engine, tables, 2000))
+    assert marker.exists()
+    assert new == 2000
+    archived = await rows(engine, tables.archive)
+    assert sorted(json.loads(r["payload"])["n"] for r in archived) == list(range(2000))
+    assert await count(engine, tables.message) == 0
+
+
+async def _until_all_archived(url: str) -> None:
+    engine = create_async_engine(url)
+    tables = QueueTables()
+
+    async def all_archived() -> bool:
+        return (
+            await count(engine, tables.message) == 0
+            and await _archived_at_least(engine, tables, 250)
+        )
+
+    try:
+        await wait_until(all_archived)
+    finally:
+        await engine.dispose()
 
 
 async def test_options_come_from_columns_or_constants(spark, database_url, engine, tables):
