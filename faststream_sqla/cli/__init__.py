@@ -3,7 +3,7 @@ the schedules."""
 
 from __future__ import annotations
 
-from . import control, db, operate, publish, schedule  # noqa: F401 - each registers its commands
+from . import control, db, operate, publish, report, schedule  # noqa: F401 - each registers its commands
 from .common import app
 
 
