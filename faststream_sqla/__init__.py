@@ -1,5 +1,6 @@
 """faststream-sqla: durable FastStream queues in PostgreSQL, MySQL/MariaDB and SQLite."""
 
+from faststream_sqla.annotations import SqlaMessage
 from faststream_sqla.broker.broker import SqlaBroker
 from faststream_sqla.broker.logging import MessageLogFields
 from faststream_sqla.broker.router import SqlaPublisherArgs, SqlaRoute, SqlaRouter
@@ -21,7 +22,6 @@ from faststream_sqla.exceptions import (
     UnknownQueueError,
     UnknownScheduleError,
 )
-from faststream_sqla.annotations import SqlaMessage
 from faststream_sqla.migrations import upgrade_schema
 from faststream_sqla.options import Envelope
 from faststream_sqla.publisher.usecase import SqlaPublisher
@@ -32,26 +32,23 @@ from faststream_sqla.testing import TestSqlaBroker
 
 __all__ = (
     "DatabaseUnreachableError",
+    "Envelope",
     "HandlerTimeoutError",
     "IdempotencyConflictError",
     "InvalidOptionError",
     "InvalidQueueNameError",
+    "MessageLogFields",
     "MessageSerializationError",
+    "MessageState",
     "MessageTooLargeError",
     "QueueFullError",
     "RetryAfter",
+    "Schedule",
     "SchemaError",
     "SchemaMissingError",
     "SchemaOutdatedError",
-    "SqlaBrokerError",
-    "UnknownMessageError",
-    "UnknownQueueError",
-    "UnknownScheduleError",
-    "Envelope",
-    "MessageLogFields",
-    "Schedule",
-    "MessageState",
     "SqlaBroker",
+    "SqlaBrokerError",
     "SqlaMessage",
     "SqlaPublisher",
     "SqlaPublisherArgs",
@@ -59,5 +56,8 @@ __all__ = (
     "SqlaRoute",
     "SqlaRouter",
     "TestSqlaBroker",
+    "UnknownMessageError",
+    "UnknownQueueError",
+    "UnknownScheduleError",
     "upgrade_schema",
 )

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fast_depends.library.serializer import SerializerProto
-
     from faststream._internal.di import FastDependsConfig
     from faststream._internal.endpoint.subscriber import SubscriberUsecase
 
@@ -25,7 +24,7 @@ AUTO_ACK_DISABLED = "_SubscriberUsecase__auto_ack_disabled"
 def serializer_of(fd_config: FastDependsConfig) -> SerializerProto | None:
     """The serializer FastDepends validates bodies with: the configured one, or the
     default pydantic one when none was given (what FastStream's own brokers read)."""
-    return fd_config._serializer  # noqa: SLF001 - see the module docstring
+    return fd_config._serializer
 
 
 def set_auto_ack_disabled(subscriber: SubscriberUsecase[Any], disabled: bool) -> None:

@@ -2,11 +2,11 @@
 
 from typing import Annotated
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from faststream._internal.context import Context
 from faststream.annotations import ContextRepo, Logger
 from faststream.params import NoCast
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from faststream_sqla.broker.broker import SqlaBroker as _Broker
 from faststream_sqla.message import SqlaMessage as _Message
 

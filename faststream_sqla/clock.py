@@ -15,7 +15,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 
-class utc_now(FunctionElement[datetime]):  # noqa: N801 - reads like SQL's now()
+class utc_now(FunctionElement[datetime]):
     """Current UTC time of the database, optionally shifted by `offset_seconds`."""
 
     type = sa.DateTime()

@@ -137,6 +137,7 @@ class DatabaseHealth:
     async def _probe(self) -> bool:
         """One `SELECT 1` on a connection of the broker's pool: does the database answer?"""
         assert self._engine is not None and self._dialect is not None
+
         async def select_one() -> None:
             assert self._engine is not None
             async with self._engine.connect() as conn:
@@ -144,7 +145,7 @@ class DatabaseHealth:
 
         try:
             await asyncio.wait_for(select_one(), PROBE_TIMEOUT)
-        except Exception as exc:  # noqa: BLE001 - any failure is "no answer"
+        except Exception as exc:
             if self._dialect.is_unreachable(exc) or isinstance(exc, asyncio.TimeoutError):
                 self.failed_probes += 1
                 return False

@@ -65,6 +65,7 @@ async def insert_in_own_transaction(
         except Exception as e:
             if not is_key_taken(e):
                 raise
+
     async def attempt(latest: bool) -> list[int]:
         async with dialect.own_transaction(engine) as conn:
             return await _insert_new_keys(
@@ -83,6 +84,7 @@ async def insert_in_transaction(
 ) -> list[int]:
     """In the caller's transaction: each try is a savepoint, so a lost race undoes only
     this publish's rows and leaves the transaction usable."""
+
     async def attempt(latest: bool) -> list[int]:
         async with conn.begin_nested():
             return await _insert_new_keys(
@@ -133,7 +135,8 @@ async def _insert_new_keys(
             )
             raise IdempotencyConflictError(msg, key=key, message_id=message_id)
     fresh = [
-        row for row in rows
+        row
+        for row in rows
         if row.idempotency_key is None
         or (row.idempotency_key not in held and first_of_key[row.idempotency_key] is row)
     ]

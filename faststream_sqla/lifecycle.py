@@ -79,8 +79,16 @@ def after_attempt(
     if decision is AckStatus.ACKED or decision is AckStatus.REJECTED:
         state = MessageState.COMPLETED if decision is AckStatus.ACKED else MessageState.FAILED
         return Outcome(
-            message.id, message.token, state, attempts, message.deliveries_count,
-            first, started, None, last_error, message.keyed,
+            message.id,
+            message.token,
+            state,
+            attempts,
+            message.deliveries_count,
+            first,
+            started,
+            None,
+            last_error,
+            message.keyed,
         )
 
     finished = to_aware(finished_at)
@@ -90,20 +98,34 @@ def after_attempt(
         first_attempt_at=first_aware, last_attempt_at=finished, attempts_count=attempts
     )
     if next_at is not None and message.nack_delay is not None:
-        next_at = finished + timedelta(
-            seconds=min(message.nack_delay, MAX_RETRY_DELAY_SECONDS)
-        )
+        next_at = finished + timedelta(seconds=min(message.nack_delay, MAX_RETRY_DELAY_SECONDS))
         limit = retry_strategy.max_total_delay_seconds
         if limit is not None and next_at > first_aware + timedelta(seconds=limit):
             next_at = None
     if next_at is None:
         return Outcome(
-            message.id, message.token, MessageState.FAILED, attempts,
-            message.deliveries_count, first, started, None, last_error, message.keyed,
+            message.id,
+            message.token,
+            MessageState.FAILED,
+            attempts,
+            message.deliveries_count,
+            first,
+            started,
+            None,
+            last_error,
+            message.keyed,
         )
     return Outcome(
-        message.id, message.token, MessageState.RETRYABLE, attempts,
-        message.deliveries_count, first, started, _naive(next_at), last_error, message.keyed,
+        message.id,
+        message.token,
+        MessageState.RETRYABLE,
+        attempts,
+        message.deliveries_count,
+        first,
+        started,
+        _naive(next_at),
+        last_error,
+        message.keyed,
     )
 
 
@@ -115,9 +137,17 @@ def deferred(message: ClaimedMessage, *, started_at: datetime, finished_at: date
     assert finished is not None
     delay = min(message.nack_delay or 0.0, MAX_RETRY_DELAY_SECONDS)
     return Outcome(
-        message.id, message.token, MessageState.PENDING, message.attempts_count,
-        message.deliveries_count, _naive(message.first_attempt_at), _naive(started_at),
-        finished + timedelta(seconds=delay), None, message.keyed, message.new_state,
+        message.id,
+        message.token,
+        MessageState.PENDING,
+        message.attempts_count,
+        message.deliveries_count,
+        _naive(message.first_attempt_at),
+        _naive(started_at),
+        finished + timedelta(seconds=delay),
+        None,
+        message.keyed,
+        message.new_state,
     )
 
 
@@ -126,9 +156,16 @@ def completed(message: ClaimedMessage, started_at: datetime) -> Outcome:
     message as claimed (its times naive UTC, as `started_at` must be too): the common
     case, kept short because it runs once per message."""
     return Outcome(
-        message.id, message.token, MessageState.COMPLETED,
-        message.attempts_count + 1, message.deliveries_count,
-        message.first_attempt_at or started_at, started_at, None, None, message.keyed,
+        message.id,
+        message.token,
+        MessageState.COMPLETED,
+        message.attempts_count + 1,
+        message.deliveries_count,
+        message.first_attempt_at or started_at,
+        started_at,
+        None,
+        None,
+        message.keyed,
     )
 
 

@@ -308,4 +308,3 @@ class SqlaBatchMessage(StreamMessage[list[ClaimedMessage]]):
                 await item.reject()
         self._settle_all(AckStatus.REJECTED)
         await super().reject()
-

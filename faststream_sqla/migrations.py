@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import TypeVar
 
 import sqlalchemy as sa
-from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from alembic import command
 
 from .connecting import create_engine, ensure_reachable
 from .dialects.base import reading
@@ -134,9 +135,7 @@ def _inspect(
 ) -> tuple[list[str], dict[str, list[str]], object]:
     inspector = sa.inspect(conn)
     existing = set(inspector.get_table_names())
-    ours = (
-        *tables.live, tables.archive, tables.controls, tables.schedule, tables.breaker_events
-    )
+    ours = (*tables.live, tables.archive, tables.controls, tables.schedule, tables.breaker_events)
     missing = [t.name for t in ours if t.name not in existing]
     lacking: dict[str, list[str]] = {}
     for table in ours:
@@ -165,7 +164,9 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
         # exist, though a producer granted nothing on them (docs/security.md) does not see
         # them on MariaDB.
         unseen = {
-            tables.archive.name, tables.controls.name, tables.schedule.name,
+            tables.archive.name,
+            tables.controls.name,
+            tables.schedule.name,
             tables.breaker_events.name,
         }
         missing = [name for name in missing if name not in unseen]

@@ -63,9 +63,7 @@ async def hold_behind_keys(
         )
         waiting += found.scalars()
     for chunk in _chunks(waiting):
-        await conn.execute(
-            sa.update(m).where(m.c.id.in_(chunk)).values(state=MessageState.WAITING)
-        )
+        await conn.execute(sa.update(m).where(m.c.id.in_(chunk)).values(state=MessageState.WAITING))
     return waiting
 
 
@@ -106,9 +104,7 @@ async def release_next(
     return released
 
 
-async def sweep(
-    dialect: Dialect, engine: AsyncEngine, queue: str, after: str
-) -> tuple[int, str]:
+async def sweep(dialect: Dialect, engine: AsyncEngine, queue: str, after: str) -> tuple[int, str]:
     """Release the first message of the next KEYS_PER_SWEEP keys of `queue` (in key
     order, after `after`) where it waits. Returns how many were released and where the
     next sweep starts ("" once the last key was reached)."""

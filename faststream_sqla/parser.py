@@ -8,8 +8,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from faststream._internal._compat import json_loads
-from faststream.message import decode_message
 from faststream._internal.constants import ContentTypes
+from faststream.message import decode_message
 
 from .message import ClaimedMessage, SqlaBatchMessage, SqlaMessage
 from .schema import CLAIMED_COLUMNS, MESSAGE_COLUMN, Headers, Payload, Timestamp
@@ -148,7 +148,9 @@ def _converters() -> tuple[tuple[int, Callable[[Any], Any]], ...]:
     """(position, conversion) for each claimed column whose stored value is not yet
     what `ClaimedMessage` holds, found from the column's type."""
     by_type: dict[int, Callable[[Any], Any]] = {
-        id(Headers): _headers.load, id(Payload): _payload, id(Timestamp): _stored_time_or_none,
+        id(Headers): _headers.load,
+        id(Payload): _payload,
+        id(Timestamp): _stored_time_or_none,
     }
     return tuple(
         (i, by_type[id(MESSAGE_COLUMN[name].type)])

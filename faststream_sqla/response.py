@@ -5,18 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-from typing_extensions import Unpack
-
 from faststream.response.publish_type import PublishType
 from faststream.response.response import PublishCommand, Response
+from typing_extensions import Unpack
 
 from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.options import NO_OPTIONS, DeliveryOptionArgs, DeliveryOptions, Envelope
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
     from faststream._internal.basic_types import SendableMessage
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 Connection = Union["AsyncConnection", "AsyncSession"]
 

@@ -113,6 +113,7 @@ def exact_collation(mariadb: bool) -> str:
     PostgreSQL and SQLite: byte for byte, trailing spaces included (revisions 0007, 0008)."""
     return "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
 
+
 #: ready_at of a message that may not be claimed (in flight): the last DATETIME
 NOT_READY = datetime(9999, 12, 31, 23, 59, 59)
 
@@ -224,40 +225,42 @@ class MessageColumn:
 #: `ClaimedMessage`'s fields (`parser.claimed_from_row` builds one positionally).
 MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
     MessageColumn("id", Id, nullable=False),
-    MessageColumn("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False,
-                  published_as="queue", shared=True),
+    MessageColumn(
+        "queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False, published_as="queue", shared=True
+    ),
     MessageColumn("headers", Headers, published_as="headers_json", shared=True),
     MessageColumn("payload", Payload, nullable=False, published_as="payload"),
     MessageColumn("attempts_count", sa.Integer(), nullable=False, initial="0", settled=True),
-    MessageColumn("deliveries_count", sa.Integer(), nullable=False, initial="0",
-                  counts_claims=True),
+    MessageColumn(
+        "deliveries_count", sa.Integer(), nullable=False, initial="0", counts_claims=True
+    ),
     MessageColumn("created_at", Timestamp, nullable=False, initial=Initial.NOW),
-    MessageColumn("next_attempt_at", Timestamp, nullable=False, initial=Initial.DUE,
-                  archived=False),
+    MessageColumn(
+        "next_attempt_at", Timestamp, nullable=False, initial=Initial.DUE, archived=False
+    ),
     MessageColumn("acquired_at", Timestamp, archived=False),
     MessageColumn("first_attempt_at", Timestamp, settled=True),
     MessageColumn("last_attempt_at", Timestamp, settled=True),
-    MessageColumn("correlation_id", sa.String(MAX_CORRELATION_ID_LENGTH),
-                  published_as="correlation_id"),
+    MessageColumn(
+        "correlation_id", sa.String(MAX_CORRELATION_ID_LENGTH), published_as="correlation_id"
+    ),
     # The claim token: unlike deliveries_count it never goes down (a message given back
     # unstarted keeps it), so no two claims of a message ever share one.
-    MessageColumn("claims_count", sa.Integer(), nullable=False, initial="0",
-                  counts_claims=True),
+    MessageColumn("claims_count", sa.Integer(), nullable=False, initial="0", counts_claims=True),
     MessageColumn("expires_at", Timestamp, published_as="expires_at"),
-    MessageColumn("priority", sa.SmallInteger(), nullable=False, published_as="priority",
-                  initial="0"),
+    MessageColumn(
+        "priority", sa.SmallInteger(), nullable=False, published_as="priority", initial="0"
+    ),
     # Messages of one ordering key are claimed one at a time, in id order: a claim
     # passes over a message while an earlier one of its key is still in this table.
     MessageColumn("ordering_key", sa.String(MAX_KEY_LENGTH), published_as="ordering_key"),
     # Unique per queue among the messages in this table (ux_<table>_idempotency).
     # Claimed: an outcome must know whether its message has a key row to delete (MySQL).
-    MessageColumn("idempotency_key", sa.String(MAX_KEY_LENGTH),
-                  published_as="idempotency_key"),
+    MessageColumn("idempotency_key", sa.String(MAX_KEY_LENGTH), published_as="idempotency_key"),
     # What a handler saved when it deferred the message (SqlaMessage.defer): the next
     # delivery reads it. Tagged bytes (message.encode_saved_state); not archived.
     MessageColumn("saved_state", SavedState, archived=False),
-    MessageColumn("state", State, nullable=False, initial="'PENDING'", claimed=False,
-                  settled=True),
+    MessageColumn("state", State, nullable=False, initial="'PENDING'", claimed=False, settled=True),
     MessageColumn("last_error", ErrorText, claimed=False, settled=True),
     # The archived message a redrive or replay copied this one from (its archive row
     # points back with redriven_to).
@@ -305,8 +308,11 @@ def _columns(names: tuple[str, ...]) -> list[sa.Column]:
         zero = column.initial == "0"
         columns.append(
             sa.Column(
-                column.name, column.type, nullable=column.nullable,
-                default=0 if zero else None, server_default=sa.text("0") if zero else None,
+                column.name,
+                column.type,
+                nullable=column.nullable,
+                default=0 if zero else None,
+                server_default=sa.text("0") if zero else None,
             )
         )
     return columns
@@ -345,9 +351,7 @@ def build_message_table(
         # rows archived before it.
         # Priority comes second: a claim reads each priority as its own range, so the
         # not yet due rows of one priority never stand in front of another's due ones.
-        sa.Index(
-            f"ix_{name}_ready", table.c.queue, table.c.priority, table.c.ready_at, table.c.id
-        )
+        sa.Index(f"ix_{name}_ready", table.c.queue, table.c.priority, table.c.ready_at, table.c.id)
         # No key indexes here: without partial indexes they would hold an entry for
         # every message, keyed or not; the keys table holds them (build_keys_table).
         return table
@@ -446,8 +450,9 @@ def build_controls_table(metadata: sa.MetaData, message: str) -> sa.Table:
         controls_table_name(message),
         metadata,
         sa.Column("queue", MESSAGE_COLUMN["queue"].type, primary_key=True),
-        sa.Column("channel", sa.String(MAX_KEY_LENGTH), primary_key=True,
-                  server_default=sa.text("''")),
+        sa.Column(
+            "channel", sa.String(MAX_KEY_LENGTH), primary_key=True, server_default=sa.text("''")
+        ),
         sa.Column("paused", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("updated_at", Timestamp, nullable=False),
         # revision 0013: the circuit breaker (NULL state: CLOSED, never tripped)
@@ -514,8 +519,9 @@ def build_breaker_events_table(metadata: sa.MetaData, message: str) -> sa.Table:
         metadata,
         sa.Column("id", Id, primary_key=True, autoincrement=True),
         sa.Column("queue", MESSAGE_COLUMN["queue"].type, nullable=False),
-        sa.Column("channel", sa.String(MAX_KEY_LENGTH), nullable=False,
-                  server_default=sa.text("''")),
+        sa.Column(
+            "channel", sa.String(MAX_KEY_LENGTH), nullable=False, server_default=sa.text("''")
+        ),
         sa.Column("from_state", sa.String(BREAKER_STATE_LENGTH), nullable=False),
         sa.Column("to_state", sa.String(BREAKER_STATE_LENGTH), nullable=False),
         sa.Column("reason", sa.Text(), nullable=False),
@@ -538,9 +544,7 @@ def build_archive_table(metadata: sa.MetaData, name: str) -> sa.Table:
     )
     # The state second: a dead-letter page, a replay by state or a prune is one range
     # per queue and state, however many rows of other states surround it.
-    sa.Index(
-        f"ix_{name}_queue_state", table.c.queue, table.c.state, table.c.archived_at
-    )
+    sa.Index(f"ix_{name}_queue_state", table.c.queue, table.c.state, table.c.archived_at)
     return table
 
 
@@ -566,10 +570,10 @@ def validate_queue_name(name: object) -> str:
 __all__ = [
     "MYSQL_FAMILY",
     "NOT_READY",
+    "BreakerState",
     "MessageState",
     "QueueTables",
     "TableNames",
-    "BreakerState",
     "breaker_events_table_name",
     "controls_table_name",
     "keys_table_name",

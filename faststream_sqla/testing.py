@@ -9,9 +9,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, cast
 from unittest.mock import MagicMock, patch
 
-from typing_extensions import override
-
 from faststream._internal.testing.broker import TestBroker, change_producer
+from typing_extensions import override
 
 from faststream_sqla._faststream import serializer_of
 from faststream_sqla.broker.broker import SqlaBroker
@@ -51,8 +50,9 @@ class TestSqlaBroker(TestBroker[SqlaBroker, Any], broker=SqlaBroker):
     @contextmanager
     def _patch_broker(self, broker: SqlaBroker) -> Generator[None, None, None]:
         # in memory: a subscriber started meanwhile (`await sub.start()`) polls nothing
-        with super()._patch_broker(broker), patch.object(
-            broker.config.broker_config, "in_memory", True
+        with (
+            super()._patch_broker(broker),
+            patch.object(broker.config.broker_config, "in_memory", True),
         ):
             yield
 
@@ -112,4 +112,3 @@ class FakeProducer(SqlaProducer):
                 if raw.queue in sub.queues:
                     await sub.process_message([raw] if sub.batch else raw)
         return ids
-

@@ -22,7 +22,7 @@ def masked(url: str | sa.URL) -> str:
     """A URL as it may be shown: in logs, errors, AsyncAPI documents and CLI output."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparsable URL is masked by pattern instead
+    except Exception:
         return mask_passwords(str(url))
 
 
@@ -30,6 +30,6 @@ def parse_url(url: str | sa.URL) -> sa.URL:
     """`url` parsed; InvalidOptionError (password masked) when it is not a database URL."""
     try:
         return make_url(url)
-    except Exception as e:  # noqa: BLE001 - SQLAlchemy raises ArgumentError, ValueError, ...
+    except Exception as e:
         msg = f"not a database URL: {masked(url)} ({mask_passwords(str(e))})"
         raise InvalidOptionError(msg) from None

@@ -10,9 +10,9 @@ design choices").
 
 So the broker runs a vacuum itself after a number of settled messages that grows with
 the table: one vacuum reads every index in full, so it costs more on a bigger table,
-while the dead head costs each claim in proportion to its length. The two costs balance when the interval grows with the square root of the
-table's rows. MySQL purges dead entries in the background and SQLite deletes in place,
-so this does nothing there.
+while the dead head costs each claim in proportion to its length. The two costs balance
+when the interval grows with the square root of the table's rows. MySQL purges dead
+entries in the background and SQLite deletes in place, so this does nothing there.
 
 A vacuum removes only rows deleted before the oldest snapshot still open anywhere in
 the database (the horizon). While one session holds a snapshot for long (idle in a
@@ -106,7 +106,7 @@ class MessageTableVacuum:
     async def _vacuum(self, engine: AsyncEngine, dialect: Dialect) -> None:
         try:
             await self.vacuum_now(engine, dialect)
-        except Exception as exc:  # noqa: BLE001 - autovacuum remains; try again later
+        except Exception as exc:
             self._log(logging.WARNING, f"vacuuming the message table failed: {exc!r}")
         finally:
             self._task = None

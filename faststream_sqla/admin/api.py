@@ -9,14 +9,12 @@ from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 
-from typing_extensions import Self
-
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from typing_extensions import Self
 
 from faststream_sqla.dialects import Dialect, dialect_for
-from faststream_sqla.dialects.base import reading
-from faststream_sqla.dialects.base import TERMINAL
+from faststream_sqla.dialects.base import TERMINAL, reading
 from faststream_sqla.exceptions import (
     InvalidOptionError,
     UnknownMessageError,
@@ -25,8 +23,8 @@ from faststream_sqla.exceptions import (
 )
 from faststream_sqla.migrations import check_schema
 from faststream_sqla.schema import (
-    DEFAULT_ARCHIVE_TABLE,
     DEAD_STATES,
+    DEFAULT_ARCHIVE_TABLE,
     DEFAULT_MESSAGE_TABLE,
     MessageState,
     QueueTables,
@@ -85,8 +83,8 @@ class QueueAdmin:
     ) -> None:
         require_whole("exact_up_to", exact_up_to, 10_000_000)
         self._owned = not isinstance(engine, AsyncEngine)
-        self.engine = engine if isinstance(engine, AsyncEngine) else create_async_engine(
-            parse_url(engine)
+        self.engine = (
+            engine if isinstance(engine, AsyncEngine) else create_async_engine(parse_url(engine))
         )
         self.exact_up_to = exact_up_to
         names = TableNames(message_table, archive_table)
@@ -104,7 +102,9 @@ class QueueAdmin:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         await self.close()
@@ -347,8 +347,11 @@ class QueueAdmin:
         _batch_size(batch_size)
         await self._prepare(writes=True)
         return await archive.prune_archive(
-            self.dialect, self.engine, older_than.total_seconds(),
-            batch_size=batch_size, progress=progress,
+            self.dialect,
+            self.engine,
+            older_than.total_seconds(),
+            batch_size=batch_size,
+            progress=progress,
         )
 
     async def partition_archive(self, *, months_ahead: int = 3) -> partitions.PartitionReport:
@@ -406,9 +409,7 @@ class QueueAdmin:
         if not await queues.queue_exists(conn, self.tables, queue):
             raise UnknownQueueError(f"no queue {queue!r}: no message of it is queued or archived")
 
-    async def _queues_or_one(
-        self, conn: AsyncConnection, queue: str | None
-    ) -> list[str]:
+    async def _queues_or_one(self, conn: AsyncConnection, queue: str | None) -> list[str]:
         if queue is None:
             return await queues.queue_names(conn, self.tables, live=False)
         await self._known_queue(conn, queue)

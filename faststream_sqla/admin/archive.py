@@ -7,9 +7,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.clock import utc_now
 from faststream_sqla.dialects import Dialect
-from faststream_sqla.dialects.base import reading
 from faststream_sqla.dialects._claim import state_literal
-from faststream_sqla.dialects.base import TERMINAL
+from faststream_sqla.dialects.base import TERMINAL, reading
 from faststream_sqla.schema import MessageState
 
 from .models import Progress

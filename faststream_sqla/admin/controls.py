@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from faststream_sqla.dialects import Dialect
 
 
-async def paused_among(conn: AsyncConnection, tables: QueueTables, queues: Sequence[str]) -> set[str]:
+async def paused_among(
+    conn: AsyncConnection, tables: QueueTables, queues: Sequence[str]
+) -> set[str]:
     """Which of `queues` are paused: one primary-key lookup per queue."""
     c = tables.controls
     result = await conn.execute(
@@ -114,14 +116,20 @@ class ControlReading:
 def _record(row: Any) -> BreakerRecord:
     state = BreakerState(row.breaker_state) if row.breaker_state else BreakerState.CLOSED
     return BreakerRecord(
-        state, row.breaker_failures, row.breaker_changed_at, row.breaker_reopens_at,
+        state,
+        row.breaker_failures,
+        row.breaker_changed_at,
+        row.breaker_reopens_at,
         row.breaker_probe,
     )
 
 
 def _breaker_columns(c: Any) -> tuple[Any, ...]:
     return (
-        c.breaker_state, c.breaker_failures, c.breaker_changed_at, c.breaker_reopens_at,
+        c.breaker_state,
+        c.breaker_failures,
+        c.breaker_changed_at,
+        c.breaker_reopens_at,
         c.breaker_probe,
     )
 
@@ -137,9 +145,9 @@ async def controls_among(
     cutoff = utc_now(-sa.bindparam("silent_after", silent_after, type_=sa.Float()))
     silent = sa.case((c.c.breaker_changed_at <= cutoff, 1), else_=0)
     result = await conn.execute(
-        sa.select(c.c.queue, c.c.paused, *_breaker_columns(c.c), due.label("due"),
-                  silent.label("silent"))
-        .where(c.c.queue.in_(list(queues)), c.c.channel == WHOLE_QUEUE)
+        sa.select(
+            c.c.queue, c.c.paused, *_breaker_columns(c.c), due.label("due"), silent.label("silent")
+        ).where(c.c.queue.in_(list(queues)), c.c.channel == WHOLE_QUEUE)
     )
     readings = {}
     for row in result:
@@ -153,12 +161,21 @@ async def controls_among(
     return readings
 
 
-def _event(tables: QueueTables, queue: str, before: BreakerState, after: BreakerState,
-           reason: str) -> sa.Insert:
+def _event(
+    tables: QueueTables, queue: str, before: BreakerState, after: BreakerState, reason: str
+) -> sa.Insert:
     # inline: no RETURNING of the new id, which would need SELECT on the history
-    return tables.breaker_events.insert().inline().values(
-        queue=queue, channel=WHOLE_QUEUE, from_state=before.value, to_state=after.value,
-        reason=reason, at=utc_now(),
+    return (
+        tables.breaker_events.insert()
+        .inline()
+        .values(
+            queue=queue,
+            channel=WHOLE_QUEUE,
+            from_state=before.value,
+            to_state=after.value,
+            reason=reason,
+            at=utc_now(),
+        )
     )
 
 
@@ -182,7 +199,9 @@ async def change_breaker(
     for _ in range(2):
         async with dialect.own_transaction(engine) as conn:
             row = (
-                await conn.execute(sa.select(*_breaker_columns(c.c)).where(*where).with_for_update())
+                await conn.execute(
+                    sa.select(*_breaker_columns(c.c)).where(*where).with_for_update()
+                )
             ).first()
             if row is not None:
                 before = _record(row)
@@ -207,9 +226,7 @@ async def change_breaker(
                     await conn.execute(
                         _event(dialect.tables, queue, before.state, change.state, change.reason)
                     )
-                after = (
-                    await conn.execute(sa.select(*_breaker_columns(c.c)).where(*where))
-                ).one()
+                after = (await conn.execute(sa.select(*_breaker_columns(c.c)).where(*where))).one()
                 return before, _record(after)
         if not create:
             return None
@@ -242,10 +259,17 @@ async def take_probe(
     async with dialect.own_transaction(engine) as conn:
         won = await conn.execute(
             c.update()
-            .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE,
-                   c.c.breaker_state == before.value, when)
-            .values(breaker_state=BreakerState.HALF_OPEN.value, breaker_probe=me,
-                    breaker_changed_at=utc_now())
+            .where(
+                c.c.queue == queue,
+                c.c.channel == WHOLE_QUEUE,
+                c.c.breaker_state == before.value,
+                when,
+            )
+            .values(
+                breaker_state=BreakerState.HALF_OPEN.value,
+                breaker_probe=me,
+                breaker_changed_at=utc_now(),
+            )
         )
         if won.rowcount != 1:
             return False
@@ -261,10 +285,18 @@ async def hand_back_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me:
     async with dialect.own_transaction(engine) as conn:
         handed = await conn.execute(
             c.update()
-            .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE,
-                   c.c.breaker_state == BreakerState.HALF_OPEN.value, c.c.breaker_probe == me)
-            .values(breaker_state=BreakerState.OPEN.value, breaker_probe=None,
-                    breaker_changed_at=utc_now(), breaker_reopens_at=utc_now())
+            .where(
+                c.c.queue == queue,
+                c.c.channel == WHOLE_QUEUE,
+                c.c.breaker_state == BreakerState.HALF_OPEN.value,
+                c.c.breaker_probe == me,
+            )
+            .values(
+                breaker_state=BreakerState.OPEN.value,
+                breaker_probe=None,
+                breaker_changed_at=utc_now(),
+                breaker_reopens_at=utc_now(),
+            )
         )
         if handed.rowcount != 1:
             return False
@@ -281,8 +313,12 @@ async def keep_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me: str)
     async with dialect.own_transaction(engine) as conn:
         kept = await conn.execute(
             c.update()
-            .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE,
-                   c.c.breaker_state == BreakerState.HALF_OPEN.value, c.c.breaker_probe == me)
+            .where(
+                c.c.queue == queue,
+                c.c.channel == WHOLE_QUEUE,
+                c.c.breaker_state == BreakerState.HALF_OPEN.value,
+                c.c.breaker_probe == me,
+            )
             .values(breaker_changed_at=utc_now())
         )
     return kept.rowcount == 1
@@ -326,9 +362,7 @@ async def breaker_statuses(
     c = tables.controls
     query = sa.select(c.c.queue, *_breaker_columns(c.c)).where(c.c.channel == WHOLE_QUEUE)
     if queue is None:
-        query = query.where(
-            sa.or_(c.c.breaker_state.is_not(None), c.c.breaker_failures > 0)
-        )
+        query = query.where(sa.or_(c.c.breaker_state.is_not(None), c.c.breaker_failures > 0))
     else:
         query = query.where(c.c.queue == queue)
     found = {row.queue: _record(row) for row in await conn.execute(query.order_by(c.c.queue))}

@@ -92,8 +92,15 @@ async def dead_letter_page(
     if after is not None:
         at, last_id = _parse_cursor(after)
         where.append(sa.or_(a.c.archived_at < at, sa.and_(a.c.archived_at == at, a.c.id < last_id)))
-    columns = (a.c.id, a.c.queue, a.c.state, a.c.attempts_count, a.c.archived_at,
-               a.c.last_error, a.c.correlation_id)
+    columns = (
+        a.c.id,
+        a.c.queue,
+        a.c.state,
+        a.c.attempts_count,
+        a.c.archived_at,
+        a.c.last_error,
+        a.c.correlation_id,
+    )
     found: list[DeadLetter] = []
     for queue in queues:
         for state in DEAD_STATES:
@@ -114,9 +121,13 @@ def _dead_letter(row: Any) -> DeadLetter:
     archived_at = to_aware(row.archived_at)
     assert archived_at is not None
     return DeadLetter(
-        id=row.id, queue=row.queue, state=getattr(state, "value", str(state)),
-        attempts_count=row.attempts_count, archived_at=archived_at,
-        last_error=row.last_error, correlation_id=row.correlation_id,
+        id=row.id,
+        queue=row.queue,
+        state=getattr(state, "value", str(state)),
+        attempts_count=row.attempts_count,
+        archived_at=archived_at,
+        last_error=row.last_error,
+        correlation_id=row.correlation_id,
     )
 
 
@@ -138,10 +149,16 @@ async def dead_letter_summary(
         ends = (
             await conn.execute(
                 sa.select(
-                    sa.select(a.c.archived_at).where(*in_range)
-                    .order_by(a.c.archived_at).limit(1).scalar_subquery(),
-                    sa.select(a.c.archived_at).where(*in_range)
-                    .order_by(a.c.archived_at.desc()).limit(1).scalar_subquery(),
+                    sa.select(a.c.archived_at)
+                    .where(*in_range)
+                    .order_by(a.c.archived_at)
+                    .limit(1)
+                    .scalar_subquery(),
+                    sa.select(a.c.archived_at)
+                    .where(*in_range)
+                    .order_by(a.c.archived_at.desc())
+                    .limit(1)
+                    .scalar_subquery(),
                 )
             )
         ).one()
@@ -193,9 +210,7 @@ async def check_ids(
             ):
                 states[message_id] = getattr(state, "value", state)
                 redriven[message_id] = to
-            live |= set(
-                (await conn.execute(sa.select(m.c.id).where(m.c.id.in_(chunk)))).scalars()
-            )
+            live |= set((await conn.execute(sa.select(m.c.id).where(m.c.id.in_(chunk)))).scalars())
     names = {s.value for s in allowed}
     for message_id in wanted:
         if message_id in live:
@@ -259,8 +274,15 @@ async def move_batch(
 
 
 def archive_columns(a: sa.Table) -> tuple[sa.Column, ...]:
-    return (a.c.id, a.c.queue, a.c.headers, a.c.payload, a.c.correlation_id, a.c.priority,
-            a.c.ordering_key)
+    return (
+        a.c.id,
+        a.c.queue,
+        a.c.headers,
+        a.c.payload,
+        a.c.correlation_id,
+        a.c.priority,
+        a.c.ordering_key,
+    )
 
 
 async def move_ids(
@@ -308,7 +330,8 @@ async def move_ranges(
     where = _in_range(a, since, until)
     ranges = [(queue, state) for queue in queues for state in states]
     total = await start_progress(
-        engine, a,
+        engine,
+        a,
         [(a.c.queue == queue, a.c.state == _literal(state), *where) for queue, state in ranges],
         progress,
     )
@@ -331,4 +354,3 @@ async def move_ranges(
             if progress is not None:
                 progress(len(moved), total)
     return MoveResult(moved)
-

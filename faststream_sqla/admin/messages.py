@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -10,8 +9,8 @@ from faststream_sqla.clock import to_aware
 from faststream_sqla.dialects import Dialect
 from faststream_sqla.dialects._claim import ready_predicate
 from faststream_sqla.dialects._claim import state_literal as _literal
-from faststream_sqla.parser import load_headers
 from faststream_sqla.dialects.base import reading
+from faststream_sqla.parser import load_headers
 from faststream_sqla.schema import MessageState
 
 from .models import MessageDetails, Progress

@@ -72,18 +72,22 @@ async def _months(conn: AsyncConnection, archive: str) -> list[tuple[str, date]]
     return sorted(found, key=lambda item: item[1])
 
 
-async def _create_month(conn: AsyncConnection, q: sa.sql.compiler.IdentifierPreparer,
-                        archive: str, month: date) -> str:
+async def _create_month(
+    conn: AsyncConnection, q: sa.sql.compiler.IdentifierPreparer, archive: str, month: date
+) -> str:
     """One month's partition; rows of that month already in the default move into it."""
     name = f"{archive}_p{month:%Y%m}"
     low, high = month, _month(month, 1)
     bounds = {"low": datetime(low.year, low.month, 1), "high": datetime(high.year, high.month, 1)}
     default, holding = q.quote(f"{archive}_pdefault"), q.quote(f"{archive}_pmoving")
     await conn.exec_driver_sql(f"CREATE TEMP TABLE {holding} (LIKE {q.quote(archive)})")
-    await conn.execute(sa.text(
-        f"WITH moved AS (DELETE FROM {default} WHERE archived_at >= :low "
-        f"AND archived_at < :high RETURNING *) INSERT INTO {holding} SELECT * FROM moved"
-    ), bounds)
+    await conn.execute(
+        sa.text(
+            f"WITH moved AS (DELETE FROM {default} WHERE archived_at >= :low "
+            f"AND archived_at < :high RETURNING *) INSERT INTO {holding} SELECT * FROM moved"
+        ),
+        bounds,
+    )
     await conn.exec_driver_sql(
         f"CREATE TABLE {q.quote(name)} PARTITION OF {q.quote(archive)} "
         f"FOR VALUES FROM ('{low.isoformat()}') TO ('{high.isoformat()}')"
@@ -110,7 +114,9 @@ async def partition_archive(
         index = f"ix_{archive}_queue_state"
         await conn.exec_driver_sql(f"LOCK TABLE {q.quote(archive)} IN ACCESS EXCLUSIVE MODE")
         await conn.exec_driver_sql(f"ALTER TABLE {q.quote(archive)} RENAME TO {q.quote(old)}")
-        await conn.exec_driver_sql(f"ALTER INDEX {q.quote(index)} RENAME TO {q.quote(index + '_old')}")
+        await conn.exec_driver_sql(
+            f"ALTER INDEX {q.quote(index)} RENAME TO {q.quote(index + '_old')}"
+        )
         await conn.exec_driver_sql(
             f"ALTER TABLE {q.quote(old)} RENAME CONSTRAINT {q.quote(archive + '_pkey')} "
             f"TO {q.quote(old + '_pkey')}"
@@ -158,7 +164,9 @@ async def maintain_partitions(
     the months that ended longer ago than that. Safe while workers run."""
     _require_postgresql(engine)
     _check_months(months_ahead)
-    if retention is not None and (not isinstance(retention, timedelta) or retention <= timedelta(0)):
+    if retention is not None and (
+        not isinstance(retention, timedelta) or retention <= timedelta(0)
+    ):
         raise InvalidOptionError(f"retention must be a positive timedelta, got {retention!r}")
     archive = tables.archive.name
     q = engine.dialect.identifier_preparer

@@ -65,7 +65,9 @@ async def start_progress(
     async with reading(engine) as conn:
         total = 0
         for where in ranges:
-            total += await conn.scalar(sa.select(sa.func.count()).select_from(table).where(*where)) or 0
+            total += (
+                await conn.scalar(sa.select(sa.func.count()).select_from(table).where(*where)) or 0
+            )
     progress(0, total)
     return total
 
@@ -95,14 +97,15 @@ async def queue_stats(
         due = m.c.next_attempt_at
         claimable = (in_queue, levels, ready_predicate(m))
         processing = (in_queue, m.c.state == state_literal(MessageState.PROCESSING))
-        waiting = (in_queue, m.c.ordering_key.isnot(None),
-                   m.c.state == state_literal(MessageState.WAITING))
+        waiting = (
+            in_queue,
+            m.c.ordering_key.isnot(None),
+            m.c.state == state_literal(MessageState.WAITING),
+        )
     # Not yet due: delayed publishes (PENDING) and retries waiting out their backoff
     # (RETRYABLE), told apart in one bounded sample of that range.
     later = sa.select(m.c.state).where(*claimable, due > utc_now()).limit(cap).subquery()
-    counted = await conn.execute(
-        sa.select(later.c.state, sa.func.count()).group_by(later.c.state)
-    )
+    counted = await conn.execute(sa.select(later.c.state, sa.func.count()).group_by(later.c.state))
     split = {state: n for state, n in counted}
     later_exact = sum(split.values()) < cap
     figures = (
@@ -144,9 +147,7 @@ async def queue_stats(
     )
 
 
-async def _oldest_ready_age(
-    conn: AsyncConnection, tables: QueueTables, queue: str
-) -> float | None:
+async def _oldest_ready_age(conn: AsyncConnection, tables: QueueTables, queue: str) -> float | None:
     """Seconds since the longest-waiting due message became due: the first entry of each
     priority's range of the claim index."""
     m = tables.message

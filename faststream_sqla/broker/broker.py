@@ -9,9 +9,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from fast_depends import Provider, dependency_provider
-from sqlalchemy.ext.asyncio import AsyncEngine
-from typing_extensions import Unpack, override
-
 from faststream._internal.broker import BrokerUsecase
 from faststream._internal.constants import EMPTY
 from faststream._internal.context.repository import ContextRepo
@@ -20,6 +17,8 @@ from faststream.message import gen_cor_id
 from faststream.middlewares import AckPolicy
 from faststream.response.publish_type import PublishType
 from faststream.specification.schema import BrokerSpec
+from sqlalchemy.ext.asyncio import AsyncEngine
+from typing_extensions import Unpack, override
 
 from faststream_sqla.broker.config import SqlaBrokerConfig
 from faststream_sqla.connecting import create_engine, ensure_reachable, unreachable
@@ -44,7 +43,6 @@ if TYPE_CHECKING:
 
     from fast_depends.dependencies import Dependant
     from fast_depends.library.serializer import SerializerProto
-
     from faststream._internal.basic_types import LoggerProto, SendableMessage
     from faststream._internal.parser import CodecProto
     from faststream._internal.types import BrokerMiddleware, CustomCallable, IdGenerator
@@ -290,7 +288,8 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             self.config.logger.log(
                 f"fast_publish has no effect on {dialect.name}: every publish is committed "
                 "durably (only PostgreSQL can relax one transaction's commit)",
-                logging.WARNING, {"queue": "", "message_id": ""},
+                logging.WARNING,
+                {"queue": "", "message_id": ""},
             )
 
     @override
@@ -302,7 +301,8 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         if (denied := self.config.vacuum.denied) is not None:
             self.config.logger.log(
                 f"Not vacuuming the message table ({denied}); autovacuum alone keeps it",
-                logging.INFO, {"queue": "", "message_id": ""},
+                logging.INFO,
+                {"queue": "", "message_id": ""},
             )
         await super().start()
         await self._start_notifications()
@@ -381,7 +381,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
 
         try:
             await asyncio.wait_for(probe(), timeout or 5.0)
-        except Exception:  # noqa: BLE001 - any failure means "not healthy"
+        except Exception:
             return False
         return True
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from faststream._internal.configs import (
     BrokerConfig,
@@ -80,9 +79,14 @@ class SqlaBrokerConfig(BrokerConfig):
     def connect(self, engine: AsyncEngine, dialect: Dialect) -> None:
         self._engine, self._dialect = engine, dialect
         self.producer.connect(
-            engine, dialect, self.wakeups, serializer_of(self.fd_config), self.broker_codec,
+            engine,
+            dialect,
+            self.wakeups,
+            serializer_of(self.fd_config),
+            self.broker_codec,
             self.health,
         )
+
         def log(level: int, message: str) -> None:
             self.logger.log(message, level, {"queue": "", "message_id": ""})
 

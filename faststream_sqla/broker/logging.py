@@ -36,7 +36,12 @@ class SqlaParamsStorage(DefaultLoggerStorage):
             lg = get_broker_logger(
                 name="sqla",
                 # every line has the fields, so a JSON formatter finds the same keys
-                default_context={"queue": "", "message_id": "", "attempt": "", "correlation_id": ""},
+                default_context={
+                    "queue": "",
+                    "message_id": "",
+                    "attempt": "",
+                    "correlation_id": "",
+                },
                 message_id_ln=MESSAGE_ID_LENGTH,
                 fmt=(
                     "%(asctime)s %(levelname)-8s - "

@@ -7,11 +7,10 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from typing_extensions import override
-
 from faststream._internal.broker.registrator import Registrator
 from faststream._internal.constants import EMPTY
 from faststream.middlewares import AckPolicy
+from typing_extensions import override
 
 from faststream_sqla.broker.config import SqlaBrokerConfig
 from faststream_sqla.exceptions import InvalidOptionError
@@ -24,8 +23,8 @@ from faststream_sqla.subscriber.factory import create_subscriber
 
 if TYPE_CHECKING:
     from fast_depends.dependencies import Dependant
-
     from faststream._internal.types import BrokerMiddleware, CustomCallable
+
     from faststream_sqla.publisher.usecase import SqlaPublisher
     from faststream_sqla.retry import RetryStrategy
     from faststream_sqla.subscriber.usecase import SqlaSubscriber
@@ -147,7 +146,8 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             permanent_exceptions=(
                 tuple(permanent_exceptions)
                 # anything else goes on as given, for ConsumeOptions to refuse by name
-                if isinstance(permanent_exceptions, (list, tuple)) else permanent_exceptions  # type: ignore[arg-type]
+                if isinstance(permanent_exceptions, (list, tuple))
+                else permanent_exceptions  # type: ignore[arg-type]
             ),
             handler_timeout=handler_timeout,
             circuit_breaker_threshold=circuit_breaker_threshold,
@@ -211,9 +211,19 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             ttl: as in `publish`, for every message.
         """
         declared = Schedule(
-            every=every, cron=cron, timezone=timezone, body=body, name=name, queue=queue,
-            headers=headers, missed=missed, catch_up_limit=catch_up_limit,
-            priority=priority, ordering_key=ordering_key, delay=delay, ttl=ttl,
+            every=every,
+            cron=cron,
+            timezone=timezone,
+            body=body,
+            name=name,
+            queue=queue,
+            headers=headers,
+            missed=missed,
+            catch_up_limit=catch_up_limit,
+            priority=priority,
+            ordering_key=ordering_key,
+            delay=delay,
+            ttl=ttl,
         ).bound(queue)
         self._declare_schedule(declared)
         return declared
@@ -308,7 +318,8 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         for declared in router.schedules:
             if full_prefix:
                 declared = replace(
-                    declared, queue=full_prefix + (declared.queue or ""),
+                    declared,
+                    queue=full_prefix + (declared.queue or ""),
                     name=declared.name and full_prefix + declared.name,
                 )
                 declared = declared.bound(declared.queue or "")

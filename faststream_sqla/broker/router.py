@@ -16,7 +16,6 @@ from .registrator import SqlaRegistrator
 
 if TYPE_CHECKING:
     from fast_depends.dependencies import Dependant
-
     from faststream._internal.basic_types import SendableMessage
     from faststream._internal.types import BrokerMiddleware, CustomCallable
 

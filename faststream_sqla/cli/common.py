@@ -15,7 +15,6 @@ from rich.markup import escape
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.connecting import create_engine
-
 from faststream_sqla.exceptions import InvalidOptionError, SqlaBrokerError
 from faststream_sqla.schema import TableNames
 from faststream_sqla.urls import mask_passwords, masked
@@ -65,9 +64,7 @@ def missing_sqlite_file(url: sa.URL) -> Path | None:
     return None if path.exists() else path.resolve()
 
 
-def run(
-    url: str, action: Callable[[AsyncEngine], Awaitable[T]], *, may_create: bool = False
-) -> T:
+def run(url: str, action: Callable[[AsyncEngine], Awaitable[T]], *, may_create: bool = False) -> T:
     """Run `action` on an engine for `url`, turning every expected failure into one
     line and exit 1. Only a command that `may_create` a database (`db upgrade`) may
     name a SQLite file that does not exist yet."""
@@ -99,7 +96,7 @@ def run(
         return asyncio.run(go())
     except SqlaBrokerError as e:  # ours: the message names the problem already
         raise fail(str(e)) from None
-    except Exception as e:  # noqa: BLE001 - drivers raise their own types (asyncpg on connect)
+    except Exception as e:
         reason = e.orig if isinstance(e, sa.exc.DBAPIError) else e
         raise fail(
             f"database {shown}: {type(reason).__name__}: {mask_passwords(str(reason))}"

@@ -31,9 +31,7 @@ def _queue_name(value: str) -> str:
         usage_error(str(e))
 
 
-Name = Annotated[
-    str, typer.Argument(metavar="QUEUE", help="The queue.", callback=_queue_name)
-]
+Name = Annotated[str, typer.Argument(metavar="QUEUE", help="The queue.", callback=_queue_name)]
 
 
 def _optional_queue_name(value: str | None) -> str | None:
@@ -43,8 +41,10 @@ def _optional_queue_name(value: str | None) -> str | None:
 OptionalName = Annotated[
     str | None,
     typer.Argument(
-        metavar="[QUEUE]", help="Only this queue (default: every breaker that ever counted "
-        "a failure).", callback=_optional_queue_name, show_default=False,
+        metavar="[QUEUE]",
+        help="Only this queue (default: every breaker that ever counted a failure).",
+        callback=_optional_queue_name,
+        show_default=False,
     ),
 ]
 
@@ -116,12 +116,24 @@ def status(
     if not found:
         out.print("No circuit breaker has counted a failure.")
         return None
-    table = listing("queue", "state", "failures", "since", "reopens at", "probe holder",
-                    first=[b.queue for b in found])
+    table = listing(
+        "queue",
+        "state",
+        "failures",
+        "since",
+        "reopens at",
+        "probe holder",
+        first=[b.queue for b in found],
+    )
     for b in found:
-        table.add_row(escape(b.queue), b.state, str(b.consecutive_failures), _time(b.changed_at),
-                      _time(b.reopens_at) if b.state == "OPEN" else "-",
-                      escape(b.probe_holder or "-"))
+        table.add_row(
+            escape(b.queue),
+            b.state,
+            str(b.consecutive_failures),
+            _time(b.changed_at),
+            _time(b.reopens_at) if b.state == "OPEN" else "-",
+            escape(b.probe_holder or "-"),
+        )
     out.print(table)
     # below the table, one per line: a narrow terminal would fold them into shreds
     for b in found:
@@ -145,9 +157,13 @@ def reset(
     if json_output:
         return print_json({"queue": queue, "state": "CLOSED", "changed": changed})
     if changed:
-        out.print(f"Circuit breaker of queue {escape(repr(queue))} reset: CLOSED, consumers "
-                  "claim again within a few seconds.")
+        out.print(
+            f"Circuit breaker of queue {escape(repr(queue))} reset: CLOSED, consumers "
+            "claim again within a few seconds."
+        )
     else:
-        out.print(f"Circuit breaker of queue {escape(repr(queue))} was already closed, "
-                  "with no failures counted.")
+        out.print(
+            f"Circuit breaker of queue {escape(repr(queue))} was already closed, "
+            "with no failures counted."
+        )
     return None

@@ -80,7 +80,9 @@ def time_range(since: str | None, until: str | None) -> tuple[datetime | None, d
 
 
 def with_admin(
-    url: str, message_table: str, archive_table: str,
+    url: str,
+    message_table: str,
+    archive_table: str,
     action: Callable[[QueueAdmin], Awaitable[T]],
 ) -> T:
     names = names_of(message_table, archive_table)
@@ -101,8 +103,13 @@ def progress_bar(label: str, json_output: bool) -> Iterator[Callable[[int, int |
     """A progress bar on stderr (stdout stays clean for --json) and its callback; it
     leaves the screen when done, the command then prints its result."""
     bar = Progress(
-        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, transient=True, disable=json_output,
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=json_output,
     )
     with bar:
         task = bar.add_task(label, total=None)
@@ -155,12 +162,30 @@ def queues(
     if not stats:
         out.print("No queues: no message is queued or archived.")
         return None
-    table = listing("queue", "ready", "scheduled", "in flight", "retrying", "waiting",
-                    "failed 1h", "oldest ready", "done 1m", first=[s.queue for s in stats])
+    table = listing(
+        "queue",
+        "ready",
+        "scheduled",
+        "in flight",
+        "retrying",
+        "waiting",
+        "failed 1h",
+        "oldest ready",
+        "done 1m",
+        first=[s.queue for s in stats],
+    )
     for s in stats:
-        table.add_row(escape(s.queue), str(s.ready), str(s.scheduled), str(s.processing),
-                      str(s.retrying), str(s.waiting), str(s.failed_last_hour),
-                      _age(s.oldest_ready_age), str(s.handled_last_minute))
+        table.add_row(
+            escape(s.queue),
+            str(s.ready),
+            str(s.scheduled),
+            str(s.processing),
+            str(s.retrying),
+            str(s.waiting),
+            str(s.failed_last_hour),
+            _age(s.oldest_ready_age),
+            str(s.handled_last_minute),
+        )
     out.print(table)
     return None
 
@@ -182,25 +207,36 @@ def inspect(
     preview = text if body or len(text) <= 200 else text[:200] + f"... ({len(found.payload)} bytes)"
     where = "archive" if found.archived else "queue"
     rows = [
-        ("id", str(found.id)), ("queue", found.queue), ("state", f"{found.state} (in the {where})"),
-        ("priority", str(found.priority)), ("ordering key", found.ordering_key or "-"),
+        ("id", str(found.id)),
+        ("queue", found.queue),
+        ("state", f"{found.state} (in the {where})"),
+        ("priority", str(found.priority)),
+        ("ordering key", found.ordering_key or "-"),
         ("idempotency key", found.idempotency_key or "-"),
         ("correlation id", found.correlation_id or "-"),
-        ("attempts", str(found.attempts_count)), ("deliveries", str(found.deliveries_count)),
-        ("created", _time(found.created_at)), ("first attempt", _time(found.first_attempt_at)),
-        ("last attempt", _time(found.last_attempt_at)), ("expires", _time(found.expires_at)),
+        ("attempts", str(found.attempts_count)),
+        ("deliveries", str(found.deliveries_count)),
+        ("created", _time(found.created_at)),
+        ("first attempt", _time(found.first_attempt_at)),
+        ("last attempt", _time(found.last_attempt_at)),
+        ("expires", _time(found.expires_at)),
     ]
     if found.archived:
         rows.append(("archived", _time(found.archived_at)))
     else:
-        rows += [("next attempt", _time(found.next_attempt_at)),
-                 ("acquired", _time(found.acquired_at))]
+        rows += [
+            ("next attempt", _time(found.next_attempt_at)),
+            ("acquired", _time(found.acquired_at)),
+        ]
     if found.redriven_from is not None:
         rows.append(("moved back from", f"archived message {found.redriven_from}"))
     if found.redriven_to is not None:
         rows.append(("moved back as", f"message {found.redriven_to}"))
-    rows += [("headers", json.dumps(found.headers)), ("last error", found.last_error or "-"),
-             ("body", preview)]
+    rows += [
+        ("headers", json.dumps(found.headers)),
+        ("last error", found.last_error or "-"),
+        ("body", preview),
+    ]
     table = Table(show_header=False, box=None)
     for name, value in rows:
         table.add_row(f"[bold]{name}[/]", escape(value))
@@ -223,7 +259,9 @@ def dlq_list(
     """Dead letters, newest first, a page at a time."""
     start, end = time_range(since, until)
     page = with_admin(
-        url, message_table, archive_table,
+        url,
+        message_table,
+        archive_table,
         lambda a: a.dead_letters(queue=queue, since=start, until=end, limit=limit, after=after),
     )
     if json_output:
@@ -233,8 +271,14 @@ def dlq_list(
         return None
     table = listing("id", "queue", "state", "attempts", "archived", "error")
     for d in page.items:
-        table.add_row(str(d.id), escape(d.queue), d.state, str(d.attempts_count),
-                      _time(d.archived_at), escape(first_line(d.last_error))[:120])
+        table.add_row(
+            str(d.id),
+            escape(d.queue),
+            d.state,
+            str(d.attempts_count),
+            _time(d.archived_at),
+            escape(first_line(d.last_error))[:120],
+        )
     out.print(table)
     if page.next_page is not None:
         out.print(f"More: --after {page.next_page}")
@@ -258,8 +302,14 @@ def dlq_summary(
     if not found:
         out.print("No dead letters.")
         return None
-    table = listing("queue", "dead letters", "oldest", "newest", "most common errors",
-                    first=[s.queue for s in found])
+    table = listing(
+        "queue",
+        "dead letters",
+        "oldest",
+        "newest",
+        "most common errors",
+        first=[s.queue for s in found],
+    )
     for s in found:
         errors = "\n".join(f"{e.count} x {escape(e.error)[:100]}" for e in s.common_errors)
         table.add_row(escape(s.queue), str(s.count), _time(s.oldest), _time(s.newest), errors)
@@ -318,9 +368,12 @@ def dlq_redrive(
         usage_error("give message ids, --queue NAME or --all (exactly one)")
     with progress_bar("redriving", json_output) as advance:
         result = with_admin(
-            url, message_table, archive_table,
-            lambda a: a.redrive(ids=ids or None, queue=queue, all_queues=all_queues,
-                                progress=advance),
+            url,
+            message_table,
+            archive_table,
+            lambda a: a.redrive(
+                ids=ids or None, queue=queue, all_queues=all_queues, progress=advance
+            ),
         )
     _report_moves(result, json_output, "Redrove")
 
@@ -349,9 +402,17 @@ def replay(
     states = [s.upper() for s in state] if state else None
     with progress_bar("replaying", json_output) as advance:
         result = with_admin(
-            url, message_table, archive_table,
-            lambda a: a.replay(ids=ids or None, queue=queue, since=start, until=end,
-                               states=states, progress=advance),
+            url,
+            message_table,
+            archive_table,
+            lambda a: a.replay(
+                ids=ids or None,
+                queue=queue,
+                since=start,
+                until=end,
+                states=states,
+                progress=advance,
+            ),
         )
     _report_moves(result, json_output, "Replayed")
 
@@ -374,7 +435,9 @@ def archive_prune(
         typer.confirm(f"Delete every archived message older than {older_than}?", abort=True)
     with progress_bar("pruning", json_output) as advance:
         deleted = with_admin(
-            url, message_table, archive_table,
+            url,
+            message_table,
+            archive_table,
             lambda a: a.prune_archive(age, batch_size=batch_size, progress=advance),
         )
     if json_output:
@@ -398,7 +461,9 @@ def archive_partition(
 ) -> None:
     """PostgreSQL: partition the archive by month, keeping its rows (stop workers first)."""
     report = with_admin(
-        url, message_table, archive_table,
+        url,
+        message_table,
+        archive_table,
         lambda a: a.partition_archive(months_ahead=months_ahead),
     )
     if json_output:
@@ -425,7 +490,9 @@ def archive_maintain(
     --retention. Run it daily (cron)."""
     keep = parse_duration(retention, "--retention") if retention is not None else None
     report = with_admin(
-        url, message_table, archive_table,
+        url,
+        message_table,
+        archive_table,
         lambda a: a.maintain_archive(months_ahead=months_ahead, retention=keep),
     )
     if json_output:

@@ -37,9 +37,7 @@ def parse_headers(pairs: list[str]) -> dict[str, str]:
 @app.command()
 def publish(
     queue: Annotated[str, typer.Argument(help="The queue to publish to.", show_default=False)],
-    body: Annotated[
-        str, typer.Argument(help="The body: JSON if it parses as JSON, else text.")
-    ],
+    body: Annotated[str, typer.Argument(help="The body: JSON if it parses as JSON, else text.")],
     url: Url,
     header: Annotated[
         list[str] | None, typer.Option("--header", help="A header, NAME=VALUE (repeatable).")

@@ -52,12 +52,15 @@ def report(
         list[str] | None, typer.Option("--queue", help="Only this queue (repeat for more).")
     ] = None,
     by: Annotated[
-        Period | None, typer.Option(help="A row per queue and second, minute, hour or day archived.")
+        Period | None,
+        typer.Option(help="A row per queue and second, minute, hour or day archived."),
     ] = None,
     master: Annotated[
         str, typer.Option(help="Spark master: local[*] (this machine) or a cluster's URL.")
     ] = "local[*]",
-    output_format: Annotated[Format, typer.Option("--format", help="How to print it.")] = Format.table,
+    output_format: Annotated[
+        Format, typer.Option("--format", help="How to print it.")
+    ] = Format.table,
     plot: Annotated[
         Path | None,
         typer.Option(help="Also draw throughput and latency over time to this PNG file."),
@@ -76,9 +79,10 @@ def report(
     if plot is not None and plot.suffix.lower() != ".png":
         usage_error(f"--plot: {plot} must be a .png file")
     try:
+        from pyspark.sql import SparkSession
+
         from faststream_sqla.spark import REPORT_INPUT, delivery_report, read_archive, spark_session
         from faststream_sqla.spark._errors import executor_errors
-        from pyspark.sql import SparkSession
     except ImportError as e:
         raise fail(
             f"the report runs on Spark, which is not installed ({e}): "
@@ -88,20 +92,26 @@ def report(
     owned = SparkSession.getActiveSession() is None
     try:
         spark = spark_session(master)
-    except Exception as e:  # noqa: BLE001 - Java missing, a master that does not answer
+    except Exception as e:
         raise fail(f"cannot start Spark on {master}: {first_line(e)}") from None
     try:
         with executor_errors("reading the archive"):
             archive = read_archive(
-                spark, url, queues=queue or None, since=start, until=end, columns=REPORT_INPUT,
-                message_table=names.message, archive_table=names.archive,
+                spark,
+                url,
+                queues=queue or None,
+                since=start,
+                until=end,
+                columns=REPORT_INPUT,
+                message_table=names.message,
+                archive_table=names.archive,
             ).cache()
             rows = [r.asDict() for r in delivery_report(archive, by=by and by.value).collect()]
             series = _series(delivery_report, archive, by, rows) if plot is not None else []
             archive.unpersist()
     except SqlaBrokerError as e:
         raise fail(str(e)) from None
-    except Exception as e:  # noqa: BLE001 - Spark's own failures, one line
+    except Exception as e:
         raise fail(f"the report failed: {first_line(e)}") from None
     finally:
         if owned:
@@ -152,9 +162,21 @@ def _number(value: float | None, digits: int = 3) -> str:
 
 def _table(rows: list[dict[str, Any]]) -> Any:
     periodic = "period" in rows[0]
-    headers = ["queue", *(["period"] if periodic else []), "messages", "completed", "failed",
-               "expired", "redriven", "failed %", "attempts mean/max", "p50 s", "p95 s",
-               "p99 s", "msg/s"]
+    headers = [
+        "queue",
+        *(["period"] if periodic else []),
+        "messages",
+        "completed",
+        "failed",
+        "expired",
+        "redriven",
+        "failed %",
+        "attempts mean/max",
+        "p50 s",
+        "p95 s",
+        "p99 s",
+        "msg/s",
+    ]
     table = listing(*headers, first=[r["queue"] for r in rows])
     table.title = "Delivery report: latency from creation to archive"
     for column in table.columns[2 if periodic else 1 :]:
@@ -163,8 +185,12 @@ def _table(rows: list[dict[str, Any]]) -> Any:
         table.add_row(
             escape(r["queue"]),
             *([r["period"].strftime("%Y-%m-%d %H:%M")] if periodic else []),
-            f"{r['messages']:,}", f"{r['completed']:,}", f"{r['failed']:,}",
-            f"{r['expired']:,}", f"{r['redriven']:,}", f"{r['failure_rate']:.1%}",
+            f"{r['messages']:,}",
+            f"{r['completed']:,}",
+            f"{r['failed']:,}",
+            f"{r['expired']:,}",
+            f"{r['redriven']:,}",
+            f"{r['failure_rate']:.1%}",
             f"{r['mean_attempts']:.2f} / {r['max_attempts']}",
             *(_number(r[f"latency_{p}_s"]) for p in ("p50", "p95", "p99")),
             _number(r["throughput_per_s"], 1),
@@ -187,10 +213,20 @@ def draw(series: list[dict[str, Any]], path: Path) -> None:
             times, [r["throughput_per_s"] for r in points], marker=".", label=queue
         )
         color = line.get_color()  # one colour per queue in both panels
-        latency.plot(times, [r["latency_p50_s"] for r in points], marker=".", color=color,
-                     label=f"{queue} p50")
-        latency.plot(times, [r["latency_p95_s"] for r in points], linestyle="--", color=color,
-                     label=f"{queue} p95")
+        latency.plot(
+            times,
+            [r["latency_p50_s"] for r in points],
+            marker=".",
+            color=color,
+            label=f"{queue} p50",
+        )
+        latency.plot(
+            times,
+            [r["latency_p95_s"] for r in points],
+            linestyle="--",
+            color=color,
+            label=f"{queue} p95",
+        )
     times = sorted({r["period"] for r in series})
     if len(times) == 1:  # one point: show the period around it, not an axis of years
         throughput.set_xlim(times[0] - timedelta(seconds=30), times[0] + timedelta(seconds=30))

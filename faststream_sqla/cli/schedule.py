@@ -43,12 +43,18 @@ def schedule_list(
     if not found:
         out.print("No schedules.")
         return None
-    table = listing("name", "queue", "timing", "state", "next (UTC)", "fired",
-                    first=[s.name for s in found])
+    table = listing(
+        "name", "queue", "timing", "state", "next (UTC)", "fired", first=[s.name for s in found]
+    )
     for s in found:
-        table.add_row(escape(s.name), escape(s.queue), escape(_timing(s)),
-                      "paused" if s.paused else "active", _time(s.next_fire_at),
-                      f"{s.fired_count:,}")
+        table.add_row(
+            escape(s.name),
+            escape(s.queue),
+            escape(_timing(s)),
+            "paused" if s.paused else "active",
+            _time(s.next_fire_at),
+            f"{s.fired_count:,}",
+        )
     out.print(table)
     return None
 

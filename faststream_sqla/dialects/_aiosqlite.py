@@ -26,4 +26,4 @@ def runs_calls_in_thread(driver: Any) -> bool:
 
 async def run_in_thread(driver: Any, work: Callable[[Any], T]) -> T:
     """`work(sqlite3 connection)` on the thread of aiosqlite's connection `driver`."""
-    return await driver._execute(work, driver._conn)  # noqa: SLF001 - see the module docstring
+    return await driver._execute(work, driver._conn)

@@ -57,8 +57,12 @@ async def driver_transaction(
             fairy.invalidate(exc)
         if isinstance(exc, asyncmy.errors.Error):
             raise sa.exc.DBAPIError.instance(
-                None, None, exc, asyncmy.errors.Error,
-                connection_invalidated=lost, dialect=engine.dialect,
+                None,
+                None,
+                exc,
+                asyncmy.errors.Error,
+                connection_invalidated=lost,
+                dialect=engine.dialect,
             ) from exc
         raise
     except BaseException:

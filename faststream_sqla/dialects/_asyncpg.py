@@ -3,8 +3,9 @@
 Through SQLAlchemy's `Connection`, a one-statement autocommit operation costs a
 checkout, the isolation level set and reset, and four greenlet hops around one round
 trip; on the driver, pool checkout included, it costs about half the client CPU
-(docs/benchmarks.md, "Retired probes": statement_cost). Claims and outcome writes (once per batch on the consume path) and committed
-publishes go this way; everything else keeps SQLAlchemy's connection.
+(docs/benchmarks.md, "Retired probes": statement_cost). Claims and outcome writes (once
+per batch on the consume path) and committed publishes go this way; everything else keeps
+SQLAlchemy's connection.
 
 asyncpg opens no transaction by itself: each statement commits on its own, which is
 what these one-statement operations want. Errors come out as SQLAlchemy's, classed as

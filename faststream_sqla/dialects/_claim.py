@@ -18,7 +18,9 @@ def state_literal(state: MessageState) -> sa.ColumnElement[str]:
 
 
 def ready_predicate(m: sa.Table) -> sa.ColumnElement[bool]:
-    return m.c.state.in_([state_literal(MessageState.PENDING), state_literal(MessageState.RETRYABLE)])
+    return m.c.state.in_(
+        [state_literal(MessageState.PENDING), state_literal(MessageState.RETRYABLE)]
+    )
 
 
 def live_ranges(
@@ -113,10 +115,14 @@ def earlier_of_its_key(tables: QueueTables) -> sa.Exists:
     counts."""
     m = tables.message
     earlier = keyed_messages(tables, "earlier")
-    blocked: sa.Select[Any] = sa.select(sa.literal_column("1")).select_from(earlier.source).where(
-        earlier.keys.c.queue == m.c.queue,
-        earlier.keys.c.ordering_key == m.c.ordering_key,
-        earlier.keys.c.id < m.c.id,
+    blocked: sa.Select[Any] = (
+        sa.select(sa.literal_column("1"))
+        .select_from(earlier.source)
+        .where(
+            earlier.keys.c.queue == m.c.queue,
+            earlier.keys.c.ordering_key == m.c.ordering_key,
+            earlier.keys.c.id < m.c.id,
+        )
     )
     if tables.keys is not None:
         # MariaDB judged the queue's prefix of an index the better way in: a walk of

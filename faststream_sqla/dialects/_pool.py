@@ -34,4 +34,3 @@ async def check_in(fairy: Any, *, transaction_ended: bool) -> None:
         await greenlet_spawn(_check_in_reset, fairy, transaction_reset=True)
     else:
         await greenlet_spawn(fairy.close)
-

@@ -26,14 +26,13 @@ from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.dialects._claim import active_count, keyed_messages
 from faststream_sqla.message import KEEP_STATE
 from faststream_sqla.schema import (
-    CLAIM_COUNTERS,
     CLAIMED_COLUMNS,
     NOT_READY,
     PRIORITIES,
     PUBLISHED_COLUMNS,
     PUBLISHED_DEFAULTS,
-    MessageColumn,
     TOKEN_COLUMN,
+    MessageColumn,
     MessageState,
     QueueTables,
 )
@@ -280,9 +279,7 @@ class Dialect(abc.ABC):
         Returns how many rows were changed (fenced, stale outcomes change nothing)."""
 
     @abc.abstractmethod
-    async def extend_leases(
-        self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]
-    ) -> int:
+    async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
         """Set acquired_at to now for held messages, given (id, token) pairs; fenced
         like outcomes. One statement for all of them."""
 

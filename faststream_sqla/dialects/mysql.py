@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.exceptions import MessageTooLargeError
 from faststream_sqla.schema import (
+    CLAIM_COUNTERS,
     INSERTED_COLUMNS,
     MAX_KEY_LENGTH,
     PRIORITIES,
@@ -33,10 +34,9 @@ from ._claim import (
 )
 from ._compiled import DriverStatement, DriverStatements
 from .base import (
-    CLAIM_COUNTERS,
     CLAIMED_COLUMNS,
-    TOKEN_COLUMN,
     TERMINAL,
+    TOKEN_COLUMN,
     Dialect,
     InsertShape,
     NewMessage,
@@ -71,12 +71,16 @@ _INSERT = f"INSERT INTO {{m}} ({', '.join(c.name for c in INSERTED_COLUMNS)}) VA
 def _row(shape: InsertShape) -> str:
     """One row's VALUES text: the published columns `shape` sends as parameters, the
     rest as their defaults."""
-    return "({})".format(", ".join(
-        shape.default_sql(c) or "%s" if c.published_as
-        # every column publishers do not fill has an initial value
-        else _INITIAL_SQL.get(c.initial, str(c.initial))  # type: ignore[call-overload]
-        for c in INSERTED_COLUMNS
-    ))
+    return "({})".format(
+        ", ".join(
+            shape.default_sql(c) or "%s"
+            if c.published_as
+            # every column publishers do not fill has an initial value
+            else _INITIAL_SQL.get(c.initial, str(c.initial))  # type: ignore[call-overload]
+            for c in INSERTED_COLUMNS
+        )
+    )
+
 
 # The outcome batch as one JSON document of numbers only: an array per outcome of
 # [id, token, state code, attempts, deliveries, first_us, last_us, next_us, error], times
@@ -90,8 +94,17 @@ def outcomes_document(outcomes: Sequence[Outcome]) -> str:
     first_us, last_us = attempt_micros(outcomes)
     return json.dumps(
         [
-            (o.id, o.token, STATE_CODES[o.state], o.attempts_count, o.deliveries_count,
-             first, last, micros_since_epoch(o.next_attempt_at), o.last_error)
+            (
+                o.id,
+                o.token,
+                STATE_CODES[o.state],
+                o.attempts_count,
+                o.deliveries_count,
+                first,
+                last,
+                micros_since_epoch(o.next_attempt_at),
+                o.last_error,
+            )
             for o, first, last in zip(outcomes, first_us, last_us, strict=True)
         ],
         separators=(",", ":"),
@@ -185,15 +198,20 @@ class MySQLDialect(Dialect):
         # UNION (no lateral joins), so a claim reads up to `limit` rows of each of the
         # eleven priorities and keeps the first `limit`; the others stay locked only
         # until the claim's commit, a moment later.
-        self._lock_ready = sa.union_all(
-            *(
-                ready_ids(tables, priority_literal(level), *columns)
-                .with_for_update(skip_locked=True)
-                for level in PRIORITIES
+        self._lock_ready = (
+            sa.union_all(
+                *(
+                    ready_ids(tables, priority_literal(level), *columns).with_for_update(
+                        skip_locked=True
+                    )
+                    for level in PRIORITIES
+                )
             )
-        ).order_by(
-            *(sa.literal_column(name) for name in ("priority DESC", "next_attempt_at", "id"))
-        ).limit(claim_limit())
+            .order_by(
+                *(sa.literal_column(name) for name in ("priority DESC", "next_attempt_at", "id"))
+            )
+            .limit(claim_limit())
+        )
         self._on_driver = DriverStatements()
         self.max_packet = DEFAULT_MAX_PACKET
         self.insert_returning = True
@@ -336,10 +354,12 @@ class MySQLDialect(Dialect):
             return [i for r in rows for i in await self._insert_rows(m, run, [r])]
         return await self._insert_rows(m, run, rows)
 
-    async def _insert_rows(self, m: str, run: RunStatement, rows: Sequence[NewMessage]) -> list[int]:
+    async def _insert_rows(
+        self, m: str, run: RunStatement, rows: Sequence[NewMessage]
+    ) -> list[int]:
         params: list[Any] = []
         shape = insert_shape(rows)
-        for r, values in zip(rows, map(shape.values, rows)):
+        for r, values in zip(rows, map(shape.values, rows), strict=True):
             params += values
             params += (r.publish_at, round(r.publish_delay * 1_000_000))
         sql = f"{_INSERT.format(m=m)} {', '.join([_row(shape)] * len(rows))}"
@@ -410,11 +430,15 @@ class MySQLDialect(Dialect):
         a = self._q(engine, self.tables.archive)
         k = self._q(engine, self._keys)
         match = f"m.id = o.id AND m.{TOKEN_COLUMN} = o.token AND m.state = 'PROCESSING'"
-        columns, values = archive_copy({
-            "state": _STATE, "attempts_count": "o.attempts",
-            "first_attempt_at": _time("first_us"), "last_attempt_at": _time("last_us"),
-            "last_error": "COALESCE(o.error, m.last_error)",
-        })
+        columns, values = archive_copy(
+            {
+                "state": _STATE,
+                "attempts_count": "o.attempts",
+                "first_attempt_at": _time("first_us"),
+                "last_attempt_at": _time("last_us"),
+                "last_error": "COALESCE(o.error, m.last_error)",
+            }
+        )
         archive = f"""
 INSERT INTO {a} ({", ".join(columns)}, archived_at)
 SELECT {", ".join(values)}, UTC_TIMESTAMP(6)
@@ -437,7 +461,9 @@ SET m.state = {_STATE}, m.attempts_count = o.attempts, m.deliveries_count = o.de
     m.last_error = COALESCE(o.error, m.last_error), m.acquired_at = NULL
 WHERE {_REQUEUED}"""
         return {
-            "archive": archive, "delete": delete, "delete_keyed": delete_keyed,
+            "archive": archive,
+            "delete": delete,
+            "delete_keyed": delete_keyed,
             "requeue": requeue,
         }
 

@@ -17,9 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.schema import (
-    PUBLISHED_COLUMNS,
+    CLAIM_COUNTERS,
     INSERTED_COLUMNS,
     PRIORITIES,
+    PUBLISHED_COLUMNS,
     PUBLISHED_DEFAULTS,
     Initial,
     MessageColumn,
@@ -29,23 +30,22 @@ from faststream_sqla.schema import (
 )
 
 from ._asyncpg import driver_connection
-from ._pool import check_in
 from ._claim import CLAIM_PARAMETERS, claim_limit, claimed_columns, ready_ids, state_literal
 from ._compiled import DriverStatement, DriverStatements
+from ._pool import check_in
 from .base import (
-    CLAIM_COUNTERS,
     CLAIM_ORDER_POSITIONS,
-    claim_order,
-    TOKEN_COLUMN,
     CLAIMED_COLUMNS,
     SHARED_CLAIM_COLUMNS,
     TERMINAL,
+    TOKEN_COLUMN,
     Dialect,
     NewMessage,
     NotificationListener,
-    SnapshotHolder,
     Outcome,
+    SnapshotHolder,
     attempt_micros,
+    claim_order,
     sqlstate,
 )
 
@@ -96,11 +96,23 @@ _PER_ROW = tuple(c for c in PUBLISHED_COLUMNS if not c.shared)
 _shared_values = operator.attrgetter(*(c.published_attribute for c in _SHARED))
 _PER_ROW_VALUES = tuple((c, operator.attrgetter(c.published_attribute)) for c in _PER_ROW)
 INSERT_PARAMETERS = (
-    *(c.name for c in _SHARED), "publish_at", "delay", *(f"{c.name}_values" for c in _PER_ROW),
-    "channel", "notify_queue",
+    *(c.name for c in _SHARED),
+    "publish_at",
+    "delay",
+    *(f"{c.name}_values" for c in _PER_ROW),
+    "channel",
+    "notify_queue",
 )
 OUTCOME_PARAMETERS = (
-    "ids", "tokens", "states", "attempts", "deliveries", "first_us", "last_us", "next_us", "errors"
+    "ids",
+    "tokens",
+    "states",
+    "attempts",
+    "deliveries",
+    "first_us",
+    "last_us",
+    "next_us",
+    "errors",
 )
 
 
@@ -160,7 +172,8 @@ def rows_from_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
     """
     rows: list[Sequence[Any]] = list(zip(*columns, strict=True))
     priority, due, ids = (columns[i] for i in CLAIM_ORDER_POSITIONS)
-    keys = list(zip(map(operator.neg, priority), due, ids))  # claim_order, from the arrays
+    # claim_order, from the arrays
+    keys = list(zip(map(operator.neg, priority), due, ids, strict=True))
     if not all(map(operator.le, keys, itertools.islice(keys, 1, None))):
         rows.sort(key=claim_order)
     return rows
@@ -181,7 +194,9 @@ class PostgresDialect(Dialect):
             sa.column("level", sa.SmallInteger()), name="levels", literal_binds=True
         ).data([(level,) for level in PRIORITIES])
         per_level = (
-            ready_ids(tables, levels.c.level).with_for_update(skip_locked=True).lateral("level_ready")
+            ready_ids(tables, levels.c.level)
+            .with_for_update(skip_locked=True)
+            .lateral("level_ready")
         )
         ready = (
             sa.select(per_level.c.id)
@@ -293,10 +308,15 @@ class PostgresDialect(Dialect):
         )
         parts, counts = [], []
         if archives:
-            columns, values = archive_copy({
-                "state": "o.state", "attempts_count": "o.attempts", "first_attempt_at": "o.first_at",
-                "last_attempt_at": "o.last_at", "last_error": "COALESCE(o.error, m.last_error)",
-            })
+            columns, values = archive_copy(
+                {
+                    "state": "o.state",
+                    "attempts_count": "o.attempts",
+                    "first_attempt_at": "o.first_at",
+                    "last_attempt_at": "o.last_at",
+                    "last_error": "COALESCE(o.error, m.last_error)",
+                }
+            )
             parts.append(f"""moved AS (
     DELETE FROM {m} AS m USING {rows}
     WHERE m.id = o.id AND m.{TOKEN_COLUMN} = o.token AND {STILL_CLAIMED}
@@ -396,7 +416,8 @@ archived AS (
                 )
             ).first()
         self.vacuum_denied = (
-            None if row is None or row[1]
+            None
+            if row is None or row[1]
             else f"the database user {row[0]!r} does not own the table {m}"
         )
 
@@ -409,9 +430,7 @@ archived AS (
             # TRUNCATE OFF: returning empty trailing pages to the OS takes a brief
             # exclusive lock, which would stall claims and publishes; a queue refills
             # those pages anyway.
-            await conn.exec_driver_sql(
-                f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE OFF) {m}"
-            )
+            await conn.exec_driver_sql(f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE OFF) {m}")
             rows = await conn.scalar(
                 sa.text("SELECT reltuples FROM pg_class WHERE oid = CAST(:name AS regclass)"),
                 {"name": m},
@@ -475,8 +494,10 @@ archived AS (
                 return f"t.{c.name}" if default is None else f"COALESCE(t.{c.name}, {default})"
 
             values = [
-                f"CAST(:{c.name} AS {sql_type(c)})" if c.shared
-                else per_row(c) if c.published_as
+                f"CAST(:{c.name} AS {sql_type(c)})"
+                if c.shared
+                else per_row(c)
+                if c.published_as
                 # every column publishers do not fill has an initial value
                 else initial.get(c.initial, str(c.initial))  # type: ignore[call-overload]
                 for c in INSERTED_COLUMNS
@@ -539,13 +560,14 @@ archived AS (
             # an option no message of the run sets travels as NULL, not an array of
             # defaults: unnest pads a NULL array with NULLs, which the statement reads
             # as the default (list.count compares in C, without a Python-level loop)
-            unused = (
-                c.name in PUBLISHED_DEFAULTS
-                and values.count(PUBLISHED_DEFAULTS[c.name]) == len(values)
-            )
+            unused = c.name in PUBLISHED_DEFAULTS and values.count(
+                PUBLISHED_DEFAULTS[c.name]
+            ) == len(values)
             parameters[f"{c.name}_values"] = None if unused else values
         parameters.update(
-            publish_at=first.publish_at, delay=first.publish_delay, channel=self.channel,
+            publish_at=first.publish_at,
+            delay=first.publish_delay,
+            channel=self.channel,
             notify_queue=first.queue,
         )
         return parameters
@@ -663,7 +685,7 @@ class PostgresListener(NotificationListener):
                     await raw.driver_connection.remove_listener(self.channel, self._notified)
                     await check_in(raw, transaction_ended=False)
                 raise
-            except Exception as exc:  # noqa: BLE001 - retried; polling covers the gap
+            except Exception as exc:
                 if not self.noticed(exc):
                     self.log(logging.WARNING, f"notification listener failed: {exc!r}; retrying")
             finally:

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import (
+    CLAIM_COUNTERS,
     CLAIMED_COLUMNS,
     INSERTED_COLUMNS,
     PRIORITIES,
@@ -32,15 +33,14 @@ from ._claim import claim_limit, priority_literal, ready_ids
 from ._gil import short_switch_interval
 from ._pool import check_in
 from .base import (
-    CLAIM_COUNTERS,
-    claim_order,
     READS_ONLY,
-    TOKEN_COLUMN,
     SHARED_CLAIM_COLUMNS,
+    TOKEN_COLUMN,
     Dialect,
     InsertShape,
     NewMessage,
     Outcome,
+    claim_order,
     insert_shape,
     leases_document,
     timestamp_text,
@@ -63,8 +63,11 @@ def _insert_row(shape: InsertShape) -> tuple[str, int, frozenset[int]]:
     """One row's VALUES text for `shape`, its bound values, and the positions among its
     sent values that are times."""
     values = [
-        shape.default_sql(c) or "?" if c.published_as
-        else "?" if isinstance(c.initial, Initial) else str(c.initial)
+        shape.default_sql(c) or "?"
+        if c.published_as
+        else "?"
+        if isinstance(c.initial, Initial)
+        else str(c.initial)
         for c in INSERTED_COLUMNS
     ]
     times = frozenset(i for i, c in enumerate(shape.sent) if c.type is Timestamp)
@@ -82,10 +85,15 @@ _NOW = str(utc_now().compile(dialect=sqlite_dialect()))
 
 
 # VALUES columns are column1..column7: id, token, state, attempts, first_at, last_at, error
-_ARCHIVE_COLUMNS, _ARCHIVE_VALUES = archive_copy({
-    "state": "o.column3", "attempts_count": "o.column4", "first_attempt_at": "o.column5",
-    "last_attempt_at": "o.column6", "last_error": "COALESCE(o.column7, m.last_error)",
-})
+_ARCHIVE_COLUMNS, _ARCHIVE_VALUES = archive_copy(
+    {
+        "state": "o.column3",
+        "attempts_count": "o.column4",
+        "first_attempt_at": "o.column5",
+        "last_attempt_at": "o.column6",
+        "last_error": "COALESCE(o.column7, m.last_error)",
+    }
+)
 
 
 @functools.lru_cache(maxsize=256)
@@ -126,7 +134,10 @@ def ready_by_priority(tables: QueueTables) -> sa.Select:
         sa.literal_column(name) for name in ("priority DESC", "next_attempt_at", "id")
     ]
     ready = (
-        sa.union_all(*map(level, PRIORITIES)).order_by(*order).limit(claim_limit()).subquery("ready")
+        sa.union_all(*map(level, PRIORITIES))
+        .order_by(*order)
+        .limit(claim_limit())
+        .subquery("ready")
     )
     return sa.select(ready.c.id)
 
@@ -316,10 +327,12 @@ class SQLiteDialect(Dialect):
             # The returned values are those the UPDATE below writes.
             # What all rows share (the queue asked for, the claim's time) comes once.
             values = ", ".join(
-                "hex(payload)" if name == "payload"
+                "hex(payload)"
+                if name == "payload"
                 else "CASE WHEN saved_state IS NULL THEN NULL ELSE hex(saved_state) END"
                 if name == "saved_state"
-                else f"{name} + 1" if name in CLAIM_COUNTERS
+                else f"{name} + 1"
+                if name in CLAIM_COUNTERS
                 else name
                 for name in _SENT_CLAIM_COLUMNS
             )
@@ -389,16 +402,29 @@ class SQLiteDialect(Dialect):
             fence: list[Any] = []
             for o in chunk:
                 archived += (
-                    o.id, o.token, o.state.value, o.attempts_count,
-                    timestamp_text(o.first_attempt_at), timestamp_text(o.last_attempt_at), o.last_error,
+                    o.id,
+                    o.token,
+                    o.state.value,
+                    o.attempts_count,
+                    timestamp_text(o.first_attempt_at),
+                    timestamp_text(o.last_attempt_at),
+                    o.last_error,
                 )
                 fence += (o.id, o.token)
             statements.append((_archive_sql(m, a, len(chunk)), tuple(archived), False))
             statements.append((_delete_sql(m, len(chunk)), tuple(fence), True))
         requeued = [
-            (o.state.value, o.attempts_count, o.deliveries_count,
-             timestamp_text(o.first_attempt_at), timestamp_text(o.last_attempt_at),
-             timestamp_text(o.next_attempt_at), o.last_error, o.id, o.token)
+            (
+                o.state.value,
+                o.attempts_count,
+                o.deliveries_count,
+                timestamp_text(o.first_attempt_at),
+                timestamp_text(o.last_attempt_at),
+                timestamp_text(o.next_attempt_at),
+                o.last_error,
+                o.id,
+                o.token,
+            )
             for o in outcomes
             if not o.archives
         ]
@@ -451,7 +477,7 @@ class SQLiteDialect(Dialect):
         _, per_row, times = _insert_row(shape)
         # `params += tuple` per row, not a tuple built by unpacking: this loop runs per
         # published message
-        for r, values in zip(rows, map(shape.values, rows)):
+        for r, values in zip(rows, map(shape.values, rows), strict=True):
             if r.publish_at is not None:  # the caller's time, to the microsecond
                 due = r.publish_at.isoformat(" ", "microseconds")
             elif (due := due_after.get(r.publish_delay)) is None:
@@ -460,9 +486,7 @@ class SQLiteDialect(Dialect):
                 )
             if times:
                 # stored in the text form SQLAlchemy uses, not the driver's default
-                values = tuple(
-                    timestamp_text(v) if i in times else v for i, v in enumerate(values)
-                )
+                values = tuple(timestamp_text(v) if i in times else v for i, v in enumerate(values))
             params += values
             params += (created, due)  # CLIENT_INITIALS order
         statements = []
@@ -493,7 +517,9 @@ class SQLiteDialect(Dialect):
     async def insert_committed(
         self, engine: AsyncEngine, rows: Sequence[NewMessage], *, relaxed: bool = False
     ) -> list[int]:
-        return await self._write(engine, self._insert_work(self._q(engine, self.tables.message), rows))
+        return await self._write(
+            engine, self._insert_work(self._q(engine, self.tables.message), rows)
+        )
 
     def is_transient(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None) or exc

@@ -7,9 +7,9 @@ from typing import Annotated
 
 from faststream._internal.fastapi.context import Context, ContextRepo, Logger
 
-from faststream_sqla.message import SqlaMessage as _Message
 from faststream_sqla.broker.broker import SqlaBroker as _Broker
 from faststream_sqla.fastapi.router import SqlaRouter
+from faststream_sqla.message import SqlaMessage as _Message
 
 __all__ = ("Context", "ContextRepo", "Logger", "SqlaBroker", "SqlaMessage", "SqlaRouter")
 

@@ -10,14 +10,13 @@ import sqlalchemy as sa
 from fastapi.datastructures import Default
 from fastapi.routing import APIRoute
 from fastapi.utils import generate_unique_id
-from sqlalchemy.ext.asyncio import AsyncEngine
-from starlette.responses import JSONResponse
-from typing_extensions import override
-
 from faststream._internal.constants import EMPTY
 from faststream._internal.context import ContextRepo
 from faststream._internal.fastapi.router import StreamRouter
 from faststream.middlewares import AckPolicy
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.responses import JSONResponse
+from typing_extensions import override
 
 from faststream_sqla.broker.broker import DEFAULT_URL, SqlaBroker
 from faststream_sqla.message import ClaimedMessage
@@ -27,14 +26,13 @@ if TYPE_CHECKING:
 
     from fastapi import params
     from fastapi.types import IncEx
-    from starlette.responses import Response
-    from starlette.routing import BaseRoute
-    from starlette.types import ASGIApp, Lifespan
-
     from faststream._internal.basic_types import LoggerProto
     from faststream._internal.types import BrokerMiddleware, CustomCallable
     from faststream.specification.base import SpecificationFactory
     from faststream.specification.schema.extra import Tag, TagDict
+    from starlette.responses import Response
+    from starlette.routing import BaseRoute
+    from starlette.types import ASGIApp, Lifespan
 
     from faststream_sqla.publisher.usecase import SqlaPublisher
     from faststream_sqla.subscriber.usecase import SqlaSubscriber

@@ -13,14 +13,13 @@ import copy
 import time
 from typing import TYPE_CHECKING, Any
 
+from faststream.opentelemetry.baggage import Baggage
+from faststream.opentelemetry.consts import ERROR_TYPE, MessageAction
+from faststream.opentelemetry.middleware import BaseTelemetryMiddleware, TelemetryMiddleware
 from opentelemetry import trace
 from opentelemetry.semconv.trace import SpanAttributes
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-from faststream.opentelemetry.baggage import Baggage
-from faststream.opentelemetry.consts import ERROR_TYPE, MessageAction
-from faststream.opentelemetry.middleware import BaseTelemetryMiddleware, TelemetryMiddleware
 
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.opentelemetry.provider import (
@@ -36,12 +35,11 @@ from faststream_sqla.schema import MessageState
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from opentelemetry.metrics import Meter, MeterProvider
-    from opentelemetry.trace import TracerProvider
-
     from faststream._internal.basic_types import AsyncFunc, AsyncFuncAny
     from faststream._internal.context.repository import ContextRepo
     from faststream.message import StreamMessage
+    from opentelemetry.metrics import Meter, MeterProvider
+    from opentelemetry.trace import TracerProvider
 
     from faststream_sqla.dialects.base import Outcome
 
@@ -178,8 +176,10 @@ class SqlaTelemetryScope(BaseTelemetryMiddleware[SqlaPublishCommand]):
                 if outcome is not None and outcome.next_attempt_at is not None:
                     attributes[NEXT_ATTEMPT_AT] = outcome.next_attempt_at.isoformat() + "+00:00"
                 tracer.start_span(
-                    name=f"{queue} {SETTLE}", kind=SpanKind.CONSUMER,
-                    context=parent, attributes=attributes,
+                    name=f"{queue} {SETTLE}",
+                    kind=SpanKind.CONSUMER,
+                    context=parent,
+                    attributes=attributes,
                 ).end()
 
             raw.on_outcome = settled

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.semconv.trace import SpanAttributes
-from typing_extensions import override
-
 from faststream.opentelemetry import TelemetrySettingsProvider
 from faststream.opentelemetry.consts import MESSAGING_DESTINATION_PUBLISH_NAME
+from opentelemetry.semconv.trace import SpanAttributes
+from typing_extensions import override
 
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.response import SqlaPublishCommand

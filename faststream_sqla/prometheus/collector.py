@@ -113,7 +113,7 @@ class QueueStateCollector(Collector):
         the next scrape after `interval` tries again."""
         try:
             stats = await self.admin.queues(self.queues, unknown_as_empty=True)
-        except Exception:  # noqa: BLE001 - metrics must not take the service down
+        except Exception:
             log.warning("could not read the queues' state for Prometheus", exc_info=True)
         else:
             self._stats = stats

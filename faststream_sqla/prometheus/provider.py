@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from typing_extensions import override
-
 from faststream.prometheus import ConsumeAttrs, MetricsSettingsProvider
+from typing_extensions import override
 
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.response import SqlaPublishCommand
@@ -33,7 +32,11 @@ class SqlaMetricsSettingsProvider(MetricsSettingsProvider[Delivery, SqlaPublishC
     def get_consume_attrs_from_message(self, msg: StreamMessage[Delivery]) -> ConsumeAttrs:
         raw = msg.raw_message
         assert isinstance(raw, ClaimedMessage)
-        return {"destination_name": raw.queue, "message_size": len(raw.payload), "messages_count": 1}
+        return {
+            "destination_name": raw.queue,
+            "message_size": len(raw.payload),
+            "messages_count": 1,
+        }
 
     @override
     def get_publish_destination_name_from_cmd(self, cmd: SqlaPublishCommand) -> str:

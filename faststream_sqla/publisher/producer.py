@@ -3,35 +3,35 @@
 from __future__ import annotations
 
 import json
-import re
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
-from typing_extensions import override
 
 from faststream._internal.endpoint.utils import ParserComposition
 from faststream._internal.parser import DefaultCodec
 from faststream._internal.producer import ProducerProto
 from faststream.exceptions import FeatureNotSupportedException, IncorrectState
 from faststream.message import encode_message, gen_cor_id
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from typing_extensions import override
 
 from faststream_sqla import idempotency, ordering
 from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import NewMessage, reading, with_retries
+from faststream_sqla.durations import seconds_of
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
     InvalidOptionError,
     MessageSerializationError,
     QueueFullError,
 )
-from faststream_sqla.durations import seconds_of
 from faststream_sqla.message import validate_delay
 from faststream_sqla.options import NO_OPTIONS, DeliveryOptions, Envelope
 from faststream_sqla.parser import CONTENT_TYPE_HEADER, REPLY_TO_HEADER, SqlaParser
+from faststream_sqla.response import SqlaPublishCommand
 from faststream_sqla.schema import (
     MAX_CORRELATION_ID_LENGTH,
     MAX_KEY_LENGTH,
@@ -39,14 +39,13 @@ from faststream_sqla.schema import (
     MIN_PRIORITY,
     validate_queue_name,
 )
-from faststream_sqla.response import SqlaPublishCommand
 from faststream_sqla.urls import masked
 
 if TYPE_CHECKING:
     from fast_depends.library.serializer import SerializerProto
-
     from faststream._internal.parser import CodecProto
     from faststream._internal.types import CustomCallable, IdGenerator
+
     from faststream_sqla.dialects import Dialect
     from faststream_sqla.health import DatabaseHealth
     from faststream_sqla.wakeup import WakeupHub
@@ -317,7 +316,8 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                 body = body.body
             try:
                 payload, content_type = (
-                    encode_message(body, serializer) if plain
+                    encode_message(body, serializer)
+                    if plain
                     else await codec.encode(body, serializer)
                 )
             except Exception as e:
@@ -339,8 +339,11 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                     shared[0],
                     shared[1],
                     payload,
-                    item_id if item_id is not None
-                    else base_id if len(bodies) == 1 else f"{base_id}-{index}",
+                    item_id
+                    if item_id is not None
+                    else base_id
+                    if len(bodies) == 1
+                    else f"{base_id}-{index}",
                     *item_options,
                 )
             )
@@ -392,7 +395,9 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         # ids of new messages set WAITING behind an earlier one of their ordering key
         waiting: list[int] = []
 
-        async def hold(conn: AsyncConnection, inserted: Sequence[NewMessage], ids: list[int]) -> None:
+        async def hold(
+            conn: AsyncConnection, inserted: Sequence[NewMessage], ids: list[int]
+        ) -> None:
             waiting.extend(await ordering.hold_behind_keys(dialect, conn, inserted, ids))
 
         hold_keys = hold if ordering.has_ordering_keys(rows) else None
@@ -403,10 +408,13 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             engine = self._engine
             assert engine is not None
             try:
-                await with_retries(dialect, lambda: ordering.release_first(dialect, engine, waiting))
-            except Exception:  # noqa: BLE001 - published; a consumer's sweep releases it
-                log.warning("could not release messages waiting for their ordering key",
-                            exc_info=True)
+                await with_retries(
+                    dialect, lambda: ordering.release_first(dialect, engine, waiting)
+                )
+            except Exception:
+                log.warning(
+                    "could not release messages waiting for their ordering key", exc_info=True
+                )
 
         if cmd.connection is None:
 
@@ -418,7 +426,10 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                         await self._check_room(conn, rows, limit)
                 if keyed:
                     return await idempotency.insert_in_own_transaction(
-                        dialect, self._engine, rows, relaxed=self.fast_publish,
+                        dialect,
+                        self._engine,
+                        rows,
+                        relaxed=self.fast_publish,
                         after_insert=hold_keys,
                     )
                 if hold_keys is not None:
@@ -426,9 +437,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                         ids = await dialect.insert_messages(conn, rows)
                         await hold_keys(conn, rows, ids)
                         return ids
-                return await dialect.insert_committed(
-                    self._engine, rows, relaxed=self.fast_publish
-                )
+                return await dialect.insert_committed(self._engine, rows, relaxed=self.fast_publish)
 
             ids = await with_retries(dialect, insert_and_commit)
             if waiting:
@@ -442,7 +451,9 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         if isinstance(conn, AsyncSession):
             conn = await conn.connection()
         if not isinstance(conn, AsyncConnection):
-            msg = f"connection must be an AsyncConnection or AsyncSession, got {type(conn).__name__}"
+            msg = (
+                f"connection must be an AsyncConnection or AsyncSession, got {type(conn).__name__}"
+            )
             raise InvalidOptionError(msg)
         if limit is not None:  # a read: refusing leaves the caller's transaction usable
             await self._check_room(conn, rows, limit)
@@ -456,7 +467,9 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                 await hold_keys(conn, rows, ids)
         then = release_waiting if waiting else None
         event.listen(
-            conn.sync_connection, "commit",
-            lambda sync_conn: wakeups.wake_after_commit(sync_conn, queues, then), once=True,
+            conn.sync_connection,
+            "commit",
+            lambda sync_conn: wakeups.wake_after_commit(sync_conn, queues, then),
+            once=True,
         )
         return ids

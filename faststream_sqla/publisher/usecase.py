@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from typing_extensions import Unpack, override
-
 from faststream._internal.endpoint.publisher import PublisherUsecase
 from faststream.response.publish_type import PublishType
+from typing_extensions import Unpack, override
 
 from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelope
 from faststream_sqla.response import Connection, SqlaPublishCommand, check_batch_arguments

@@ -100,6 +100,8 @@ def checked_schedule_name(name: object) -> str:
         msg = f"a schedule name must be printable text, got {name!r}"
         raise InvalidOptionError(msg)
     if len(name) > MAX_SCHEDULE_NAME_LENGTH:
-        msg = f"schedule name is {len(name)} characters long, the limit is {MAX_SCHEDULE_NAME_LENGTH}"
+        msg = (
+            f"schedule name is {len(name)} characters long, the limit is {MAX_SCHEDULE_NAME_LENGTH}"
+        )
         raise InvalidOptionError(msg)
     return name

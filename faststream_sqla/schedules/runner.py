@@ -32,12 +32,11 @@ from .declaration import Schedule
 from .timing import Missed, Timing
 
 if TYPE_CHECKING:
+    from faststream._internal.parser import CodecProto
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-    from faststream._internal.parser import CodecProto
     from faststream_sqla.dialects import Dialect
     from faststream_sqla.health import DatabaseHealth
-    from faststream_sqla.schema import QueueTables
 
 #: headers of every message a schedule publishes: its name, and the tick it is for
 #: (ISO 8601, UTC): a handler can tell a late tick from a current one
@@ -137,11 +136,19 @@ class ScheduleRunner:
             now = await store.database_now(conn)
             row = await store.load_one(conn, table, schedule.key)
             if row is None:
-                await store.insert(conn, table, {
-                    "name": schedule.key, **definition, "paused": False,
-                    "next_fire_at": timing.next_after(now), "fired_count": 0,
-                    "created_at": now, "updated_at": now,
-                })
+                await store.insert(
+                    conn,
+                    table,
+                    {
+                        "name": schedule.key,
+                        **definition,
+                        "paused": False,
+                        "next_fire_at": timing.next_after(now),
+                        "fired_count": 0,
+                        "created_at": now,
+                        "updated_at": now,
+                    },
+                )
                 return
             changed = {k: v for k, v in definition.items() if not _same(row[k], v)}
             if not changed:
@@ -154,7 +161,7 @@ class ScheduleRunner:
         while not self._stopping.is_set():
             try:
                 wait = await self.fire_due()
-            except Exception as e:  # noqa: BLE001 - the loop must outlive any one failure
+            except Exception as e:
                 self._failed("Schedules: looking for due schedules failed", e)
                 wait = POLL_SECONDS
             with contextlib.suppress(asyncio.TimeoutError):
@@ -182,7 +189,7 @@ class ScheduleRunner:
                     next_fire_at = await with_retries(
                         self._dialect, functools.partial(self._fire, row, now)
                     )
-                except Exception as e:  # noqa: BLE001 - one schedule's failure (a full
+                except Exception as e:
                     # queue, say) must not hold the others back
                     if self._dialect.is_unreachable(e):
                         raise
@@ -205,8 +212,12 @@ class ScheduleRunner:
         )
         async with self._dialect.own_transaction(self._engine) as conn:
             won = await store.advance(
-                conn, self.table, schedule.key, expected=row["next_fire_at"],
-                next_fire_at=plan.next_fire_at, last_fired_at=plan.ticks[-1],
+                conn,
+                self.table,
+                schedule.key,
+                expected=row["next_fire_at"],
+                next_fire_at=plan.next_fire_at,
+                last_fired_at=plan.ticks[-1],
                 fired=len(plan.ticks),
             )
             if not won:
@@ -233,9 +244,14 @@ class ScheduleRunner:
         }
         options = schedule.delivery_options
         await self._publish(
-            schedule.body, queue, headers=headers, connection=conn,
-            priority=options.priority, ordering_key=options.ordering_key,
-            delay=options.delay, ttl=options.ttl,
+            schedule.body,
+            queue,
+            headers=headers,
+            connection=conn,
+            priority=options.priority,
+            ordering_key=options.ordering_key,
+            delay=options.delay,
+            ttl=options.ttl,
         )
 
 

@@ -43,9 +43,7 @@ async def insert(conn: AsyncConnection, table: sa.Table, values: dict[str, Any])
     await conn.execute(sa.insert(table).values(values))
 
 
-async def update(
-    conn: AsyncConnection, table: sa.Table, name: str, values: dict[str, Any]
-) -> bool:
+async def update(conn: AsyncConnection, table: sa.Table, name: str, values: dict[str, Any]) -> bool:
     """Change the row of `name`; False when there is none."""
     result = await conn.execute(sa.update(table).where(table.c.name == name).values(values))
     return result.rowcount == 1

@@ -50,9 +50,7 @@ class Timing:
     timezone: str | None = None
 
     @staticmethod
-    def of(
-        every: timedelta | float | None, cron: str | None, tz: str | None
-    ) -> Timing:
+    def of(every: timedelta | float | None, cron: str | None, tz: str | None) -> Timing:
         """The timing given to a declaration, checked."""
         if (every is None) == (cron is None):
             msg = "a schedule needs exactly one of every= (an interval) and cron= (an expression)"
@@ -93,9 +91,7 @@ class Timing:
         found: datetime = croniter(self.cron_expression, local).get_next(datetime)
         return _naive_utc(found)
 
-    def due(
-        self, next_fire_at: datetime, now: datetime, missed: Missed, limit: int
-    ) -> FirePlan:
+    def due(self, next_fire_at: datetime, now: datetime, missed: Missed, limit: int) -> FirePlan:
         """The ticks to fire at `now` of a schedule due at `next_fire_at` (<= now), and
         when it is due next. Costs O(ticks fired), however long nothing ran."""
         keep = 1 if missed is Missed.SKIP else limit
@@ -194,7 +190,11 @@ def checked_missed(missed: object, limit: object) -> tuple[Missed, int]:
     except ValueError:
         msg = f"missed must be 'skip' or 'catch_up', got {missed!r}"
         raise InvalidOptionError(msg) from None
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CATCH_UP_LIMIT:
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not 1 <= limit <= MAX_CATCH_UP_LIMIT
+    ):
         msg = f"catch_up_limit must be an integer from 1 to {MAX_CATCH_UP_LIMIT}, got {limit!r}"
         raise InvalidOptionError(msg)
     return policy, limit

@@ -15,9 +15,7 @@ from contextlib import contextmanager
 from faststream_sqla import exceptions
 from faststream_sqla.urls import mask_passwords
 
-_OURS = re.compile(
-    r"faststream_sqla\.exceptions\.(?P<type>\w+): (?P<message>.*?)(?:\n|$)"
-)
+_OURS = re.compile(r"faststream_sqla\.exceptions\.(?P<type>\w+): (?P<message>.*?)(?:\n|$)")
 
 
 class SparkJobError(exceptions.SqlaBrokerError):

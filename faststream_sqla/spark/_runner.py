@@ -30,7 +30,7 @@ def run_async(work: Callable[[], Awaitable[T]]) -> T:
     def in_thread() -> None:
         try:
             outcome["value"] = asyncio.run(_call(work))
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+        except BaseException as e:
             outcome["error"] = e
 
     thread = threading.Thread(target=in_thread, name="faststream-sqla-spark")

@@ -157,9 +157,11 @@ def publish_dataframe(
         priority=_option("priority", priority, columns, (int,)),
         ordering_key=_option("ordering_key", ordering_key, columns, text),
         idempotency_key=(
-            None if idempotency_key is None
-            else _option("idempotency_key", _column_only("idempotency_key", idempotency_key),
-                         columns, text)
+            None
+            if idempotency_key is None
+            else _option(
+                "idempotency_key", _column_only("idempotency_key", idempotency_key), columns, text
+            )
         ),
         headers=_option("headers", headers, columns, (Mapping,)),
         delay=_option("delay", delay, columns, number),
@@ -169,8 +171,9 @@ def publish_dataframe(
     plan = dataclasses.replace(plan, started_at=_database_time(plan))
     with executor_errors(f"publishing to queue {queue!r}"):
         return int(
-            df.rdd.mapPartitionsWithIndex(lambda index, rows: _write_partition(plan, index, rows))
-            .sum()
+            df.rdd.mapPartitionsWithIndex(
+                lambda index, rows: _write_partition(plan, index, rows)
+            ).sum()
         )
 
 
@@ -346,8 +349,9 @@ def _where(partition: int, number: int, values: Mapping[str, Any]) -> str:
 
 def _envelope(plan: _Plan, row: Mapping[str, Any], partition: int, number: int) -> Envelope:
     if plan.body is None:
-        body: Any = {name: _json_value(value, name, partition, number, row)
-                     for name, value in row.items()}
+        body: Any = {
+            name: _json_value(value, name, partition, number, row) for name, value in row.items()
+        }
     else:
         body = plan.body.of(row)
         if not isinstance(body, (str, bytes, bytearray)):
@@ -366,8 +370,10 @@ def _envelope(plan: _Plan, row: Mapping[str, Any], partition: int, number: int) 
     if hasattr(headers, "asDict"):  # a struct column
         headers = headers.asDict(recursive=True)
     if headers is not None and not isinstance(headers, Mapping):
-        msg = (f"{_where(partition, number, row)}: headers column {plan.headers.column!r} "
-               f"must hold a map or struct, got {type(headers).__name__}")
+        msg = (
+            f"{_where(partition, number, row)}: headers column {plan.headers.column!r} "
+            f"must hold a map or struct, got {type(headers).__name__}"
+        )
         raise InvalidOptionError(msg)
     return Envelope(
         body,
@@ -377,7 +383,9 @@ def _envelope(plan: _Plan, row: Mapping[str, Any], partition: int, number: int) 
     )
 
 
-def _json_value(value: Any, column: str, partition: int, number: int, row: Mapping[str, Any]) -> Any:
+def _json_value(
+    value: Any, column: str, partition: int, number: int, row: Mapping[str, Any]
+) -> Any:
     """A Spark value as JSON carries it: times and dates as ISO 8601, decimals as
     strings (exact); bytes and NaN cannot be carried and fail naming the column."""
     if value is None or isinstance(value, (bool, int, str)):
@@ -410,7 +418,10 @@ def row_key(queue: str, job_key: str, row: Mapping[str, Any]) -> str:
     """The idempotency key of a row: the same for the same queue, job key and row
     content (column names and values), in any partition of any run."""
     content = json.dumps(
-        [queue, job_key, row], sort_keys=True, separators=(",", ":"), default=_canonical,
+        [queue, job_key, row],
+        sort_keys=True,
+        separators=(",", ":"),
+        default=_canonical,
         allow_nan=True,
     )
     return KEY_PREFIX + hashlib.sha256(content.encode()).hexdigest()

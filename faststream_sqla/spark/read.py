@@ -45,7 +45,10 @@ MAX_PARTITIONS = 10_000
 
 ARCHIVE_STATES = (MessageState.COMPLETED, *DEAD_STATES, MessageState.REDRIVEN)
 LIVE_STATES = (
-    MessageState.PENDING, MessageState.WAITING, MessageState.PROCESSING, MessageState.RETRYABLE,
+    MessageState.PENDING,
+    MessageState.WAITING,
+    MessageState.PROCESSING,
+    MessageState.RETRYABLE,
 )
 
 
@@ -69,7 +72,8 @@ class _Scan:
 
     def columns(self, table: sa.Table) -> list[sa.Column]:
         return [
-            c for c in table.columns
+            c
+            for c in table.columns
             if c.name != "ready_at"  # MySQL's generated key
             and (self.only is None or c.name in self.only)
         ]
@@ -168,7 +172,11 @@ def _scan(
             raise InvalidOptionError(msg)
         for name in columns:
             if name not in known:
-                msg = f"columns: the {'archive' if archive else 'queue'} has no column {name!r}; its columns are {', '.join(known)}"
+                where = "archive" if archive else "queue"
+                msg = (
+                    f"columns: the {where} has no column {name!r}; "
+                    f"its columns are {', '.join(known)}"
+                )
                 raise InvalidOptionError(msg)
         only = tuple(columns)
     return _Scan(
@@ -203,7 +211,9 @@ def _read(spark: SparkSession, scan: _Scan, num_partitions: int | None) -> DataF
         return spark.createDataFrame([], schema)
     if num_partitions is None:
         cores = spark.sparkContext.defaultParallelism
-        num_partitions = min(MAX_PARTITIONS, max(cores, math.ceil((high - low + 1) / IDS_PER_PARTITION)))
+        num_partitions = min(
+            MAX_PARTITIONS, max(cores, math.ceil((high - low + 1) / IDS_PER_PARTITION))
+        )
     ranges = id_ranges(low, high, num_partitions)
     rdd = spark.sparkContext.parallelize(ranges, len(ranges)).flatMap(
         lambda span: _read_range(scan, span)
@@ -218,7 +228,9 @@ async def _id_span(scan: _Scan) -> tuple[int | None, int | None]:
         table = scan.table(engine.dialect.name)
         async with reading(engine) as conn:
             result = await conn.execute(
-                sa.select(sa.func.min(table.c.id), sa.func.max(table.c.id)).where(*scan.where(table))
+                sa.select(sa.func.min(table.c.id), sa.func.max(table.c.id)).where(
+                    *scan.where(table)
+                )
             )
             low, high = result.one()
     except Exception as e:
@@ -244,7 +256,7 @@ def id_ranges(low: int, high: int, parts: int) -> list[tuple[int, int]]:
 
 def spark_schema(columns: Sequence[sa.Column]) -> StructType:
     """The Spark schema of table columns, declared from their SQLAlchemy types."""
-    from pyspark.sql import types as T  # noqa: N812 - Spark's own convention
+    from pyspark.sql import types as T
 
     def spark_type(column: sa.Column) -> Any:
         kind = column.type
@@ -283,7 +295,7 @@ def _read_range(scan: _Scan, span: tuple[int, int]) -> Iterator[tuple[Any, ...]]
             if not page:
                 return
             for row in page:
-                yield tuple(f(v) for f, v in zip(convert, row[1:]))
+                yield tuple(f(v) for f, v in zip(convert, row[1:], strict=True))
             start = page[-1][0] + 1
     finally:
         loop.run_until_complete(engine.dispose())

@@ -24,9 +24,20 @@ PERCENTILES = (0.5, 0.95, 0.99)
 REPORT_INPUT = ("queue", "state", "attempts_count", "created_at", "archived_at")
 #: the report's columns after queue (and period), in order
 REPORT_COLUMNS = (
-    "messages", "completed", "failed", "expired", "redriven", "failure_rate",
-    "mean_attempts", "max_attempts", "latency_p50_s", "latency_p95_s", "latency_p99_s",
-    "first_archived_at", "last_archived_at", "throughput_per_s",
+    "messages",
+    "completed",
+    "failed",
+    "expired",
+    "redriven",
+    "failure_rate",
+    "mean_attempts",
+    "max_attempts",
+    "latency_p50_s",
+    "latency_p95_s",
+    "latency_p99_s",
+    "first_archived_at",
+    "last_archived_at",
+    "throughput_per_s",
 )
 
 
@@ -39,14 +50,15 @@ def delivery_report(archive_df: DataFrame, *, by: str | None = None) -> DataFram
     is messages per second: over the period when `by` is given, else over the span from
     the first to the last archive of the queue (null when that span is zero).
     """
-    from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
+    from pyspark.sql import functions as F
 
     if by is not None and by not in PERIODS:
         msg = f"by must be one of {', '.join(PERIODS)} or None, got {by!r}"
         raise InvalidOptionError(msg)
     missing = set(REPORT_INPUT) - set(archive_df.columns)
     if missing:
-        msg = f"archive_df lacks the columns {', '.join(sorted(missing))}: pass read_archive()'s DataFrame"
+        lacking = ", ".join(sorted(missing))
+        msg = f"archive_df lacks the columns {lacking}: pass read_archive()'s DataFrame"
         raise InvalidOptionError(msg)
 
     def count_of(state: MessageState):
@@ -71,9 +83,9 @@ def delivery_report(archive_df: DataFrame, *, by: str | None = None) -> DataFram
         F.min("archived_at").alias("first_archived_at"),
         F.max("archived_at").alias("last_archived_at"),
     )
-    span_s = F.expr(
-        "timestampdiff(MICROSECOND, first_archived_at, last_archived_at)"
-    ) / F.lit(1_000_000.0)
+    span_s = F.expr("timestampdiff(MICROSECOND, first_archived_at, last_archived_at)") / F.lit(
+        1_000_000.0
+    )
     window = F.lit(float(PERIODS[by])) if by is not None else span_s
     report = (
         grouped.withColumn("failure_rate", F.col("failed") / F.col("messages"))

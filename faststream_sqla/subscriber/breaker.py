@@ -88,7 +88,10 @@ def decide(
         failures = tally.trailing if tally.succeeded else current.failures + tally.failures
         if failures >= threshold:
             return BreakerChange(
-                OPEN, failures, opens=True, cooldown=cooldown,
+                OPEN,
+                failures,
+                opens=True,
+                cooldown=cooldown,
                 reason=f"{failures} consecutive failures",
             )
         if failures == current.failures:
@@ -224,13 +227,17 @@ class Breakers:
                 if tally.probe_settled and tally.probe is None:
                     view.probe_message = None  # spent without a verdict: probe another
                     self.wake.set()
-                if tally.failures or tally.probe is not None or (
-                    tally.succeeded and (view.failures or view.state is not CLOSED)
+                if (
+                    tally.failures
+                    or tally.probe is not None
+                    or (tally.succeeded and (view.failures or view.state is not CLOSED))
                 ):
                     await self._write(queue, tally)
-            except Exception as exc:  # noqa: BLE001 - the next batch counts again
-                self.log(logging.WARNING, f"counting failures for the circuit breaker of "
-                         f"queue {queue!r} failed: {exc!r}")
+            except Exception as exc:
+                self.log(
+                    logging.WARNING,
+                    f"counting failures for the circuit breaker of queue {queue!r} failed: {exc!r}",
+                )
             finally:
                 if tally.failures:
                     view.uncounted = max(0, view.uncounted - tally.failures)
@@ -238,8 +245,9 @@ class Breakers:
 
     async def _write(self, queue: str, tally: Tally) -> None:
         def judge(current: BreakerRecord) -> BreakerChange | None:
-            return decide(current, tally, threshold=self.threshold, cooldown=self.cooldown,
-                          me=self.me)
+            return decide(
+                current, tally, threshold=self.threshold, cooldown=self.cooldown, me=self.me
+            )
 
         changed = await with_retries(
             self.dialect, lambda: controls.change_breaker(self.dialect, self.engine, queue, judge)
@@ -252,7 +260,8 @@ class Breakers:
         if after.state is not before.state:
             if after.state is OPEN:
                 reason = (
-                    "its probe failed" if before.state is HALF_OPEN
+                    "its probe failed"
+                    if before.state is HALF_OPEN
                     else f"{after.failures} consecutive failures"
                 )
                 self.log(
@@ -261,8 +270,10 @@ class Breakers:
                     f"for {self.cooldown:g}s, then one probe",
                 )
             else:
-                self.log(logging.INFO, f"circuit breaker of queue {queue!r} is CLOSED: its "
-                         "probe succeeded")
+                self.log(
+                    logging.INFO,
+                    f"circuit breaker of queue {queue!r} is CLOSED: its probe succeeded",
+                )
 
     def _apply(self, queue: str, record: BreakerRecord) -> None:
         """Make the view of `queue` what the database holds."""
@@ -288,12 +299,14 @@ class Breakers:
             reading = readings.get(queue)
             record = reading.breaker if reading is not None else BreakerRecord()
             if view.version == versions[queue] and (
-                record.state is not view.state or record.probe != view.probe
+                record.state is not view.state
+                or record.probe != view.probe
                 or record.failures != view.failures
             ):
                 if record.state is not view.state:
-                    self.log(logging.INFO, f"circuit breaker of queue {queue!r} is "
-                             f"{record.state.value}")
+                    self.log(
+                        logging.INFO, f"circuit breaker of queue {queue!r} is {record.state.value}"
+                    )
                 self._apply(queue, record)
             if reading is None:
                 continue
@@ -330,6 +343,9 @@ class Breakers:
         view.version += 1
         view.state, view.probe, view.probe_message = HALF_OPEN, self.me, None
         why = "its holder fell silent" if silent_after is not None else "its cooldown is over"
-        self.log(logging.INFO, f"circuit breaker of queue {queue!r} is HALF_OPEN ({why}): "
-                 "this process claims one message as the probe")
+        self.log(
+            logging.INFO,
+            f"circuit breaker of queue {queue!r} is HALF_OPEN ({why}): "
+            "this process claims one message as the probe",
+        )
         self.wake.set()

@@ -71,10 +71,14 @@ class ConsumeOptions:
         # Every option has bounds: a value that cannot work (a claim size past the
         # database's integers, a busy-looping interval, a lease of centuries) fails here,
         # when the subscriber is built, not in every claim later.
-        def seconds(name: str, value: object, low: float, high: float, *, above: bool = False) -> None:
+        def seconds(
+            name: str, value: object, low: float, high: float, *, above: bool = False
+        ) -> None:
             ok = (
-                isinstance(value, (int, float)) and not isinstance(value, bool)
-                and math.isfinite(value) and (value > low if above else value >= low)
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+                and (value > low if above else value >= low)
                 and value <= high
             )
             if not ok:
@@ -98,8 +102,10 @@ class ConsumeOptions:
             msg = f"retry_strategy must be a RetryStrategy, got {self.retry_strategy!r}"
             raise InvalidOptionError(msg)
         factor = self.overfetch_factor
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (
-            1 <= factor <= MAX_OVERFETCH
+        if (
+            isinstance(factor, bool)
+            or not isinstance(factor, (int, float))
+            or not (1 <= factor <= MAX_OVERFETCH)
         ):
             msg = f"overfetch_factor must be a number from 1 to {MAX_OVERFETCH}, got {factor!r}"
             raise InvalidOptionError(msg)
@@ -122,8 +128,7 @@ class ConsumeOptions:
             )
         seconds("circuit_breaker_cooldown", self.circuit_breaker_cooldown, 0.1, DAY)
         if not isinstance(self.permanent_exceptions, tuple) or not all(
-            isinstance(t, type) and issubclass(t, BaseException)
-            for t in self.permanent_exceptions
+            isinstance(t, type) and issubclass(t, BaseException) for t in self.permanent_exceptions
         ):
             msg = (
                 "permanent_exceptions must be a tuple of exception classes, "

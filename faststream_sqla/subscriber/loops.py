@@ -24,10 +24,10 @@ from faststream_sqla.parser import claimed_from_row
 from .claim_size import ClaimSizer
 
 if TYPE_CHECKING:
-    from faststream_sqla.health import DatabaseHealth
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from faststream_sqla.dialects import Dialect
+    from faststream_sqla.health import DatabaseHealth
     from faststream_sqla.message import ClaimedMessage
 
     from .breaker import Breakers
@@ -211,9 +211,7 @@ class Fetcher:
         #: holds less than those turns' deliveries, workers yield at every delivery.
         self.claim_in_flight = False
         self._hurry_claims = dialect.claim_round_trips > 1
-        self.hurry_below = (
-            dialect.claim_round_trips * options.max_workers * DELIVERIES_PER_YIELD
-        )
+        self.hurry_below = dialect.claim_round_trips * options.max_workers * DELIVERIES_PER_YIELD
         self.stopping = False
         self._rotation = 0
         #: queues an operator paused (ControlWatcher keeps it current): not claimed
@@ -271,7 +269,7 @@ class Fetcher:
             self.claim_in_flight = self._hurry_claims
             try:
                 got = await self.claim_round(batch)
-            except Exception as exc:  # noqa: BLE001 - any failure: log, back off, retry
+            except Exception as exc:
                 delay = backoff.next_delay()
                 log_failure(self.log, "claiming messages", exc, backoff, self.health)
                 if self.health.is_down:
@@ -459,9 +457,7 @@ class OutcomeFlusher(StoppableLoop):
             if not isinstance(exc, Exception):
                 raise  # cancelled: kept for the final flush
             self._failed = True
-            log_failure(
-                self.log, f"writing {len(batch)} outcomes", exc, self._backoff, self.health
-            )
+            log_failure(self.log, f"writing {len(batch)} outcomes", exc, self._backoff, self.health)
             return False
         self._failed = False
         self._backoff.reset()
@@ -469,7 +465,7 @@ class OutcomeFlusher(StoppableLoop):
         if self.after_write is not None:
             try:
                 await self.after_write(batch)
-            except Exception as exc:  # noqa: BLE001 - release-stuck's sweep catches up
+            except Exception as exc:
                 self.log(logging.WARNING, f"after writing {len(batch)} outcomes: {exc!r}")
         self.on_written(batch)
         if changed < len(batch):
@@ -550,7 +546,10 @@ class StuckReleaser(StoppableLoop):
             released, self._sweep_from[queue] = await with_retries(
                 self.dialect,
                 functools.partial(
-                    ordering.sweep, self.dialect, self.engine, queue,
+                    ordering.sweep,
+                    self.dialect,
+                    self.engine,
+                    queue,
                     self._sweep_from.get(queue, ""),
                 ),
             )
@@ -571,7 +570,7 @@ class StuckReleaser(StoppableLoop):
             try:
                 await self.release_once()
                 backoff.reset()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log_failure(self.log, "releasing stuck messages", exc, backoff, self.health)
 
 
@@ -650,7 +649,7 @@ class ControlWatcher(StoppableLoop):
                 await self.read_once()
                 backoff.reset()
                 delay = self.interval
-            except Exception as exc:  # noqa: BLE001 - the last reading holds meanwhile
+            except Exception as exc:
                 log_failure(self.log, "reading the queue controls", exc, backoff, self.health)
                 delay = min(backoff.next_delay(), self.interval)
             finally:
@@ -698,6 +697,6 @@ class LeaseKeeper(StoppableLoop):
                 await self.renew_once()
                 backoff.reset()
                 delay = self.interval
-            except Exception as exc:  # noqa: BLE001 - retried soon: leases must not lapse
+            except Exception as exc:
                 log_failure(self.log, "renewing leases", exc, backoff, self.health)
                 delay = backoff.next_delay()

@@ -104,7 +104,7 @@ class LoopStallWatch:
         what = describe() if describe is not None else None
         if what is None:
             what = f"task {task.get_name()!r}" if task is not None else "a callback"
-        frame = sys._current_frames().get(self._loop_thread)  # noqa: SLF001 - documented
+        frame = sys._current_frames().get(self._loop_thread)
         if frame is not None:
             where = traceback.extract_stack(frame, limit=1)[-1]
             what += f" at {where.filename}:{where.lineno} ({where.line})"

@@ -9,12 +9,11 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pydantic
-from typing_extensions import override
-
 from faststream._internal.endpoint.subscriber import SubscriberUsecase
 from faststream._internal.endpoint.utils import process_msg
 from faststream.exceptions import AckMessage, NackMessage, RejectMessage, StopConsume
 from faststream.message import AckStatus
+from typing_extensions import override
 
 from faststream_sqla import lifecycle, ordering
 from faststream_sqla._faststream import set_auto_ack_disabled
@@ -54,7 +53,11 @@ if TYPE_CHECKING:
     from .config import SqlaSubscriberConfig
 
 # A handler's own Ack/Nack/RejectMessage under AckPolicy.MANUAL (no middleware catches them)
-_DECISIONS = {AckMessage: AckStatus.ACKED, NackMessage: AckStatus.NACKED, RejectMessage: AckStatus.REJECTED}
+_DECISIONS = {
+    AckMessage: AckStatus.ACKED,
+    NackMessage: AckStatus.NACKED,
+    RejectMessage: AckStatus.REJECTED,
+}
 
 
 _Told = TypeVar("_Told", Outcome, None)
@@ -66,7 +69,7 @@ def told(raw: ClaimedMessage, outcome: _Told) -> _Told:
         on_outcome, raw.on_outcome = raw.on_outcome, None
         try:
             on_outcome(outcome)
-        except Exception:  # noqa: BLE001 - an observer must not lose the outcome
+        except Exception:
             logging.getLogger(__name__).exception("an outcome observer failed")
     return outcome
 
@@ -194,42 +197,72 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._held = {}
         claiming = asyncio.Lock()
         self._fetcher = Fetcher(
-            engine=engine, dialect=dialect, queues=self.queues, options=opts,
-            buffer=self._buffer, wake=self._wake, on_claimed=self._hold,
-            on_resized=self._claim_resized, unsettled=self._held.__len__,
-            claiming=claiming, log=self._log, health=self._outer_config.health,
+            engine=engine,
+            dialect=dialect,
+            queues=self.queues,
+            options=opts,
+            buffer=self._buffer,
+            wake=self._wake,
+            on_claimed=self._hold,
+            on_resized=self._claim_resized,
+            unsettled=self._held.__len__,
+            claiming=claiming,
+            log=self._log,
+            health=self._outer_config.health,
         )
         self._flusher = OutcomeFlusher(
-            engine=engine, dialect=dialect, interval=opts.flush_interval,
+            engine=engine,
+            dialect=dialect,
+            interval=opts.flush_interval,
             batch_size=flush_batch_size(self._fetcher.batch_size, opts),
-            on_written=self._release_held, after_write=self._after_write, log=self._log,
+            on_written=self._release_held,
+            after_write=self._after_write,
+            log=self._log,
             health=self._outer_config.health,
         )
         self._breakers = None
         if opts.circuit_breaker_threshold is not None:
             self._breakers = self._fetcher.breakers = Breakers(
-                engine=engine, dialect=dialect, queues=self.queues,
+                engine=engine,
+                dialect=dialect,
+                queues=self.queues,
                 threshold=opts.circuit_breaker_threshold,
                 cooldown=opts.circuit_breaker_cooldown,
                 # the holder refreshes its hold every watcher turn; after it dies, its
                 # probe message's lease lapses too
                 silent_after=max(opts.circuit_breaker_cooldown, 3 * CONTROL_INTERVAL)
                 + opts.release_stuck_timeout,
-                log=self._log, on_opened=self._give_back_buffered, wake=self._wake,
+                log=self._log,
+                on_opened=self._give_back_buffered,
+                wake=self._wake,
             )
         releaser = StuckReleaser(
-            engine=engine, dialect=dialect, queues=self.queues, options=opts,
-            held=self._held, claiming=claiming, on_released=self._wake.set, log=self._log,
+            engine=engine,
+            dialect=dialect,
+            queues=self.queues,
+            options=opts,
+            held=self._held,
+            claiming=claiming,
+            on_released=self._wake.set,
+            log=self._log,
             health=self._outer_config.health,
         )
         leases = LeaseKeeper(
-            engine=engine, dialect=dialect, held=self._held,
-            interval=opts.release_stuck_timeout / 3, log=self._log,
+            engine=engine,
+            dialect=dialect,
+            held=self._held,
+            interval=opts.release_stuck_timeout / 3,
+            log=self._log,
             health=self._outer_config.health,
         )
         watcher = ControlWatcher(
-            engine=engine, dialect=dialect, queues=self.queues, fetcher=self._fetcher,
-            wake=self._wake, log=self._log, health=self._outer_config.health,
+            engine=engine,
+            dialect=dialect,
+            queues=self.queues,
+            fetcher=self._fetcher,
+            wake=self._wake,
+            log=self._log,
+            health=self._outer_config.health,
             breakers=self._breakers,
         )
         self._loops = [self._flusher, releaser, leases, watcher]
@@ -383,7 +416,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         if self._breakers is not None:
             try:
                 await self._breakers.hand_back_probes()
-            except Exception as exc:  # noqa: BLE001 - the silent-holder timeout covers it
+            except Exception as exc:
                 self._log(logging.WARNING, f"handing back circuit breaker probes: {exc!r}")
         self._tasks, self._workers = [], []
         await super().stop()
@@ -481,7 +514,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                     await asyncio.sleep(0)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a worker must outlive any bug
+            except Exception as exc:
                 # deliveries hand over their outcomes last, so none exist for these yet
                 self._log(logging.CRITICAL, f"delivery failed unexpectedly: {exc!r}", exc_info=exc)
                 for item in batch or (raw,):
@@ -596,14 +629,12 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             asyncio.get_running_loop().create_task(self.stop())
             if app := self._outer_config.context.get("app"):
                 app.exit()
-        except Exception as exc:  # noqa: BLE001 - logged by FastStream; recorded here
+        except Exception as exc:
             self._classify(live, exc)
             return exc
         return None
 
-    async def _held_for_outage(
-        self, live: Sequence[ClaimedMessage], error: BaseException
-    ) -> bool:
+    async def _held_for_outage(self, live: Sequence[ClaimedMessage], error: BaseException) -> bool:
         """Whether the handler failed because the broker's database is gone: then its
         messages go back to the front of the buffer, their attempt not spent, to run
         again once the database answers. A message the handler acked keeps its ack."""
@@ -631,9 +662,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 if raw.decision is None or raw.decision is AckStatus.NACKED:
                     raw.decision = AckStatus.REJECTED
 
-    def _outcome(
-        self, raw: ClaimedMessage, started: float, error: BaseException | None
-    ) -> Outcome:
+    def _outcome(self, raw: ClaimedMessage, started: float, error: BaseException | None) -> Outcome:
         started_at = lifecycle.db_time(raw, started)
         if raw.decision is AckStatus.ACKED and error is None:
             return lifecycle.completed(raw, started_at)  # once per message: no detour
@@ -683,7 +712,10 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         now = lifecycle.db_time(raw, time.monotonic())
         await self._write_now(
             lifecycle.after_attempt(
-                raw, started_at=now, finished_at=now, error=None,
+                raw,
+                started_at=now,
+                finished_at=now,
+                error=None,
                 retry_strategy=self.options.retry_strategy,
             ),
             raw,
