@@ -277,6 +277,16 @@ async def take_probe(
     return True
 
 
+def _probe_held(c: sa.Table, queue: str, me: str) -> tuple[sa.ColumnElement[bool], ...]:
+    """The queue's breaker row while `me` holds its probe."""
+    return (
+        c.c.queue == queue,
+        c.c.channel == WHOLE_QUEUE,
+        c.c.breaker_state == BreakerState.HALF_OPEN.value,
+        c.c.breaker_probe == me,
+    )
+
+
 async def hand_back_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me: str) -> bool:
     """A stopping holder gives its probe back: OPEN again and due at once, so another
     process probes now rather than after the silent-holder timeout. Whether it held it."""
@@ -285,12 +295,7 @@ async def hand_back_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me:
     async with dialect.own_transaction(engine) as conn:
         handed = await conn.execute(
             c.update()
-            .where(
-                c.c.queue == queue,
-                c.c.channel == WHOLE_QUEUE,
-                c.c.breaker_state == BreakerState.HALF_OPEN.value,
-                c.c.breaker_probe == me,
-            )
+            .where(*_probe_held(c, queue, me))
             .values(
                 breaker_state=BreakerState.OPEN.value,
                 breaker_probe=None,
@@ -312,14 +317,7 @@ async def keep_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me: str)
     c = dialect.tables.controls
     async with dialect.own_transaction(engine) as conn:
         kept = await conn.execute(
-            c.update()
-            .where(
-                c.c.queue == queue,
-                c.c.channel == WHOLE_QUEUE,
-                c.c.breaker_state == BreakerState.HALF_OPEN.value,
-                c.c.breaker_probe == me,
-            )
-            .values(breaker_changed_at=utc_now())
+            c.update().where(*_probe_held(c, queue, me)).values(breaker_changed_at=utc_now())
         )
     return kept.rowcount == 1
 

@@ -49,6 +49,26 @@ OptionalName = Annotated[
 ]
 
 
+def _set_paused(
+    url: str, queue: str, paused: bool, json_output: bool, message_table: str, archive_table: str
+) -> None:
+    changed = with_admin(
+        url,
+        message_table,
+        archive_table,
+        lambda a: a.pause_queue(queue) if paused else a.resume_queue(queue),
+    )
+    if json_output:
+        return print_json({"queue": queue, "paused": paused, "changed": changed})
+    name = escape(repr(queue))
+    if paused:
+        state = "paused" if changed else "was already paused"
+        out.print(f"Queue {name} {state}: consumers stop claiming within a few seconds.")
+    else:
+        out.print(f"Queue {name} {'resumed' if changed else 'was not paused'}.")
+    return None
+
+
 @queue_app.command()
 def pause(
     url: Url,
@@ -58,12 +78,7 @@ def pause(
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """Stop claims of QUEUE in every process within seconds; running handlers finish."""
-    changed = with_admin(url, message_table, archive_table, lambda a: a.pause_queue(queue))
-    if json_output:
-        return print_json({"queue": queue, "paused": True, "changed": changed})
-    state = "paused" if changed else "was already paused"
-    out.print(f"Queue {escape(repr(queue))} {state}: consumers stop claiming within a few seconds.")
-    return None
+    return _set_paused(url, queue, True, json_output, message_table, archive_table)
 
 
 @queue_app.command()
@@ -75,12 +90,7 @@ def resume(
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """Let every consumer of QUEUE claim again."""
-    changed = with_admin(url, message_table, archive_table, lambda a: a.resume_queue(queue))
-    if json_output:
-        return print_json({"queue": queue, "paused": False, "changed": changed})
-    state = "resumed" if changed else "was not paused"
-    out.print(f"Queue {escape(repr(queue))} {state}.")
-    return None
+    return _set_paused(url, queue, False, json_output, message_table, archive_table)
 
 
 @queue_app.command()
