@@ -175,9 +175,16 @@ async def _stop_between_statements(proc, engine, dialect_name: str, database_url
     """SIGSTOP `proc` at a moment it holds no transaction open (resuming and stopping it
     again until so)."""
 
+    async def between_statements() -> bool:
+        return not await _holds_a_transaction(engine, dialect_name, database_url)
+
     async def stopped_quietly() -> bool:
+        # Running, it finishes what it began (on a busy host stopping it again at once
+        # could catch it in the same transaction every time); then it is stopped, and
+        # checked again, since it may have begun another in between.
+        await wait_until(between_statements)
         proc.send_signal(signal.SIGSTOP)
-        if not await _holds_a_transaction(engine, dialect_name, database_url):
+        if await between_statements():
             return True
         proc.send_signal(signal.SIGCONT)
         return False
