@@ -586,7 +586,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 raise
             if error is not None and await self._held_for_outage(live, error):
                 live = []
-        settled += (told(raw, self._outcome(raw, started, error)) for raw in live)
+        for raw in live:  # per message: the observer's call only where there is one
+            outcome = self._outcome(raw, started, error)
+            settled.append(outcome if raw.on_outcome is None else told(raw, outcome))
         if self._breakers is not None:
             held = self._held
             for outcome in settled:
