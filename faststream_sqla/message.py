@@ -111,6 +111,7 @@ class ClaimedMessage:
     priority: int = 0
     ordering_key: str | None = None
     idempotency_key: str | None = None
+    channel: str | None = None
     #: what the last deferral saved, as stored (decode_saved_state reads it)
     saved_state: bytes | None = None
     claimed_at_monotonic: float = 0.0
@@ -129,8 +130,13 @@ class ClaimedMessage:
 
     @property
     def keyed(self) -> bool:
-        """Has an ordering or idempotency key (on MySQL, a row in the keys table)."""
-        return self.ordering_key is not None or self.idempotency_key is not None
+        """Has an ordering or idempotency key or a channel (on MySQL, a row in the keys
+        table)."""
+        return (
+            self.ordering_key is not None
+            or self.idempotency_key is not None
+            or self.channel is not None
+        )
 
     @property
     def token(self) -> int:
@@ -199,6 +205,11 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
     def ordering_key(self) -> str | None:
         """The key whose messages are handled one at a time, in publish order."""
         return self.raw_message.ordering_key
+
+    @property
+    def channel(self) -> str | None:
+        """The channel whose limits the message was claimed under, if any."""
+        return self.raw_message.channel
 
     async def ack(self) -> None:
         if self.committed is None:

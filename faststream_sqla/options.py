@@ -38,6 +38,9 @@ class DeliveryOptionArgs(TypedDict, total=False):
     idempotency_key: str | None
     """A queue holds one waiting or in-flight message per key: publishing it again returns
     that message's id and writes nothing."""
+    channel: str | None
+    """The channel (a tenant, a customer, an API) whose concurrency and rate limits the
+    message waits for, taking turns with the queue's other channels (docs/flow-control.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,7 @@ class DeliveryOptions:
     priority: int | None = None
     ordering_key: str | None = None
     idempotency_key: str | None = None
+    channel: str | None = None
 
     @staticmethod
     def given(**options: Unpack[DeliveryOptionArgs]) -> DeliveryOptions:

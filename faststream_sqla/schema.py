@@ -116,11 +116,17 @@ def exact_collation(mariadb: bool) -> str:
 
 #: ready_at of a message that may not be claimed (in flight): the last DATETIME
 NOT_READY = datetime(9999, 12, 31, 23, 59, 59)
+#: ready_at of a ready message of a channel: the plain claim never reaches it, and
+#: release-stuck's range (NOT_READY) leaves it out; the channel claim finds it through
+#: the keys table (faststream_sqla.channels)
+CHANNEL_READY = datetime(9999, 12, 30)
 
-#: when a message may be claimed, NOT_READY while it may not: MySQL's stand-in for the
-#: partial claim index of PostgreSQL and SQLite (see build_message_table)
+#: when a message without a channel may be claimed, NOT_READY while it may not, and
+#: CHANNEL_READY for a ready message of a channel: MySQL's stand-in for the partial
+#: claim index of PostgreSQL and SQLite (see build_message_table)
 READY_AT_SQL = (
-    "CASE WHEN state IN ('PENDING', 'RETRYABLE') THEN next_attempt_at "
+    "CASE WHEN state IN ('PENDING', 'RETRYABLE') AND channel IS NULL THEN next_attempt_at "
+    "WHEN state IN ('PENDING', 'RETRYABLE') THEN TIMESTAMP'9999-12-30 00:00:00' "
     "ELSE TIMESTAMP'9999-12-31 23:59:59' END"
 )
 
@@ -257,6 +263,9 @@ MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
     # Unique per queue among the messages in this table (ux_<table>_idempotency).
     # Claimed: an outcome must know whether its message has a key row to delete (MySQL).
     MessageColumn("idempotency_key", sa.String(MAX_KEY_LENGTH), published_as="idempotency_key"),
+    # The channel (a tenant, a customer, an API) whose limits and turn in the rotation
+    # the message waits for (faststream_sqla.channels); the plain claim never takes it.
+    MessageColumn("channel", sa.String(MAX_KEY_LENGTH), published_as="channel"),
     # What a handler saved when it deferred the message (SqlaMessage.defer): the next
     # delivery reads it. Tagged bytes (message.encode_saved_state); not archived.
     MessageColumn("saved_state", SavedState, archived=False),
@@ -321,7 +330,7 @@ def _columns(names: tuple[str, ...]) -> list[sa.Column]:
 def build_message_table(
     metadata: sa.MetaData, name: str, *, ready_at_column: bool = False
 ) -> sa.Table:
-    ready = sa.text("state IN ('PENDING', 'RETRYABLE')")
+    ready = "state IN ('PENDING', 'RETRYABLE')"
     processing = sa.text("state = 'PROCESSING'")
     extra = (
         # Stored, not virtual: purging a deleted row then needs no recomputation, and
@@ -356,15 +365,28 @@ def build_message_table(
         # every message, keyed or not; the keys table holds them (build_keys_table).
         return table
     # The claim walks (queue, next_attempt_at) in order and stops at LIMIT; in-flight
-    # rows are left out of the index entirely.
+    # rows, and the messages of channels, are left out of the index entirely.
+    plain_ready = sa.text(f"{ready} AND channel IS NULL")
     sa.Index(
         f"ix_{name}_claim",
         table.c.queue,
         table.c.priority,  # one range per priority (see _claim.ready_ids)
         table.c.next_attempt_at,
         table.c.id,  # the claim orders by (next_attempt_at, id): no sort on any backlog
-        postgresql_where=ready,
-        sqlite_where=ready,
+        postgresql_where=plain_ready,
+        sqlite_where=plain_ready,
+    )
+    # The channel claim (faststream_sqla.channels): which channels have ready messages
+    # (one descent per channel), and each one's oldest due ones.
+    channel_ready = sa.text(f"{ready} AND channel IS NOT NULL")
+    sa.Index(
+        f"ix_{name}_channel",
+        table.c.queue,
+        table.c.channel,
+        table.c.next_attempt_at,
+        table.c.id,
+        postgresql_where=channel_ready,
+        sqlite_where=channel_ready,
     )
     sa.Index(
         f"ix_{name}_stuck",
@@ -411,8 +433,12 @@ def build_keys_table(metadata: sa.MetaData, message: str) -> sa.Table:
         sa.Column("queue", MESSAGE_COLUMN["queue"].type, nullable=False),
         sa.Column("ordering_key", MESSAGE_COLUMN["ordering_key"].type),
         sa.Column("idempotency_key", MESSAGE_COLUMN["idempotency_key"].type),
+        # revision 0014: the channel claim's way to a channel's messages (the message
+        # table's ready index leaves them at CHANNEL_READY, in no useful order)
+        sa.Column("channel", MESSAGE_COLUMN["channel"].type),
     )
     _key_indexes(table, message, partial=False)
+    sa.Index(f"ix_{message}_channel", table.c.queue, table.c.channel, table.c.id)
     return table
 
 
@@ -439,13 +465,16 @@ class BreakerState(str, enum.Enum):
 
 #: the longest text of a breaker state, and of the id of a process holding a probe
 BREAKER_STATE_LENGTH, BREAKER_PROBE_LENGTH = 16, 64
+#: the longest text of a rate window's counts (channels.rate: SLOTS + 1 numbers)
+RATE_COUNTS_LENGTH = 200
 
 
 def build_controls_table(metadata: sa.MetaData, message: str) -> sa.Table:
-    """What operators set per queue, read by every consumer of the queue: whether its
-    claims are paused, and its circuit breaker's state. One row per (queue, channel);
-    the channel `WHOLE_QUEUE` stands for the queue itself (channels and per-queue
-    limits will add rows and columns here). A queue without a row runs normally."""
+    """What operators set per queue and per channel, read by every consumer of the
+    queue: whether its claims are paused, its circuit breaker's state, its limits and
+    the channel claim's running state (rate windows, the rotation). One row per
+    (queue, channel); the channel `WHOLE_QUEUE` stands for the queue itself. A queue
+    or channel without a row runs with no limits."""
     return sa.Table(
         controls_table_name(message),
         metadata,
@@ -463,6 +492,21 @@ def build_controls_table(metadata: sa.MetaData, message: str) -> sa.Table:
         # cooldown, so every process agrees
         sa.Column("breaker_reopens_at", Timestamp),
         sa.Column("breaker_probe", sa.String(BREAKER_PROBE_LENGTH)),
+        # revision 0014: limits (faststream_sqla.channels). A row's own limits apply to
+        # its channel, or on the queue's row to the whole queue; NULL: none.
+        sa.Column("max_concurrency", sa.Integer()),
+        sa.Column("rate_count", sa.Integer()),
+        sa.Column("rate_period", sa.Float()),
+        # the queue's row only: each channel's limits unless its own row sets them
+        sa.Column("channel_max_concurrency", sa.Integer()),
+        sa.Column("channel_rate_count", sa.Integer()),
+        sa.Column("channel_rate_period", sa.Float()),
+        # the rate's sliding window: the current slot's number and the recent counts
+        # (channels.rate)
+        sa.Column("rate_slot", sa.BigInteger()),
+        sa.Column("rate_counts", sa.String(RATE_COUNTS_LENGTH)),
+        # the queue's row only: the channel the claims served last (the rotation)
+        sa.Column("rotation", sa.String(MAX_KEY_LENGTH)),
     )
 
 
@@ -570,6 +614,7 @@ def validate_queue_name(name: object) -> str:
 __all__ = [
     "MYSQL_FAMILY",
     "NOT_READY",
+    "CHANNEL_READY",
     "BreakerState",
     "MessageState",
     "QueueTables",

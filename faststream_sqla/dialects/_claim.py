@@ -36,7 +36,8 @@ def live_ranges(
         return {"all": ()}
     keyed = m.c.ordering_key.isnot(None)
     return {
-        "ready": (ready_predicate(m),),
+        "ready": (ready_predicate(m), m.c.channel.is_(None)),
+        "channelled": (ready_predicate(m), m.c.channel.isnot(None)),
         "processing": (m.c.state == state_literal(MessageState.PROCESSING),),
         "waiting": (keyed, m.c.state == state_literal(MessageState.WAITING)) if apart else (keyed,),
     }
@@ -71,7 +72,9 @@ def ready_ids(
         eligible: list[sa.ColumnElement[bool]] = []
     else:
         due = m.c.next_attempt_at
-        eligible = [ready_predicate(m)]
+        # messages of channels are the channel claim's (faststream_sqla.channels); the
+        # claim index leaves them out, and the planner must see that it may use it
+        eligible = [ready_predicate(m), m.c.channel.is_(None)]
     return (
         sa.select(m.c.id, *extra)
         .where(

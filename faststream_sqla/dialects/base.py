@@ -80,12 +80,18 @@ class NewMessage:
     priority: int = 0
     ordering_key: str | None = None
     idempotency_key: str | None = None
+    channel: str | None = None
     redriven_from: int | None = None  # set by redrive and replay only
 
     @property
     def keyed(self) -> bool:
-        """Has an ordering or idempotency key (on MySQL, a row in the keys table)."""
-        return self.ordering_key is not None or self.idempotency_key is not None
+        """Has an ordering or idempotency key or a channel (on MySQL, a row in the keys
+        table)."""
+        return (
+            self.ordering_key is not None
+            or self.idempotency_key is not None
+            or self.channel is not None
+        )
 
 
 @dataclass(slots=True)
@@ -106,8 +112,8 @@ class Outcome:
     last_attempt_at: datetime | None = None
     next_attempt_at: datetime | None = None
     last_error: str | None = None
-    #: the message has an ordering or idempotency key: archiving it also deletes its
-    #: key row where the keys have a table of their own (MySQL)
+    #: the message has an ordering or idempotency key or a channel: archiving it also
+    #: deletes its key row where the keys have a table of their own (MySQL)
     keyed: bool = False
     #: a deferral's saved state to write (encoded, None to clear), or KEEP_STATE
     saved_state: Any = KEEP_STATE

@@ -328,7 +328,7 @@ class MySQLDialect(Dialect):
         insert's transaction: a key another publisher holds fails here, and the whole
         publish with it, as the message table's own unique index would elsewhere."""
         keyed = [
-            (message_id, row.queue, row.ordering_key, row.idempotency_key)
+            (message_id, row.queue, row.ordering_key, row.idempotency_key, row.channel)
             for row, message_id in zip(rows, ids, strict=True)
             if row.keyed
         ]
@@ -339,8 +339,8 @@ class MySQLDialect(Dialect):
         for start in range(0, len(keyed), KEY_ROWS_PER_INSERT):
             chunk = keyed[start : start + KEY_ROWS_PER_INSERT]
             await run(
-                f"INSERT INTO {k} (id, queue, ordering_key, idempotency_key) VALUES "
-                + ", ".join(["(%s, %s, %s, %s)"] * len(chunk)),
+                f"INSERT INTO {k} (id, queue, ordering_key, idempotency_key, channel) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk)),
                 tuple(value for row in chunk for value in row),
             )
 

@@ -172,6 +172,7 @@ def row_options(options: DeliveryOptions) -> tuple[Any, ...]:
         checked_priority(options.priority),
         checked_key(options.ordering_key, "ordering_key"),
         checked_key(options.idempotency_key, "idempotency_key"),
+        checked_key(options.channel, "channel"),
     )
 
 

@@ -73,7 +73,7 @@ def test_script_location_holds_the_scripts() -> None:
     location = Path(script_location())
     assert (location / "env.py").is_file()
     assert (location / "versions" / "0001_initial.py").is_file()
-    assert HEAD_REVISION == "0013"
+    assert HEAD_REVISION == "0014"
 
 
 async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
@@ -118,10 +118,12 @@ async def test_migration_matches_schema_py(engine: AsyncEngine, dialect_name: st
         # key indexes are on the keys table, which holds only keyed messages
         {("message", "ix_message_ready"): ["queue", "priority", "ready_at", "id"]}
         | {("message_keys", name): columns for name, columns in key_indexes.items()}
+        | {("message_keys", "ix_message_channel"): ["queue", "channel", "id"]}
         if dialect_name == "mysql"
         else {
             ("message", "ix_message_claim"): ["queue", "priority", "next_attempt_at", "id"],
             ("message", "ix_message_stuck"): ["queue", "acquired_at"],
+            ("message", "ix_message_channel"): ["queue", "channel", "next_attempt_at", "id"],
         }
         | {("message", name): columns for name, columns in key_indexes.items()}
     )
@@ -147,9 +149,11 @@ async def test_claim_index_is_partial_where_supported(
     if dialect_name == "mysql":
         assert "'PENDING'" in definition and "'RETRYABLE'" in definition
         assert "next_attempt_at" in definition
+        assert "channel" in definition  # a channel's messages are not the plain claim's
     else:
         # PostgreSQL prints its own normal form of the predicate
         assert "WHERE" in definition and "'PENDING'" in definition and "'RETRYABLE'" in definition
+        assert "channel IS NULL" in definition
 
 
 async def test_downgrade_to_base_then_upgrade(engine: AsyncEngine) -> None:

@@ -44,4 +44,4 @@ def test_wheel_ships_migrations_that_upgrade_a_database(tmp_path: Path) -> None:
         check=True,
     ).stdout.split()
     assert out[0] == str(tmp_path / "site" / "faststream_sqla" / "_alembic")
-    assert out[1] == "0013"
+    assert out[1] == "0014"
