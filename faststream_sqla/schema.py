@@ -612,9 +612,9 @@ def validate_queue_name(name: object) -> str:
 
 
 __all__ = [
+    "CHANNEL_READY",
     "MYSQL_FAMILY",
     "NOT_READY",
-    "CHANNEL_READY",
     "BreakerState",
     "MessageState",
     "QueueTables",

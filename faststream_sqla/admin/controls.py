@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import to_aware, utc_now
+from faststream_sqla.dialects._claim import live_ranges
 from faststream_sqla.schema import WHOLE_QUEUE, BreakerState, QueueTables
 
 from .models import BreakerStatus, BreakerTransition
@@ -37,6 +38,45 @@ async def paused_among(
         )
     )
     return set(result.scalars())
+
+
+async def channelled_among(
+    conn: AsyncConnection, tables: QueueTables, queues: Sequence[str]
+) -> set[str]:
+    """Which of `queues` the channel claim serves (faststream_sqla.channels): those with
+    a limit or a channel's row in this table, and those with messages of a channel
+    waiting (one index probe per queue)."""
+    c = tables.controls
+    found = set(
+        (
+            await conn.execute(
+                sa.select(c.c.queue)
+                .where(
+                    c.c.queue.in_(list(queues)),
+                    sa.or_(
+                        c.c.channel != WHOLE_QUEUE,
+                        c.c.max_concurrency.isnot(None),
+                        c.c.rate_count.isnot(None),
+                        c.c.channel_max_concurrency.isnot(None),
+                        c.c.channel_rate_count.isnot(None),
+                    ),
+                )
+                .distinct()
+            )
+        ).scalars()
+    )
+    if tables.keys is not None:
+        source = tables.keys
+        waiting: tuple[sa.ColumnElement[bool], ...] = (source.c.channel.isnot(None),)
+    else:
+        source = tables.message
+        waiting = live_ranges(source)["channelled"]
+    for queue in queues:
+        if queue not in found and await conn.scalar(
+            sa.select(sa.exists().where(source.c.queue == queue, *waiting))
+        ):
+            found.add(queue)
+    return found
 
 
 async def paused_queues(conn: AsyncConnection, tables: QueueTables) -> list[str]:

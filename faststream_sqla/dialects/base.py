@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequ
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -25,6 +25,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.dialects._claim import active_count, keyed_messages
 from faststream_sqla.message import KEEP_STATE
+
+if TYPE_CHECKING:
+    from faststream_sqla.channels.claim import ChannelClaim
 from faststream_sqla.schema import (
     CLAIMED_COLUMNS,
     NOT_READY,
@@ -403,6 +406,20 @@ class Dialect(abc.ABC):
     def own_transaction(self, engine: AsyncEngine) -> AbstractAsyncContextManager[AsyncConnection]:
         """A transaction the broker opens for itself (not a caller's), committed on exit."""
         return engine.begin()
+
+    def channel_transaction(
+        self, engine: AsyncEngine
+    ) -> AbstractAsyncContextManager[AsyncConnection]:
+        """The channel claim's transaction (faststream_sqla.channels.claim): each of its
+        statements must see what committed before it began."""
+        return self.own_transaction(engine)
+
+    @functools.cached_property
+    def channel_claim(self) -> ChannelClaim:
+        """The channel claim's statements for these tables, built on first use."""
+        from faststream_sqla.channels.claim import ChannelClaim
+
+        return ChannelClaim(self)
 
     async def vacuum_message_table(self, engine: AsyncEngine) -> float:
         """Remove the dead entries of settled messages from the message table and its

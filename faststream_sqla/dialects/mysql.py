@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -172,6 +173,16 @@ RunStatement = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Sequence[Any]
 
 class MySQLDialect(Dialect):
     name = "mysql"
+
+    @asynccontextmanager
+    async def channel_transaction(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+        # READ COMMITTED, for this transaction only: each statement sees what committed
+        # before it, and the reads take no gap locks that publishers would wait on.
+        async with engine.connect() as conn:
+            await conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            yield conn
+            await conn.commit()
+
     # SET TRANSACTION (READ COMMITTED), the locking SELECT, the UPDATE, COMMIT
     claim_round_trips = 4
 

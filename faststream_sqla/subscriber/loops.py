@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from faststream_sqla import ordering
 from faststream_sqla.admin import controls
+from faststream_sqla.channels.claim import claim_channelled
 from faststream_sqla.dialects.base import Outcome, reading, with_retries
 from faststream_sqla.message import KEEP_STATE
 from faststream_sqla.parser import claimed_from_row
@@ -118,6 +119,10 @@ class PrefetchBuffer:
         self._filled = asyncio.Event()
         #: items taken so far: the rate workers take them sizes the claims
         self.taken = 0
+        #: workers waiting for an item, and an event set when one starts to: a fetcher
+        #: that claims only for idle workers (channels) waits on it
+        self.idle_workers = 0
+        self.worker_idle = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self.items)
@@ -153,9 +158,14 @@ class PrefetchBuffer:
         self._filled.set()
 
     async def get(self) -> ClaimedMessage | None:
-        while not self.items:
-            self._filled.clear()
-            await self._filled.wait()
+        self.idle_workers += 1
+        self.worker_idle.set()
+        try:
+            while not self.items:
+                self._filled.clear()
+                await self._filled.wait()
+        finally:
+            self.idle_workers -= 1
         self.taken += 1
         return self.items.popleft()
 
@@ -216,6 +226,11 @@ class Fetcher:
         self._rotation = 0
         #: queues an operator paused (ControlWatcher keeps it current): not claimed
         self.paused: frozenset[str] = frozenset()
+        #: queues with channels or limits (ControlWatcher keeps it current): claimed by
+        #: the channel claim, and only for idle workers (see idle_room)
+        self.channelled: frozenset[str] = frozenset()
+        #: messages one worker takes at a time (a batch subscriber's whole batch)
+        self.per_worker = 1
         #: set once the controls were first read: no claim comes before that
         self.controls_read = asyncio.Event()
         #: the circuit breakers of the queues, if the subscriber has them
@@ -252,12 +267,25 @@ class Fetcher:
             self.awaiting_space = False
             self.space.set()
 
+    def idle_room(self) -> int:
+        """With channels, what a claim may take: only what idle workers start at once,
+        so no buffered message holds a channel's slot while the workers are busy with
+        other work."""
+        room = self.buffer.idle_workers * self.per_worker - len(self.buffer)
+        return min(room, self.max_unsettled - self.unsettled())
+
     async def run(self) -> None:
         backoff = Backoff()
         await self.controls_read.wait()
         while not self.stopping:
             batch = self.batch_size
-            if self.free_slots() < batch:
+            if self.channelled:
+                batch = self.idle_room()
+                if batch <= 0:
+                    self.buffer.worker_idle.clear()
+                    await wait_event(self.buffer.worker_idle, self.options.max_fetch_interval)
+                    continue
+            elif self.free_slots() < batch:
                 # Cleared once the fetcher runs again, not when its claim ends: left set
                 # through a claim, it had every worker yield at every message meanwhile.
                 self.awaiting_space = True
@@ -281,8 +309,10 @@ class Fetcher:
             finally:
                 self.claim_in_flight = False
             backoff.reset()
-            self._resize()
-            full = got >= batch
+            if not self.channelled:
+                self._resize()
+            # with channels, a claim that took anything may have left limits with room
+            full = got > 0 if self.channelled else got >= batch
             if full and self.options.min_fetch_interval <= 0:
                 # More is likely waiting: claim again at once. Yielding first
                 # (sleep(0)) cost a full turn of every busy worker, up to 8 deliveries
@@ -313,6 +343,8 @@ class Fetcher:
                     continue
 
             async def claim(queue: str = queue, remaining: int = remaining) -> list:
+                if queue in self.channelled:
+                    return await claim_channelled(self.dialect, self.engine, queue, remaining)
                 return await self.dialect.claim(self.engine, queue, remaining)
 
             async with self.claiming:
@@ -606,6 +638,7 @@ class ControlWatcher(StoppableLoop):
         self.breakers = breakers
 
     async def read_once(self) -> None:
+        await self._read_channelled()
         if self.breakers is not None:
             await self._read_with_breakers(self.breakers)
             return
@@ -615,6 +648,23 @@ class ControlWatcher(StoppableLoop):
                 return await controls.paused_among(conn, self.dialect.tables, self.queues)
 
         self._take_paused(frozenset(await with_retries(self.dialect, read)))
+
+    async def _read_channelled(self) -> None:
+        async def read() -> set[str]:
+            async with reading(self.engine) as conn:
+                return await controls.channelled_among(conn, self.dialect.tables, self.queues)
+
+        channelled = frozenset(await with_retries(self.dialect, read))
+        before = self.fetcher.channelled
+        if channelled != before:
+            self.fetcher.channelled = channelled
+            for queue in sorted(channelled - before):
+                self.log(
+                    logging.INFO,
+                    f"queue {queue!r} has channels or limits: claims follow them, "
+                    "for idle workers only",
+                )
+            self.wake.set()
 
     async def _read_with_breakers(self, breakers: Breakers) -> None:
         versions = breakers.versions()

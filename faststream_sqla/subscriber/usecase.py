@@ -210,6 +210,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             log=self._log,
             health=self._outer_config.health,
         )
+        if self.batch:
+            self._fetcher.per_worker = opts.fetch_batch_size
         self._flusher = OutcomeFlusher(
             engine=engine,
             dialect=dialect,
@@ -351,6 +353,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             # The next message of the key is claimable now, and no publish will say so:
             # claim again instead of waiting for max_fetch_interval.
             self._outer_config.wakeups.wake(self.queues)
+        elif self._fetcher is not None and self._fetcher.channelled and outcomes:
+            # a channel's slot is free now: claim for the idle workers
+            self._wake.set()
         self._outer_config.vacuum.note_settled(len(outcomes))
         if self._fetcher is not None:
             self._fetcher.notify_taken()

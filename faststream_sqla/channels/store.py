@@ -1,0 +1,151 @@
+"""Setting and reading the limits of queues and channels (the controls table).
+
+Every change runs in one transaction that first locks the queue's control row, as
+the channel claim does, so a change never lands in the middle of a claim: the next
+claim in any process applies it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from faststream_sqla.clock import utc_now
+from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.schema import WHOLE_QUEUE, validate_queue_name
+
+from .limits import Rate, checked_concurrency, checked_rate
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from faststream_sqla.dialects import Dialect
+
+
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+
+#: a limit left as it is (None removes one)
+UNSET = _Unset.UNSET
+
+
+@dataclass(frozen=True)
+class LimitChange:
+    """What one call changes in a control row; UNSET leaves a value as it is."""
+
+    max_concurrency: int | _Unset | None = UNSET
+    rate: Rate | _Unset | None = UNSET
+    channel_max_concurrency: int | _Unset | None = UNSET
+    channel_rate: Rate | _Unset | None = UNSET
+    paused: bool | _Unset = UNSET
+
+    def values(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        if self.max_concurrency is not UNSET:
+            values["max_concurrency"] = self.max_concurrency
+        if self.rate is not UNSET:
+            rate = self.rate
+            values["rate_count"] = None if rate is None else rate.count
+            values["rate_period"] = None if rate is None else rate.period
+            # a window counted in the old period's slots means nothing in the new ones
+            values["rate_slot"] = values["rate_counts"] = None
+        if self.channel_max_concurrency is not UNSET:
+            values["channel_max_concurrency"] = self.channel_max_concurrency
+        if self.channel_rate is not UNSET:
+            rate = self.channel_rate
+            values["channel_rate_count"] = None if rate is None else rate.count
+            values["channel_rate_period"] = None if rate is None else rate.period
+        if self.paused is not UNSET:
+            values["paused"] = self.paused
+        return values
+
+
+def checked_channel(channel: object) -> str:
+    """A channel's name as a message carries it (WHOLE_QUEUE, "", for the queue)."""
+    from faststream_sqla.publisher.producer import checked_key
+
+    if channel == WHOLE_QUEUE:
+        return WHOLE_QUEUE
+    name = checked_key(channel, "channel")
+    assert name is not None
+    return name
+
+
+def limit_change(
+    *,
+    channel: str,
+    max_concurrency: object = UNSET,
+    rate: object = UNSET,
+    channel_max_concurrency: object = UNSET,
+    channel_rate: object = UNSET,
+    paused: object = UNSET,
+) -> LimitChange:
+    """The checked change of one row; raises InvalidOptionError before any write."""
+    if channel != WHOLE_QUEUE and (
+        channel_max_concurrency is not UNSET or channel_rate is not UNSET
+    ):
+        msg = (
+            "channel_max_concurrency and channel_rate are a queue's defaults for its "
+            "channels; set max_concurrency and rate on a channel"
+        )
+        raise InvalidOptionError(msg)
+    if paused is not UNSET and not isinstance(paused, bool):
+        msg = f"paused must be True or False, got {paused!r}"
+        raise InvalidOptionError(msg)
+    return LimitChange(
+        max_concurrency=UNSET if max_concurrency is UNSET else checked_concurrency(max_concurrency),
+        rate=UNSET if rate is UNSET else checked_rate(rate),
+        channel_max_concurrency=UNSET
+        if channel_max_concurrency is UNSET
+        else checked_concurrency(channel_max_concurrency, "channel_max_concurrency"),
+        channel_rate=UNSET if channel_rate is UNSET else checked_rate(channel_rate),
+        paused=paused,
+    )
+
+
+async def change_row(
+    dialect: Dialect, engine: AsyncEngine, queue: str, channel: str, change: LimitChange
+) -> None:
+    """Apply `change` to the row of (queue, channel), creating it (and the queue's row)
+    if missing, under the queue row's lock."""
+    validate_queue_name(queue)
+    channel = checked_channel(channel)
+    values = change.values()
+    claim = dialect.channel_claim
+    c = dialect.tables.controls
+    async with dialect.channel_transaction(engine) as conn:
+        for name in dict.fromkeys((WHOLE_QUEUE, channel)):
+            await conn.execute(
+                claim.insert_if_missing().values(queue=queue, channel=name, updated_at=utc_now())
+            )
+        await conn.execute(
+            sa.select(c.c.queue)
+            .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE)
+            .with_for_update()
+        )
+        if values:
+            await conn.execute(
+                c.update()
+                .where(c.c.queue == queue, c.c.channel == channel)
+                .values(**values, updated_at=utc_now())
+            )
+
+
+async def set_limits(
+    dialect: Dialect,
+    engine: AsyncEngine,
+    queue: str,
+    channel: str = WHOLE_QUEUE,
+    **limits: object,
+) -> None:
+    """Set a channel's limits, or with channel "" the queue's (max_concurrency and
+    rate for the whole queue, channel_max_concurrency and channel_rate for each of its
+    channels without limits of its own); None removes a limit."""
+    await change_row(dialect, engine, queue, channel, limit_change(channel=channel, **limits))
+
+
+__all__ = ["UNSET", "LimitChange", "change_row", "checked_channel", "limit_change", "set_limits"]

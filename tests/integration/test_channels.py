@@ -1,0 +1,287 @@
+"""Channels: concurrency and rate limits enforced by the claim, and channels taking
+turns, on every database (faststream_sqla.channels)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from faststream_sqla import SqlaBroker, SqlaMessage
+from faststream_sqla.channels import Rate
+from faststream_sqla.channels.claim import Member, share_out
+from faststream_sqla.channels.store import set_limits
+from faststream_sqla.exceptions import InvalidOptionError
+
+from .helpers import FAST, Recorder, rows, wait_until
+
+
+class Concurrency:
+    """How many handlers run at once, per channel, as the handlers see it."""
+
+    def __init__(self) -> None:
+        self.now: dict[str | None, int] = {}
+        self.peak: dict[str | None, int] = {}
+        self.total_now = 0
+        self.total_peak = 0
+
+    def enter(self, channel: str | None) -> None:
+        self.now[channel] = self.now.get(channel, 0) + 1
+        self.peak[channel] = max(self.peak.get(channel, 0), self.now[channel])
+        self.total_now += 1
+        self.total_peak = max(self.total_peak, self.total_now)
+
+    def leave(self, channel: str | None) -> None:
+        self.now[channel] -= 1
+        self.total_now -= 1
+
+
+def _running(got: Recorder, seen: Concurrency, pause: float = 0.02):
+    async def handle(body: Any, msg: SqlaMessage) -> None:
+        seen.enter(msg.channel)
+        try:
+            await asyncio.sleep(pause)  # a handler doing I/O: overlap is possible
+        finally:
+            seen.leave(msg.channel)
+        got.record((msg.channel, body))
+
+    return handle
+
+
+async def test_channelled_messages_are_handled_and_carry_their_channel(
+    database_url, engine, tables
+):
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+    seen = Concurrency()
+    broker.subscriber("work", max_workers=4, **FAST)(_running(got, seen, pause=0))
+    async with broker:
+        await broker.start()
+        await broker.publish_batch(*(f"a{i}" for i in range(5)), queue="work", channel="a")
+        await broker.publish_batch(*(f"p{i}" for i in range(3)), queue="work")
+        await broker.publish("b0", queue="work", channel="b")
+        await got.wait_for(9)
+    expected = [("a", f"a{i}") for i in range(5)] + [(None, f"p{i}") for i in range(3)]
+    assert sorted(got.calls, key=str) == sorted([*expected, ("b", "b0")], key=str)
+    archived = await rows(engine, tables.archive)
+    assert {r["channel"] for r in archived} == {"a", "b", None}
+    assert not await rows(engine, tables.message)
+
+
+async def test_a_channel_never_runs_more_than_its_limit(database_url, engine, dialect):
+    await set_limits(dialect, engine, "work", "a", max_concurrency=2)
+    await set_limits(dialect, engine, "work", channel_max_concurrency=3)
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+    seen = Concurrency()
+    broker.subscriber("work", max_workers=8, **FAST)(_running(got, seen))
+    async with broker:
+        await broker.start()
+        await broker.publish_batch(*(f"a{i}" for i in range(20)), queue="work", channel="a")
+        await broker.publish_batch(*(f"b{i}" for i in range(20)), queue="work", channel="b")
+        await got.wait_for(40)
+    assert seen.peak["a"] == 2  # the channel's own limit, reached
+    assert seen.peak["b"] == 3  # the queue's default for its channels
+
+
+async def test_the_queue_limit_holds_across_channels(database_url, engine, dialect):
+    await set_limits(dialect, engine, "work", max_concurrency=3)
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+    seen = Concurrency()
+    broker.subscriber("work", max_workers=8, **FAST)(_running(got, seen))
+    async with broker:
+        await broker.start()
+        for channel in "abcd":
+            await broker.publish_batch(*range(6), queue="work", channel=channel)
+        await broker.publish_batch(*range(6), queue="work")  # no channel: counted too
+        await got.wait_for(30)
+    assert seen.total_peak == 3
+
+
+async def test_a_small_channel_is_served_beside_a_big_one(database_url, engine, dialect):
+    # 10,000 ready on A (limited to 2 at a time), then 10 on B: B does not wait for A.
+    await set_limits(dialect, engine, "work", "A", max_concurrency=2)
+    broker = SqlaBroker(database_url)
+    order: list[str] = []
+    b_done = asyncio.Event()
+
+    async def handle(body: Any, msg: SqlaMessage) -> None:
+        order.append(msg.channel or "")
+        if order.count("B") == 10:
+            b_done.set()
+
+    broker.subscriber("work", max_workers=8, **FAST)(handle)
+    async with broker:
+        for start in range(0, 10_000, 1000):
+            await broker.publish_batch(*range(start, start + 1000), queue="work", channel="A")
+        await broker.publish_batch(*range(10), queue="work", channel="B")
+        await broker.start()
+        await asyncio.wait_for(b_done.wait(), 60)
+    last_b = max(i for i, name in enumerate(order) if name == "B")
+    assert last_b < 100, order[: last_b + 1]
+
+
+async def test_a_rate_limited_channel_starts_at_most_its_rate(database_url, engine, dialect):
+    await set_limits(dialect, engine, "work", "slow", rate="5/s")
+    broker = SqlaBroker(database_url)
+    claimed_at = []
+    got = Recorder()
+
+    async def handle(body: Any, msg: SqlaMessage) -> None:
+        claimed_at.append(msg.raw_message.acquired_at)  # the claim's time, database clock
+        got.record(body)
+
+    broker.subscriber("work", max_workers=8, **FAST)(handle)
+    async with broker:
+        await broker.start()
+        await broker.publish_batch(*range(12), queue="work", channel="slow")
+        await got.wait_for(12, timeout=60)
+    claimed_at.sort()
+    for i, start in enumerate(claimed_at):
+        in_window = [t for t in claimed_at[i:] if t - start < timedelta(seconds=1)]
+        assert len(in_window) <= 5, claimed_at
+    # the rate is a ceiling, not a stall: 12 starts took a little over two periods
+    assert claimed_at[-1] - claimed_at[0] >= timedelta(seconds=2)
+
+
+async def test_limits_change_while_workers_run(database_url, engine, dialect):
+    await set_limits(dialect, engine, "work", "a", max_concurrency=1)
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+    seen = Concurrency()
+    broker.subscriber("work", max_workers=8, **FAST)(_running(got, seen, pause=0.05))
+    async with broker:
+        await broker.start()
+        await broker.publish_batch(*range(10), queue="work", channel="a")
+        await got.wait_for(3)
+        assert seen.peak["a"] == 1
+        await set_limits(dialect, engine, "work", "a", max_concurrency=4)
+        await broker.publish_batch(*range(40), queue="work", channel="a")
+        await got.wait_for(50)
+    assert seen.peak["a"] == 4
+
+
+async def test_a_paused_channel_waits_and_the_others_go_on(database_url, engine, dialect, tables):
+    await set_limits(dialect, engine, "work", "held", paused=True)
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+    broker.subscriber("work", max_workers=4, **FAST)(_running(got, Concurrency(), pause=0))
+    async with broker:
+        await broker.start()
+        await broker.publish_batch(*range(3), queue="work", channel="held")
+        await broker.publish_batch(*range(5), queue="work", channel="free")
+        await got.wait_for(5)
+        assert {channel for channel, _ in got.calls} == {"free"}
+        await set_limits(dialect, engine, "work", "held", paused=False)
+        await got.wait_for(8)
+    left = await rows(engine, tables.message)
+    assert not left
+
+
+@pytest.mark.parametrize(
+    ("limits", "error"),
+    [
+        ({"max_concurrency": 0}, "max_concurrency must be from 1"),
+        ({"max_concurrency": "many"}, "max_concurrency must be a whole number"),
+        ({"rate": "5 per second"}, "a rate must look like"),
+        ({"rate": "0/s"}, "a rate's count must be from 1"),
+        ({"rate": "5/1ms"}, "a rate's period must be from"),
+        ({"channel_rate": "5/s", "channel": "a"}, "are a queue's defaults"),
+    ],
+)
+async def test_bad_limits_are_refused_before_anything_is_written(
+    engine, dialect, tables, limits, error
+):
+    limits = dict(limits)
+    channel = limits.pop("channel", "")
+    with pytest.raises(InvalidOptionError, match=error):
+        await set_limits(dialect, engine, "work", channel, **limits)
+    async with engine.connect() as conn:
+        assert not (await conn.execute(sa.select(tables.controls))).all()
+
+
+async def test_a_bad_channel_name_is_refused_at_publish(database_url, engine, tables):
+    async with SqlaBroker(database_url) as broker:
+        for bad, error in (("", "channel must be 1 to"), ("x" * 256, "channel must be 1 to")):
+            with pytest.raises(InvalidOptionError, match=error):
+                await broker.publish("m", queue="work", channel=bad)
+    assert not await rows(engine, tables.message)
+
+
+def test_shares_go_round_one_message_a_turn() -> None:
+    members = [Member("a", max_concurrency=1), Member("b"), Member("c", paused=True), Member("d")]
+    given = share_out(members, 6, None, 0.0)
+    assert given == 6
+    assert [m.share for m in members] == [1, 3, 0, 2]
+    members = [Member("a", rate=Rate(2, 1.0)), Member("b")]
+    assert share_out(members, 3, 2, 0.0) == 2
+    assert [m.share for m in members] == [1, 1]
+
+
+handled_channelled = sa.Table(
+    "handled_channelled",
+    sa.MetaData(),
+    sa.Column("channel", sa.String(20)),
+    sa.Column("pid", sa.Integer),
+    sa.Column("started_ns", sa.BigInteger),
+    sa.Column("finished_ns", sa.BigInteger),
+)
+
+
+def peak_overlap(intervals: list[tuple[int, int]]) -> int:
+    """The most intervals open at one instant (one that ends as another starts does
+    not overlap it)."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+@pytest.mark.slow
+async def test_three_processes_of_eight_workers_never_exceed_a_channel_limit(
+    database_url, engine, dialect, tables, tmp_path
+):
+    import sys
+
+    from .test_processes import WORKERS, run_until, started_together
+
+    limits = {"a": 2, "b": 3, "c": 1}
+    per_channel, processes = 60, 3
+    async with engine.begin() as conn:
+        await conn.run_sync(handled_channelled.metadata.drop_all)
+        await conn.run_sync(handled_channelled.metadata.create_all)
+    try:
+        for channel, limit in limits.items():
+            await set_limits(dialect, engine, "channelled", channel, max_concurrency=limit)
+        async with SqlaBroker(database_url, logger=None) as broker:
+            for channel in limits:
+                await broker.publish_batch(
+                    *range(per_channel), queue="channelled", channel=channel
+                )
+        logs = [tmp_path / f"channelled-{i}.log" for i in range(processes)]
+        argv = (sys.executable, WORKERS / "channelled.py", database_url)
+        async with started_together([argv] * processes, logs) as procs:
+
+            async def all_handled() -> bool:
+                async with engine.connect() as conn:
+                    count = sa.select(sa.func.count()).select_from(handled_channelled)
+                    return await conn.scalar(count) >= per_channel * len(limits)
+
+            await run_until(procs, logs, all_handled, timeout=120)
+        async with engine.connect() as conn:
+            runs = (await conn.execute(sa.select(handled_channelled))).all()
+        assert len(runs) == per_channel * len(limits), "a message was handled twice"
+        assert len({r.pid for r in runs}) == processes, "a process handled nothing"
+        for channel, limit in limits.items():
+            spans = [(r.started_ns, r.finished_ns) for r in runs if r.channel == channel]
+            assert peak_overlap(spans) == limit, channel  # never more, and reached
+        assert await rows(engine, tables.message) == []
+    finally:
+        async with engine.begin() as conn:
+            await conn.run_sync(handled_channelled.metadata.drop_all)
