@@ -505,8 +505,11 @@ def build_controls_table(metadata: sa.MetaData, message: str) -> sa.Table:
         # (channels.rate)
         sa.Column("rate_slot", sa.BigInteger()),
         sa.Column("rate_counts", sa.String(RATE_COUNTS_LENGTH)),
-        # the queue's row only: the channel the claims served last (the rotation)
+        # the queue's row only: the channel the claims served last (the rotation), and
+        # a number every channel claim and every change of limits counts up: a claim
+        # applies only if it is still what the claim read (channels.claim)
         sa.Column("rotation", sa.String(MAX_KEY_LENGTH)),
+        sa.Column("version", sa.BigInteger(), nullable=False, server_default=sa.text("0")),
     )
 
 

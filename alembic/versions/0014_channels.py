@@ -13,7 +13,7 @@ ready messages at 9999-12-30, past the plain claim and short of release-stuck's 
 and the keys table gains the channel, under `ix_<message>_channel`.
 
 The controls table gains the limits (per row: its channel, or the whole queue) and
-the channel claim's state (rate windows, the rotation).
+the channel claim's state (rate windows, the rotation, a version that orders claims).
 
 Apply it with the workers stopped: a worker of revision 0013 would claim channelled
 messages as plain ones, and its claim no longer matches the rebuilt index.
@@ -113,6 +113,9 @@ def upgrade() -> None:
     for name, type_ in _CONTROL_COLUMNS:
         op.add_column(controls, sa.Column(name, type_))
     op.add_column(controls, sa.Column("rotation", key_type))
+    op.add_column(
+        controls, sa.Column("version", sa.BigInteger(), nullable=False, server_default="0")
+    )
 
 
 def downgrade() -> None:
@@ -121,6 +124,7 @@ def downgrade() -> None:
     is_mysql = dialect.name in ("mysql", "mariadb")
     message = names.message
     controls = controls_table_name(message)
+    op.drop_column(controls, "version")
     op.drop_column(controls, "rotation")
     for name, _ in reversed(_CONTROL_COLUMNS):
         op.drop_column(controls, name)

@@ -1,27 +1,26 @@
 """The channel claim: up to `limit` messages of one queue, within every limit, with
 the queue's channels taking turns.
 
-One transaction, holding the queue's control row (SELECT ... FOR UPDATE; SQLite's
-writer lock), so the channel claims of a queue run one after another in every process
-and what each counts is exact:
+A claim is one read and one write, ordered by the queue row's `version`:
 
-1. Lock the queue's row: its limits, its rate window, the rotation (the channel served
-   last), and the database's time.
-2. The next channels with ready messages after the rotation, one index descent each
-   (a recursive query), wrapping round once; with each, its control row (limits, pause,
-   rate window) and how many of its messages are in flight, plus the queue's total.
-3. Share the claim among them in turns: one message each per turn, while the
-   channel's room (max_concurrency minus in flight, and its rate allowance) and the
-   queue's own room last.
-4. Take each channel's oldest due messages, as many as its share, and mark them
-   PROCESSING (PostgreSQL and SQLite: one UPDATE ... RETURNING; MySQL: a locking read,
-   then the UPDATE).
-5. Write back the rate windows and the rotation.
+1. **Read** (one statement, no lock): the queue's control row (its limits, rate
+   window, rotation and version), how many of its messages are in flight, whether
+   messages without a channel are due, the database's time, and the next channels
+   with ready messages after the rotation (the channel served last), one index
+   descent each (a recursive query), with each one's control row and in-flight count.
+2. **Plan** (Python, `plan`): share the claim among them in turns, one message each
+   per turn, while a channel's room lasts (max_concurrency minus in flight, and its
+   rate window's allowance) and the queue's own room lasts. Messages without a channel
+   take one turn per round, where the round wraps.
+3. **Write** (PostgreSQL: one statement; elsewhere one transaction): count the
+   queue row's version up *only if it is still the one read*, set the rotation and
+   the rate windows, and mark each channel's oldest due messages PROCESSING, as many
+   as its share. If another claim (or a change of limits) moved the version since the
+   read, nothing is written and the claim reads again: every claim's counts were
+   exact when it wrote. Messages settling meanwhile only make room, never less.
 
 In flight counts PROCESSING rows, so nothing is kept in step with outcomes: a
-settled, released or deferred message simply stops counting. Messages without a
-channel take part in the rotation as one more member (no per-channel limits, the
-queue's still).
+settled, released or deferred message simply stops counting.
 """
 
 from __future__ import annotations
@@ -59,8 +58,10 @@ if TYPE_CHECKING:
 
 #: channels read per claim beyond its limit: room to pass over full or paused ones
 EXTRA_CANDIDATES = 8
-#: the rotation's name for the messages without a channel: before every channel
+#: the rotation's name for the messages without a channel
 PLAIN = ""
+#: reads a claim makes when other claims keep moving the queue's version meanwhile
+CONFLICT_RETRIES = 4
 
 
 def _rate(count: int | None, period: float | None) -> Rate | None:
@@ -97,6 +98,8 @@ class Member:
 
 @dataclass
 class QueueRow:
+    """The queue's control row, as the read found it, with the read's totals."""
+
     paused: bool = False
     max_concurrency: int | None = None
     rate: Rate | None = None
@@ -105,9 +108,29 @@ class QueueRow:
     channel_max_concurrency: int | None = None
     channel_rate: Rate | None = None
     rotation: str | None = None
-    #: messages without a channel wait, due (read as the lock was asked for)
+    version: int = 0
+    in_flight: int = 0
+    #: messages without a channel are due
     plain_waiting: bool = False
     now: datetime = field(default_factory=lambda: datetime(1970, 1, 1))
+
+
+@dataclass
+class Plan:
+    """What one claim writes."""
+
+    members: list[Member]
+    rotation: str | None
+    queue_window: window.Window | None
+    #: (channel, window after this claim, whether its row exists) for rate-limited ones
+    windows: list[tuple[str, window.Window, bool]]
+
+    @property
+    def shape(self) -> tuple[int, bool]:
+        """How many channels get a share, and whether PLAIN does."""
+        channels = sum(1 for m in self.members if m.share > 0 and m.name != PLAIN)
+        plain = any(m.share > 0 and m.name == PLAIN for m in self.members)
+        return channels, plain
 
 
 def share_out(members: Sequence[Member], limit: int, queue_room: int | None, now: float) -> int:
@@ -131,66 +154,138 @@ def share_out(members: Sequence[Member], limit: int, queue_room: int | None, now
     return given
 
 
+def _seconds(when: datetime) -> float:
+    return when.replace(tzinfo=timezone.utc).timestamp()
+
+
+def plan(head: QueueRow, candidates: Sequence[Any], limit: int) -> Plan | None:
+    """Share up to `limit` among the read's candidates (rows of the read's parts 1 and
+    2: after the rotation, and from the start); None if nothing may be claimed."""
+    if head.paused or limit <= 0:
+        return None
+    now = _seconds(head.now)
+    queue_room: int | None = None
+    if head.max_concurrency is not None:
+        queue_room = max(0, head.max_concurrency - head.in_flight)
+    queue_window = None
+    if head.rate is not None:
+        queue_window = window.window_at(head.rate_slot, head.rate_counts, head.rate, now)
+        allowed = window.allowance(queue_window, head.rate)
+        queue_room = allowed if queue_room is None else min(queue_room, allowed)
+    if queue_room == 0:
+        return None
+    rotation = head.rotation or PLAIN
+    after = [row for row in candidates if row["part"] == 1]
+    seen = {row["channel"] for row in after}
+    # Round again from the start, up to where this turn began.
+    wrapped = [
+        row
+        for row in candidates
+        if row["part"] == 2
+        and rotation != PLAIN
+        and row["channel"] <= rotation
+        and row["channel"] not in seen
+    ]
+    members: list[Member] = []
+    for row in after:
+        members.append(_member(row, head))
+    members.append(Member(PLAIN, paused=not head.plain_waiting))
+    for row in wrapped:
+        members.append(_member(row, head))
+    if share_out(members, limit, queue_room, now) == 0:
+        return None
+    last = rotation
+    windows = []
+    for member in members:
+        if member.share:
+            last = member.name
+            if member.window is not None and member.name != PLAIN:
+                after_claim = window.taken(member.window, member.share)
+                windows.append((member.name, after_claim, member.stored))
+    if queue_window is not None:
+        queue_window = window.taken(queue_window, sum(m.share for m in members))
+    return Plan(members, last, queue_window, windows)
+
+
+def _member(row: Any, head: QueueRow) -> Member:
+    member = Member(
+        row["channel"],
+        in_flight=row["in_flight"] or 0,
+        stored=bool(row["stored"]),
+        paused=bool(row["paused"]),
+        max_concurrency=head.channel_max_concurrency,
+        rate=head.channel_rate,
+        rate_slot=row["rate_slot"],
+        rate_counts=row["rate_counts"],
+    )
+    if row["max_concurrency"] is not None:
+        member.max_concurrency = row["max_concurrency"]
+    own_rate = _rate(row["rate_count"], row["rate_period"])
+    if own_rate is not None:
+        member.rate = own_rate
+    return member
+
+
+def _queue_row(row: Any) -> QueueRow:
+    now = row["now"]
+    if not isinstance(now, datetime):  # SQLite's text
+        now = datetime.fromisoformat(now)
+    return QueueRow(
+        paused=bool(row["paused"]),
+        max_concurrency=row["max_concurrency"],
+        rate=_rate(row["rate_count"], row["rate_period"]),
+        rate_slot=row["rate_slot"],
+        rate_counts=row["rate_counts"],
+        channel_max_concurrency=row["channel_max_concurrency"],
+        channel_rate=_rate(row["channel_rate_count"], row["channel_rate_period"]),
+        rotation=row["rotation"],
+        version=int(row["version"]),
+        in_flight=int(row["in_flight"] or 0),
+        plain_waiting=bool(row["plain_waiting"]),
+        now=now,
+    )
+
+
+def _bind(name: str, type_: Any = None) -> sa.BindParameter[Any]:
+    return sa.bindparam(name, type_=type_)
+
+
 class ChannelClaim:
-    """The statements of the channel claim for one set of tables, built once."""
+    """The statements of the channel claim for one set of tables, built once (the
+    write, once per shape: how many channels get a share)."""
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         tables: QueueTables = dialect.tables
         self.tables = tables
         self.mysql = tables.keys is not None
-        m, c = tables.message, tables.controls
-        self._lock = (
-            sa.select(
-                c.c.paused,
-                c.c.max_concurrency,
-                c.c.rate_count,
-                c.c.rate_period,
-                c.c.rate_slot,
-                c.c.rate_counts,
-                c.c.channel_max_concurrency,
-                c.c.channel_rate_count,
-                c.c.channel_rate_period,
-                c.c.rotation,
-                utc_now().label("now"),
-                self._plain_waiting(),
-            )
-            .where(c.c.queue == sa.bindparam("ch_queue"), c.c.channel == WHOLE_QUEUE)
-            .with_for_update()
-        )
-        # PROCESSING rows of the queue, through the index that holds them
-        in_flight: list[sa.ColumnElement[bool]] = [
-            m.c.queue == sa.bindparam("ch_queue"),
+        m = tables.message
+        self.read = self._build_read()
+        self._by_shape: dict[tuple[int, bool], Any] = {}
+        self._mark_listed = self._mark(sa.bindparam("ids", expanding=True))
+        self._read_marked = sa.select(*claimed_columns(m)).where(
+            m.c.id.in_(sa.bindparam("ids", expanding=True)),
             m.c.state == state_literal(MessageState.PROCESSING),
-        ]
+            m.c.acquired_at == _bind("now", m.c.acquired_at.type),
+        )
+        self.bump = self._build_bump()
+
+    # -- the read -----------------------------------------------------------------------
+    def _in_flight(self) -> list[sa.ColumnElement[bool]]:
+        """The queue's PROCESSING rows, through the index that holds them."""
+        m = self.tables.message
+        terms: list[sa.ColumnElement[bool]] = [m.c.queue == _bind("ch_queue")]
         if self.mysql:
-            in_flight[1:1] = [
+            terms += [
                 m.c.priority.in_([sa.literal_column(str(p)) for p in PRIORITIES]),
                 m.c.ready_at == sa.literal(NOT_READY, m.c.ready_at.type),
             ]
-        self._in_flight = (
-            sa.select(m.c.channel, sa.func.count().label("n"))
-            .where(*in_flight)
-            .group_by(m.c.channel)
-        )
-        self._candidates = self._build_candidates()
-        self._members = sa.select(
-            c.c.channel,
-            c.c.paused,
-            c.c.max_concurrency,
-            c.c.rate_count,
-            c.c.rate_period,
-            c.c.rate_slot,
-            c.c.rate_counts,
-        ).where(
-            c.c.queue == sa.bindparam("ch_queue"),
-            c.c.channel.in_(sa.bindparam("channels", expanding=True)),
-        )
+        terms.append(m.c.state == state_literal(MessageState.PROCESSING))
+        return terms
 
-    # -- statements ---------------------------------------------------------------------
-    def _plain_waiting(self) -> sa.Label[bool]:
+    def _plain_waiting(self) -> sa.ColumnElement[bool]:
         """Whether messages without a channel are due: the claim index's first due
-        entry, per priority."""
+        entry."""
         m = self.tables.message
         if self.mysql:
             due: list[sa.ColumnElement[bool]] = [
@@ -199,117 +294,214 @@ class ChannelClaim:
             ]
         else:
             due = [ready_predicate(m), m.c.channel.is_(None), m.c.next_attempt_at <= utc_now()]
-        return sa.exists().where(m.c.queue == sa.bindparam("ch_queue"), *due).label("plain_waiting")
+        return sa.exists().where(m.c.queue == _bind("ch_queue"), *due)
 
-    def _channel_source(self) -> sa.Table:
-        """Where channels with live messages are found: MySQL's keys table (whose
-        index holds every channelled message), else the message table's channel index
-        (ready ones only)."""
-        return self.tables.message if self.tables.keys is None else self.tables.keys
+    def _walk(self, name: str, start: sa.ColumnElement[str]) -> sa.CTE:
+        """The channels after `start` with live (PostgreSQL, SQLite: ready) messages,
+        in order, at most :most: one index descent each. MySQL's keys table holds
+        every channelled message; elsewhere the channel index holds the ready ones."""
+        tables = self.tables
+        source = tables.message if tables.keys is None else tables.keys
 
-    def _ready_terms(self, alias: Any) -> list[sa.ColumnElement[bool]]:
-        if self.tables.keys is not None:
-            return []
-        return [ready_predicate(alias), alias.c.channel.isnot(None)]
+        def ready(alias: Any) -> list[sa.ColumnElement[bool]]:
+            if tables.keys is not None:
+                return []
+            return [ready_predicate(alias), alias.c.channel.isnot(None)]
 
-    def _build_candidates(self) -> sa.Select:
-        """The channels after :after with live (PostgreSQL, SQLite: ready) messages,
-        in order, at most :most: one index descent each."""
-        source = self._channel_source()
-        first_table = source.alias("first_channel")
+        first_table = source.alias(f"{name}_first")
         first = (
             sa.select(sa.func.min(first_table.c.channel))
             .where(
-                first_table.c.queue == sa.bindparam("ch_queue"),
-                first_table.c.channel > sa.bindparam("after"),
-                *self._ready_terms(first_table),
+                first_table.c.queue == _bind("ch_queue"),
+                first_table.c.channel > start,
+                *ready(first_table),
             )
             .scalar_subquery()
         )
-        cand = sa.select(first.label("channel"), sa.literal(1).label("n")).cte(
-            "candidates", recursive=True
+        walk = sa.select(first.label("channel"), sa.literal_column("1").label("n")).cte(
+            name, recursive=True
         )
-        next_table = source.alias("next_channel")
+        next_table = source.alias(f"{name}_next")
         following = (
             sa.select(sa.func.min(next_table.c.channel))
             .where(
-                next_table.c.queue == sa.bindparam("ch_queue"),
-                next_table.c.channel > cand.c.channel,
-                *self._ready_terms(next_table),
+                next_table.c.queue == _bind("ch_queue"),
+                next_table.c.channel > walk.c.channel,
+                *ready(next_table),
             )
             .scalar_subquery()
         )
-        cand = cand.union_all(
-            sa.select(following, cand.c.n + 1).where(
-                cand.c.channel.isnot(None), cand.c.n < sa.bindparam("most")
+        return walk.union_all(
+            sa.select(following, walk.c.n + 1).where(
+                walk.c.channel.isnot(None), walk.c.n < _bind("most", sa.Integer())
             )
         )
-        return sa.select(cand.c.channel).where(cand.c.channel.isnot(None)).order_by(cand.c.n)
 
-    def _take(self, members: Sequence[Member], now: datetime) -> sa.Select:
-        """Each member's oldest due messages, `share` of them, as one UNION ALL."""
+    def _build_read(self) -> sa.CompoundSelect:
+        """Part 0: the queue's row and totals; parts 1 and 2: the channels after the
+        rotation and from the start, each with its control row and in-flight count."""
+        c, m = self.tables.controls, self.tables.message
+        queue_row = c.alias("queue_row")
+        is_queue_row = (queue_row.c.queue == _bind("ch_queue"), queue_row.c.channel == WHOLE_QUEUE)
+        busy = (
+            sa.select(m.c.channel, sa.func.count().label("n"))
+            .where(*self._in_flight())
+            .group_by(m.c.channel)
+            .cte("busy")
+        )
+        total = sa.select(sa.func.coalesce(sa.func.sum(busy.c.n), 0)).scalar_subquery()
+        rotation = (
+            sa.select(c.c.rotation)
+            .where(c.c.queue == _bind("ch_queue"), c.c.channel == WHOLE_QUEUE)
+            .scalar_subquery()
+        )
+        head = sa.select(
+            sa.literal_column("0").label("part"),
+            sa.literal_column("0").label("n"),
+            sa.cast(sa.null(), m.c.channel.type).label("channel"),
+            sa.true().label("stored"),
+            queue_row.c.paused,
+            queue_row.c.max_concurrency,
+            queue_row.c.rate_count,
+            queue_row.c.rate_period,
+            queue_row.c.rate_slot,
+            queue_row.c.rate_counts,
+            queue_row.c.channel_max_concurrency,
+            queue_row.c.channel_rate_count,
+            queue_row.c.channel_rate_period,
+            queue_row.c.rotation,
+            queue_row.c.version,
+            total.label("in_flight"),
+            self._plain_waiting().label("plain_waiting"),
+            utc_now().label("now"),
+        ).where(*is_queue_row)
+
+        def channels(part: int, walk: sa.CTE) -> sa.Select:
+            row = c.alias(f"channel_row_{part}")
+            return (
+                sa.select(
+                    sa.literal_column(str(part)),
+                    walk.c.n,
+                    walk.c.channel,
+                    row.c.queue.isnot(None),
+                    row.c.paused,
+                    row.c.max_concurrency,
+                    row.c.rate_count,
+                    row.c.rate_period,
+                    row.c.rate_slot,
+                    row.c.rate_counts,
+                    sa.null(),
+                    sa.null(),
+                    sa.null(),
+                    sa.null(),
+                    sa.null(),
+                    busy.c.n,
+                    sa.null(),
+                    sa.null(),
+                )
+                .select_from(
+                    walk.outerjoin(
+                        row,
+                        sa.and_(row.c.queue == _bind("ch_queue"), row.c.channel == walk.c.channel),
+                    ).outerjoin(busy, busy.c.channel == walk.c.channel)
+                )
+                .where(walk.c.channel.isnot(None))
+            )
+
+        after = self._walk("after_rotation", sa.func.coalesce(rotation, WHOLE_QUEUE))
+        wrapped = self._walk("from_start", sa.literal(WHOLE_QUEUE, m.c.channel.type))
+        return sa.union_all(head, channels(1, after), channels(2, wrapped))
+
+    # -- the write ----------------------------------------------------------------------
+    def _build_bump(self) -> sa.Update:
+        """The queue row's version counted up, with the rotation and its rate window,
+        if the version is still the one read."""
+        c = self.tables.controls
+        return (
+            sa.update(c)
+            .where(
+                c.c.queue == _bind("ch_queue"),
+                c.c.channel == WHOLE_QUEUE,
+                c.c.version == _bind("seen_version", sa.BigInteger()),
+            )
+            .values(
+                version=c.c.version + 1,
+                rotation=_bind("new_rotation", c.c.rotation.type),
+                rate_slot=_bind("queue_slot", sa.BigInteger()),
+                rate_counts=_bind("queue_counts", c.c.rate_counts.type),
+            )
+        )
+
+    def _branch(self, i: int | None) -> sa.Select:
+        """One member's oldest due messages, up to :n_<i> (PLAIN for i None)."""
         tables, m = self.tables, self.tables.message
-        branches = []
-        for i, member in enumerate(members):
-            if member.share <= 0:
-                continue
-            limit: sa.ColumnElement[int] = sa.literal_column(str(int(member.share)))
-            if member.name == PLAIN:
-                due = m.c.ready_at if self.mysql else m.c.next_attempt_at
-                eligible = [] if self.mysql else [ready_predicate(m)]
-                select = (
-                    sa.select(m.c.id)
-                    .where(
-                        m.c.queue == sa.bindparam("ch_queue"),
-                        m.c.channel.is_(None),
-                        *eligible,
-                        due <= sa.bindparam("now", now, type_=m.c.next_attempt_at.type),
-                        first_of_its_key(tables),
-                    )
-                    .order_by(m.c.priority.desc(), due, m.c.id)
-                    .limit(limit)
+        now = _bind("now", m.c.next_attempt_at.type)
+        name = "plain" if i is None else str(i)
+        limit = _bind(f"take_{name}", sa.Integer())
+        if i is None:
+            due = m.c.ready_at if self.mysql else m.c.next_attempt_at
+            eligible = [] if self.mysql else [ready_predicate(m)]
+            # highest priority first, as the plain claim; a sort of the queue's plain
+            # ready messages, which a queue with channels should keep few
+            return (
+                sa.select(m.c.id)
+                .where(
+                    m.c.queue == _bind("ch_queue"),
+                    m.c.channel.is_(None),
+                    *eligible,
+                    due <= now,
+                    first_of_its_key(tables),
                 )
-            elif tables.keys is not None:
-                k = tables.keys
-                select = (
-                    sa.select(k.c.id)
-                    .select_from(k.join(m, m.c.id == k.c.id))
-                    .where(
-                        k.c.queue == sa.bindparam("ch_queue"),
-                        k.c.channel == sa.bindparam(f"channel_{i}", member.name),
-                        m.c.ready_at == sa.literal(CHANNEL_READY, m.c.ready_at.type),
-                        m.c.next_attempt_at
-                        <= sa.bindparam("now", now, type_=m.c.next_attempt_at.type),
-                        first_of_its_key(tables),
-                    )
-                    .order_by(k.c.id)
-                    .limit(limit)
-                    .prefix_with("STRAIGHT_JOIN")
+                .order_by(m.c.priority.desc(), due, m.c.id)
+                .limit(limit)
+            )
+        channel = _bind(f"member_{name}", m.c.channel.type)
+        if tables.keys is not None:
+            k = tables.keys
+            # the keys index walks the channel's live messages in id order; in-flight
+            # and not yet due ones are passed over
+            return (
+                sa.select(k.c.id)
+                .select_from(k.join(m, m.c.id == k.c.id))
+                .where(
+                    k.c.queue == _bind("ch_queue"),
+                    k.c.channel == channel,
+                    m.c.ready_at == sa.literal(CHANNEL_READY, m.c.ready_at.type),
+                    m.c.next_attempt_at <= now,
+                    first_of_its_key(tables),
                 )
-            else:
-                select = (
-                    sa.select(m.c.id)
-                    .where(
-                        m.c.queue == sa.bindparam("ch_queue"),
-                        m.c.channel == sa.bindparam(f"channel_{i}", member.name),
-                        ready_predicate(m),
-                        m.c.channel.isnot(None),
-                        m.c.next_attempt_at
-                        <= sa.bindparam("now", now, type_=m.c.next_attempt_at.type),
-                        first_of_its_key(tables),
-                    )
-                    .order_by(m.c.next_attempt_at, m.c.id)
-                    .limit(limit)
-                )
-            branches.append(select.subquery(f"b{i}").select())
+                .order_by(k.c.id)
+                .limit(limit)
+                .prefix_with("STRAIGHT_JOIN")
+            )
+        return (
+            sa.select(m.c.id)
+            .where(
+                m.c.queue == _bind("ch_queue"),
+                m.c.channel == channel,
+                ready_predicate(m),
+                m.c.channel.isnot(None),
+                m.c.next_attempt_at <= now,
+                first_of_its_key(tables),
+            )
+            .order_by(m.c.next_attempt_at, m.c.id)
+            .limit(limit)
+        )
+
+    def _take(self, channels: int, plain: bool) -> sa.Select:
+        """`channels` members' branches and PLAIN's, as one UNION ALL."""
+        wanted: list[int | None] = [*range(channels), *([None] if plain else [])]
+        branches = [
+            self._branch(i).subquery(f"b{'p' if i is None else i}").select() for i in wanted
+        ]
         if len(branches) == 1:
             return branches[0]
         return sa.union_all(*branches)  # type: ignore[return-value]
 
-    def _mark(self, ids: Any, now: datetime) -> sa.Update:
-        """PROCESSING for the messages `ids` (a list, or a SELECT of ids) that are
-        still ready: the UPDATE reads each row's latest version, so one a plain claim
-        took meanwhile is left alone."""
+    def _mark(self, ids: Any) -> sa.Update:
+        """PROCESSING for the messages `ids` (a SELECT of ids, or the :ids list) that
+        are still ready: the UPDATE reads each row's latest version, so one a plain
+        claim took meanwhile is left alone."""
         m = self.tables.message
         return (
             sa.update(m)
@@ -318,184 +510,115 @@ class ChannelClaim:
                 state=MessageState.PROCESSING,
                 deliveries_count=m.c.deliveries_count + 1,
                 claims_count=m.c.claims_count + 1,
-                acquired_at=now,
+                acquired_at=_bind("now", m.c.acquired_at.type),
             )
         )
 
-    # -- the claim ----------------------------------------------------------------------
-    async def _queue_row(self, conn: AsyncConnection, queue: str) -> QueueRow | None:
-        row = (await conn.execute(self._lock, {"ch_queue": queue})).first()
-        if row is None:
-            return None
-        now = row.now if isinstance(row.now, datetime) else datetime.fromisoformat(row.now)
-        return QueueRow(
-            paused=bool(row.paused),
-            max_concurrency=row.max_concurrency,
-            rate=_rate(row.rate_count, row.rate_period),
-            rate_slot=row.rate_slot,
-            rate_counts=row.rate_counts,
-            channel_max_concurrency=row.channel_max_concurrency,
-            channel_rate=_rate(row.channel_rate_count, row.channel_rate_period),
-            rotation=row.rotation,
-            plain_waiting=bool(row.plain_waiting),
-            now=now,
-        )
+    def statements(self, shape: tuple[int, bool]) -> Any:
+        """The write for a shape, built once: PostgreSQL's single statement (the bump
+        and the marking as CTEs; its first column says whether the bump applied), or
+        elsewhere the take (a SELECT of ids) for the transaction to mark.
 
-    async def _candidates_after(
-        self, conn: AsyncConnection, queue: str, after: str, most: int
-    ) -> list[str]:
-        result = await conn.execute(
-            self._candidates, {"ch_queue": queue, "after": after, "most": most}
-        )
-        return list(result.scalars())
-
-    async def claim(self, conn: AsyncConnection, queue: str, limit: int) -> list[Sequence[Any]]:
-        """Claim on `conn`, a transaction of the broker's own (see the module)."""
-        head = await self._queue_row(conn, queue)
-        if head is None:
-            await self._create_queue_row(conn, queue)
-            head = await self._queue_row(conn, queue)
-            assert head is not None
-        if head.paused or limit <= 0:
-            return []
-        now_seconds = head.now.replace(tzinfo=timezone.utc).timestamp()
-        counts = {
-            row.channel: row.n for row in await conn.execute(self._in_flight, {"ch_queue": queue})
-        }
-        total_in_flight = sum(counts.values())
-        queue_room: int | None = None
-        if head.max_concurrency is not None:
-            queue_room = max(0, head.max_concurrency - total_in_flight)
-        queue_window = None
-        if head.rate is not None:
-            queue_window = window.window_at(
-                head.rate_slot, head.rate_counts, head.rate, now_seconds
-            )
-            allowed = window.allowance(queue_window, head.rate)
-            queue_room = allowed if queue_room is None else min(queue_room, allowed)
-        if queue_room == 0:
-            return []
-        most = limit + EXTRA_CANDIDATES
-        # The round goes on after the channel served last, reaches the messages
-        # without a channel at its end, and starts again at the first channel.
-        rotation = head.rotation or PLAIN
-        after = await self._candidates_after(conn, queue, rotation, most)
-        wrapped: list[str] = []
-        if len(after) < most and rotation != PLAIN:
-            wrapped = [
-                n
-                for n in await self._candidates_after(conn, queue, PLAIN, most - len(after))
-                if n <= rotation
-            ]
-        plain = Member(PLAIN, paused=not head.plain_waiting)
-        members = [*map(Member, after), plain, *map(Member, wrapped)]
-        await self._read_members(conn, queue, members, head)
-        for member in members:
-            member.in_flight = counts.get(None if member.name == PLAIN else member.name, 0)
-        given = share_out(members, limit, queue_room, now_seconds)
-        if given == 0:
-            await self._rotate(conn, queue, head, members, queue_window, None)
-            return []
-        rows = await self._take_and_mark(conn, queue, members, head.now)
-        taken: dict[str, int] = {}
-        for row in rows:
-            name = row[_CHANNEL] if row[_CHANNEL] is not None else PLAIN
-            taken[name] = taken.get(name, 0) + 1
-        for member in members:
-            member.share = taken.get(member.name, 0)
-        if queue_window is not None:
-            queue_window = window.taken(queue_window, len(rows))
-        last_served = None
-        for member in members:
-            if member.share:
-                last_served = member.name
-        await self._rotate(conn, queue, head, members, queue_window, last_served)
-        return rows
-
-    async def _read_members(
-        self, conn: AsyncConnection, queue: str, members: list[Member], head: QueueRow
-    ) -> None:
-        named = [m.name for m in members if m.name != PLAIN]
-        stored = {}
-        if named:
-            result = await conn.execute(self._members, {"ch_queue": queue, "channels": named})
-            stored = {row.channel: row for row in result}
-        for member in members:
-            if member.name == PLAIN:
-                continue
-            row = stored.get(member.name)
-            member.max_concurrency = head.channel_max_concurrency
-            member.rate = head.channel_rate
-            if row is None:
-                continue
-            member.stored, member.paused = True, bool(row.paused)
-            if row.max_concurrency is not None:
-                member.max_concurrency = row.max_concurrency
-            own_rate = _rate(row.rate_count, row.rate_period)
-            if own_rate is not None:
-                member.rate = own_rate
-            member.rate_slot, member.rate_counts = row.rate_slot, row.rate_counts
-
-    async def _take_and_mark(
-        self, conn: AsyncConnection, queue: str, members: Sequence[Member], now: datetime
-    ) -> list[Sequence[Any]]:
-        m = self.tables.message
-        take = self._take(members, now)
-        columns = claimed_columns(m, headers_as_text=not self.mysql)
-        if not self.mysql:
-            marked = self._mark(take.scalar_subquery(), now).returning(*columns)
-            return [tuple(row) for row in await conn.execute(marked, {"ch_queue": queue})]
-        # MySQL: no UPDATE ... RETURNING. The ids are read without locks (a locking
-        # read of the keys index would wait for publishers' uncommitted rows), then
-        # marked, then read back: under the queue's lock no other channel claim runs,
-        # and what the UPDATE took is ours (acquired_at is this claim's time).
-        ids = list((await conn.execute(take, {"ch_queue": queue})).scalars())
-        if not ids:
-            return []
-        await conn.execute(self._mark(ids, now))
-        rows = await conn.execute(
-            sa.select(*columns).where(
-                m.c.id.in_(ids),
-                m.c.state == state_literal(MessageState.PROCESSING),
-                m.c.acquired_at == sa.bindparam("now", now, type_=m.c.acquired_at.type),
-            )
-        )
-        return [tuple(row) for row in rows]
-
-    async def _rotate(
-        self,
-        conn: AsyncConnection,
-        queue: str,
-        head: QueueRow,
-        members: Sequence[Member],
-        queue_window: window.Window | None,
-        last_served: str | None,
-    ) -> None:
-        c = self.tables.controls
-        values: dict[str, Any] = {}
-        if last_served is not None and last_served != head.rotation:
-            values["rotation"] = last_served
-        if queue_window is not None and head.rate is not None:
-            values["rate_slot"], values["rate_counts"] = queue_window.slot, queue_window.encode()
-        if values:
-            await conn.execute(
-                c.update().where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE).values(**values)
-            )
-        for member in members:
-            if member.rate is None or member.window is None or not member.share:
-                continue
-            after = window.taken(member.window, member.share)
-            state = {"rate_slot": after.slot, "rate_counts": after.encode()}
-            if member.stored:
-                await conn.execute(
-                    c.update().where(c.c.queue == queue, c.c.channel == member.name).values(**state)
-                )
+        PostgreSQL takes the channels' shares as two arrays and reaches each channel's
+        messages through a LATERAL subquery per array element: one statement text for
+        any number of channels, so it is prepared and planned once; a UNION ALL
+        branch per channel was planned anew for every claim."""
+        if self.dialect.name == "postgresql":
+            shape = (-1, shape[1])
+        found = self._by_shape.get(shape)
+        if found is None:
+            if self.dialect.name == "postgresql":
+                found = self._single_write(self._pg_take(plain=shape[1]))
             else:
-                await conn.execute(
-                    self.insert_if_missing().values(
-                        queue=queue, channel=member.name, updated_at=head.now, **state
-                    )
-                )
+                found = self._take(*shape)
+            self._by_shape[shape] = found
+        return found
+
+    def _pg_take(self, *, plain: bool) -> sa.Select:
+        from sqlalchemy.dialects.postgresql import ARRAY
+
+        tables, m = self.tables, self.tables.message
+        shares = (
+            sa.func.unnest(
+                # asyncpg takes Python lists as arrays: no conversion on our side
+                sa.cast(_bind("members", sa.types.NullType()), ARRAY(sa.Text())),
+                sa.cast(_bind("takes", sa.types.NullType()), ARRAY(sa.Integer())),
+            )
+            .table_valued("channel", "n")
+            .render_derived(name="shares")
+        )
+        oldest = (
+            sa.select(m.c.id)
+            .where(
+                m.c.queue == _bind("ch_queue"),
+                m.c.channel == shares.c.channel,
+                ready_predicate(m),
+                m.c.channel.isnot(None),
+                m.c.next_attempt_at <= _bind("now", m.c.next_attempt_at.type),
+                first_of_its_key(tables),
+            )
+            .order_by(m.c.next_attempt_at, m.c.id)
+            .limit(shares.c.n)
+            .lateral("oldest")
+        )
+        take = sa.select(oldest.c.id).select_from(shares.join(oldest, sa.true()))
+        if not plain:
+            return take
+        return sa.union_all(  # type: ignore[return-value]
+            take.subquery("channels").select(), self._branch(None).subquery("plain").select()
+        )
+
+    def _single_write(self, take: sa.Select) -> sa.Select:
+        m = self.tables.message
+        bump = self.bump.returning(self.tables.controls.c.version).cte("bump")
+        marked = (
+            self._mark(take)
+            .where(sa.exists(sa.select(bump.c.version)))
+            .returning(*claimed_columns(m, headers_as_text=True))
+            .cte("marked")
+        )
+        one = sa.select(sa.literal_column("1").label("one")).subquery("one")
+        applied = sa.select(sa.func.count()).select_from(bump).scalar_subquery()
+        return sa.select(applied.label("applied"), *marked.c).select_from(
+            one.outerjoin(marked, sa.true())
+        )
+
+    def upsert_window(self) -> Any:
+        """A channel's rate window written, its row inserted if missing."""
+        c = self.tables.controls
+        values = {
+            "queue": _bind("ch_queue"),
+            "channel": _bind("w_channel", c.c.channel.type),
+            "updated_at": _bind("now", c.c.updated_at.type),
+            "rate_slot": _bind("w_slot", sa.BigInteger()),
+            "rate_counts": _bind("w_counts", c.c.rate_counts.type),
+        }
+        name = self.dialect.name
+        if name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            pg = pg_insert(c).values(**values)
+            return pg.on_conflict_do_update(
+                index_elements=[c.c.queue, c.c.channel],
+                set_={"rate_slot": pg.excluded.rate_slot, "rate_counts": pg.excluded.rate_counts},
+            )
+        if name == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            lite = sqlite_insert(c).values(**values)
+            return lite.on_conflict_do_update(
+                index_elements=[c.c.queue, c.c.channel],
+                set_={
+                    "rate_slot": lite.excluded.rate_slot,
+                    "rate_counts": lite.excluded.rate_counts,
+                },
+            )
+        from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+        my = mysql_insert(c).values(**values)
+        return my.on_duplicate_key_update(
+            rate_slot=my.inserted.rate_slot, rate_counts=my.inserted.rate_counts
+        )
 
     def insert_if_missing(self) -> Any:
         """An INSERT of a control row that does nothing where the row exists (another
@@ -512,19 +635,94 @@ class ChannelClaim:
             .prefix_with("IGNORE", dialect="mariadb")
         )
 
-    async def _create_queue_row(self, conn: AsyncConnection, queue: str) -> None:
+    def write_parameters(self, queue: str, head: QueueRow, planned: Plan) -> dict[str, Any]:
+        parameters: dict[str, Any] = {
+            "ch_queue": queue,
+            "now": head.now,
+            "seen_version": head.version,
+            "new_rotation": planned.rotation,
+            "queue_slot": head.rate_slot,
+            "queue_counts": head.rate_counts,
+        }
+        if planned.queue_window is not None:
+            parameters["queue_slot"] = planned.queue_window.slot
+            parameters["queue_counts"] = planned.queue_window.encode()
+        shares = [m for m in planned.members if m.share > 0]
+        for member in shares:
+            if member.name == PLAIN:
+                parameters["take_plain"] = member.share
+        channels = [m for m in shares if m.name != PLAIN]
+        if self.dialect.name == "postgresql":
+            parameters["members"] = [m.name for m in channels]
+            parameters["takes"] = [m.share for m in channels]
+        else:
+            for i, member in enumerate(channels):
+                parameters[f"member_{i}"] = member.name
+                parameters[f"take_{i}"] = member.share
+        return parameters
+
+    def window_parameters(self, queue: str, now: datetime, planned: Plan) -> list[dict[str, Any]]:
+        return [
+            {
+                "ch_queue": queue,
+                "now": now,
+                "w_channel": name,
+                "w_slot": after.slot,
+                "w_counts": after.encode(),
+            }
+            for name, after, _stored in planned.windows
+        ]
+
+    # -- a claim on SQLAlchemy's connection (MySQL, SQLite) -----------------------------
+    async def read_on(self, conn: AsyncConnection, queue: str, limit: int) -> Any:
+        most = limit + EXTRA_CANDIDATES
+        result = await conn.execute(self.read, {"ch_queue": queue, "most": most})
+        return result.mappings().all()
+
+    async def write_on(
+        self, conn: AsyncConnection, queue: str, head: QueueRow, planned: Plan
+    ) -> list[Sequence[Any]] | None:
+        """The write in the caller's transaction; None if the version moved."""
+        parameters = self.write_parameters(queue, head, planned)
+        bumped = await conn.execute(self.bump, parameters)
+        if bumped.rowcount == 0:
+            return None
+        for window_row in self.window_parameters(queue, head.now, planned):
+            await conn.execute(self.upsert_window(), window_row)
+        take = self.statements(planned.shape)
+        if self.dialect.name == "sqlite":
+            marked = self._mark(take).returning(*claimed_columns(self.tables.message))
+            return [tuple(row) for row in await conn.execute(marked, parameters)]
+        # MySQL: no UPDATE ... RETURNING. The ids are read without locks (a locking
+        # read of the keys index would wait for publishers' uncommitted rows), then
+        # marked, then read back: what the UPDATE took is ours (acquired_at is this
+        # claim's time, and the bump keeps other channel claims of the queue out).
+        ids = list((await conn.execute(take, parameters)).scalars())
+        if not ids:
+            return []
+        await conn.execute(self._mark_listed, {"ids": ids, "now": head.now})
+        rows = await conn.execute(self._read_marked, {"ids": ids, "now": head.now})
+        return [tuple(row) for row in rows]
+
+
+def split_read(rows: Sequence[Any]) -> tuple[QueueRow | None, list[Any]]:
+    """The read's queue row (None if the queue has none) and its candidate rows, each
+    a mapping of the read's columns."""
+    head = next((row for row in rows if row["part"] == 0), None)
+    candidates = sorted(
+        (row for row in rows if row["part"] != 0), key=lambda r: (r["part"], r["n"])
+    )
+    return (None if head is None else _queue_row(head)), candidates
+
+
+async def create_queue_row(dialect: Dialect, engine: AsyncEngine, queue: str) -> None:
+    """The queue's control row, which every channel claim's write counts up."""
+    async with dialect.own_transaction(engine) as conn:
         await conn.execute(
-            self.insert_if_missing().values(queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now())
+            dialect.channel_claim.insert_if_missing().values(
+                queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now()
+            )
         )
-
-
-def _claimed_position(name: str) -> int:
-    from faststream_sqla.schema import CLAIMED_COLUMNS
-
-    return CLAIMED_COLUMNS.index(name)
-
-
-_CHANNEL = _claimed_position("channel")
 
 
 async def claim_channelled(
@@ -532,9 +730,21 @@ async def claim_channelled(
 ) -> list[Sequence[Any]]:
     """Up to `limit` messages of `queue` within its limits and its channels' (see the
     module), as claimed rows in `schema.CLAIMED_COLUMNS` order."""
-    claim = dialect.channel_claim
-    async with dialect.channel_transaction(engine) as conn:
-        return await claim.claim(conn, queue, limit)
+    for _ in range(CONFLICT_RETRIES):
+        rows = await dialect.claim_channels(engine, queue, limit)
+        if rows is not None:
+            return rows
+    return []  # others kept claiming: the next round comes soon
 
 
-__all__ = ["ChannelClaim", "Member", "claim_channelled", "share_out"]
+__all__ = [
+    "ChannelClaim",
+    "Member",
+    "Plan",
+    "QueueRow",
+    "claim_channelled",
+    "create_queue_row",
+    "plan",
+    "share_out",
+    "split_read",
+]

@@ -1,8 +1,8 @@
-"""Setting and reading the limits of queues and channels (the controls table).
+"""Setting the limits of queues and channels (the controls table).
 
-Every change runs in one transaction that first locks the queue's control row, as
-the channel claim does, so a change never lands in the middle of a claim: the next
-claim in any process applies it.
+Every change also counts up the queue row's version, in the same transaction: a
+channel claim that read the old limits then writes nothing and reads again
+(channels.claim), so the next claim in any process applies the change.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import sqlalchemy as sa
 
 from faststream_sqla.clock import utc_now
 from faststream_sqla.exceptions import InvalidOptionError
@@ -111,7 +109,7 @@ async def change_row(
     dialect: Dialect, engine: AsyncEngine, queue: str, channel: str, change: LimitChange
 ) -> None:
     """Apply `change` to the row of (queue, channel), creating it (and the queue's row)
-    if missing, under the queue row's lock."""
+    if missing, and count the queue row's version up."""
     validate_queue_name(queue)
     channel = checked_channel(channel)
     values = change.values()
@@ -123,9 +121,9 @@ async def change_row(
                 claim.insert_if_missing().values(queue=queue, channel=name, updated_at=utc_now())
             )
         await conn.execute(
-            sa.select(c.c.queue)
+            c.update()
             .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE)
-            .with_for_update()
+            .values(version=c.c.version + 1)
         )
         if values:
             await conn.execute(

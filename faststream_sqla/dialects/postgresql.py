@@ -270,6 +270,69 @@ class PostgresDialect(Dialect):
             columns.append([shared[name]] * count if name in shared else next(arrays_left))
         return rows_from_columns(columns)
 
+    async def claim_channels(
+        self, engine: AsyncEngine, queue: str, limit: int
+    ) -> list[Sequence[Any]] | None:
+        # Two round trips on the driver's connection, in autocommit: the read, then the
+        # write as one statement (channels.claim); with rate windows to write, those
+        # two statements in one transaction.
+        from faststream_sqla.channels.claim import (
+            EXTRA_CANDIDATES,
+            create_queue_row,
+            plan,
+            split_read,
+        )
+
+        claim = self.channel_claim
+        read = self._on_driver.get(
+            "channel_read", engine.dialect, lambda: claim.read, ("ch_queue", "most")
+        )
+        async with driver_connection(engine) as conn:
+            rows = await conn.fetch(
+                read.sql, *read.arguments({"ch_queue": queue, "most": limit + EXTRA_CANDIDATES})
+            )
+            head, candidates = split_read(rows)
+            if head is None:
+                created = None
+            else:
+                planned = plan(head, candidates, limit)
+                if planned is None:
+                    return []
+                parameters = claim.write_parameters(queue, head, planned)
+                shape = planned.shape
+                write = self._on_driver.get(
+                    ("channel_write", shape),
+                    engine.dialect,
+                    lambda: claim.statements(shape),
+                    tuple(parameters),
+                )
+                arguments = write.arguments(parameters)
+                if not planned.windows:
+                    written = await conn.fetch(write.sql, *arguments)
+                else:
+                    upsert = self._on_driver.get(
+                        "channel_window",
+                        engine.dialect,
+                        claim.upsert_window,
+                        ("ch_queue", "now", "w_channel", "w_slot", "w_counts"),
+                    )
+                    async with conn.transaction():
+                        written = await conn.fetch(write.sql, *arguments)
+                        if written[0][0]:
+                            await conn.executemany(
+                                upsert.sql,
+                                [
+                                    upsert.arguments(w)
+                                    for w in claim.window_parameters(queue, head.now, planned)
+                                ],
+                            )
+                if not written[0][0]:
+                    return None  # another claim wrote first: read again
+                return [tuple(row)[1:] for row in written if row[1] is not None]
+        if created is None:
+            await create_queue_row(self, engine, queue)
+        return None
+
     def _outcomes_statement(
         self, engine: AsyncEngine, *, archives: bool, requeues: bool
     ) -> DriverStatement:

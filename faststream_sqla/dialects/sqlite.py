@@ -22,6 +22,7 @@ from faststream_sqla.schema import (
     CLAIMED_COLUMNS,
     INSERTED_COLUMNS,
     PRIORITIES,
+    WHOLE_QUEUE,
     Initial,
     QueueTables,
     Timestamp,
@@ -252,6 +253,28 @@ class SQLiteDialect(Dialect):
     def not_among(self, column: sa.ColumnElement[int], name: str) -> sa.ColumnElement[bool]:
         ids = sa.func.json_each(sa.bindparam(name)).table_valued("value")
         return column.not_in(sa.select(ids.c.value))
+
+    async def claim_channels(
+        self, engine: AsyncEngine, queue: str, limit: int
+    ) -> list[Sequence[Any]] | None:
+        # The read and the write in one transaction: one writer at a time, so the
+        # version never moves between them.
+        from faststream_sqla.channels.claim import plan, split_read
+
+        claim = self.channel_claim
+        async with self.own_transaction(engine) as conn:
+            head, candidates = split_read(await claim.read_on(conn, queue, limit))
+            if head is None:
+                await conn.execute(
+                    claim.insert_if_missing().values(
+                        queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now()
+                    )
+                )
+                return None
+            planned = plan(head, candidates, limit)
+            if planned is None:
+                return []
+            return await claim.write_on(conn, queue, head, planned)
 
     @asynccontextmanager
     async def own_transaction(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:

@@ -284,6 +284,9 @@ class Fetcher:
                 if batch <= 0:
                     self.buffer.worker_idle.clear()
                     await wait_event(self.buffer.worker_idle, self.options.max_fetch_interval)
+                    # the workers finishing in this turn of the loop go idle together:
+                    # one claim for all of them, not one each
+                    await asyncio.sleep(0)
                     continue
             elif self.free_slots() < batch:
                 # Cleared once the fetcher runs again, not when its claim ends: left set

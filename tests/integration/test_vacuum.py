@@ -26,7 +26,8 @@ from .helpers import (
 
 READY_SCAN = (
     "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT id FROM message WHERE queue = 'q' "
-    "AND state IN ('PENDING', 'RETRYABLE') ORDER BY next_attempt_at, id LIMIT 10"
+    "AND state IN ('PENDING', 'RETRYABLE') AND channel IS NULL ORDER BY next_attempt_at, id "
+    "LIMIT 10"
 )
 
 
