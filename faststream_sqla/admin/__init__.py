@@ -4,6 +4,7 @@ from .api import QueueAdmin
 from .models import (
     BreakerStatus,
     BreakerTransition,
+    ChannelStatus,
     Count,
     DeadLetter,
     DeadLetterPage,
@@ -12,6 +13,7 @@ from .models import (
     MessageDetails,
     MoveResult,
     Progress,
+    QueueLimits,
     QueueStats,
     ScheduleInfo,
     to_json,
@@ -21,6 +23,7 @@ from .partitions import PartitionReport
 __all__ = [
     "BreakerStatus",
     "BreakerTransition",
+    "ChannelStatus",
     "Count",
     "DeadLetter",
     "DeadLetterPage",
@@ -31,6 +34,7 @@ __all__ = [
     "PartitionReport",
     "Progress",
     "QueueAdmin",
+    "QueueLimits",
     "QueueStats",
     "ScheduleInfo",
     "to_json",

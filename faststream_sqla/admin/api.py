@@ -13,6 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from typing_extensions import Self
 
+from faststream_sqla.channels.limits import Rate
+from faststream_sqla.channels.store import UNSET, _Unset
 from faststream_sqla.dialects import Dialect, dialect_for
 from faststream_sqla.dialects.base import TERMINAL, reading
 from faststream_sqla.exceptions import (
@@ -26,6 +28,7 @@ from faststream_sqla.schema import (
     DEAD_STATES,
     DEFAULT_ARCHIVE_TABLE,
     DEFAULT_MESSAGE_TABLE,
+    WHOLE_QUEUE,
     MessageState,
     QueueTables,
     TableNames,
@@ -34,19 +37,26 @@ from faststream_sqla.schema import (
 from faststream_sqla.urls import parse_url
 
 from . import archive, controls, dead_letters, messages, partitions, queues, schedules
+from . import channels as limits
 from .archive import PRUNE_BATCH
 from .dead_letters import MOVE_BATCH
 from .models import (
     BreakerStatus,
     BreakerTransition,
+    ChannelStatus,
     DeadLetterPage,
     DeadLetterSummary,
     MessageDetails,
     MoveResult,
     Progress,
+    QueueLimits,
     QueueStats,
     ScheduleInfo,
 )
+
+#: a rate as `set_channel_limits` and `set_queue_limits` take it: "5/s", "100/min",
+#: "10/30s", a `Rate`, or a (count, period) pair with the period in seconds or a timedelta
+RateLike = Rate | str | tuple[int, float | timedelta]
 
 #: counts stop here by default (models.Count): enough to tell a backlog, and a cost that
 #: does not grow with it
@@ -372,7 +382,107 @@ class QueueAdmin:
             self.engine, self.tables, months_ahead=months_ahead, retention=retention
         )
 
-    # -- helpers ---------------------------------------------------------------------
+    # -- channels and limits -----------------------------------------------------------
+
+    async def channels(self, queue: str) -> list[ChannelStatus]:
+        """Every channel of `queue` that has a control row or live messages, by name:
+        its ready, in-flight and later messages, whether it is paused, its own limits
+        and those that apply (its own, else the queue's defaults for its channels).
+        The counts are exact: one GROUP BY over the queue's live messages of a channel."""
+        validate_queue_name(queue)
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            return await limits.channel_statuses(conn, self.tables, queue)
+
+    async def queue_limits(self, queue: str) -> QueueLimits:
+        """`queue`'s own limits, its defaults for its channels, and whether it is paused
+        (none, and running, for a queue nobody set)."""
+        validate_queue_name(queue)
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            return await limits.queue_limits(conn, self.tables, queue)
+
+    async def set_channel_limits(
+        self,
+        queue: str,
+        channel: str,
+        *,
+        max_concurrency: int | _Unset | None = UNSET,
+        rate: RateLike | _Unset | None = UNSET,
+    ) -> ChannelStatus:
+        """Set one channel's own limits, which take the place of the queue's defaults
+        for it; a limit not given stays as it is, None removes it. Every process's
+        claims follow within a few seconds, without a restart (the channel claim reads
+        the limits at each claim; a queue that had no channel and no limit is switched
+        to it within `CONTROL_INTERVAL`). Bad values raise InvalidOptionError before
+        anything is written. Returns the channel as `channels()` shows it.
+
+        Args:
+            queue: the queue.
+            channel: the channel, as messages carry it (`channel="acme"`).
+            max_concurrency: messages of the channel in flight at once, across every
+                process (1 to 1,000,000).
+            rate: claims of the channel per period: "5/s", "100/min", "10/30s", a
+                `Rate`, or (count, seconds).
+        """
+        validate_queue_name(queue)
+        name = limits.channel_name(channel)
+        change = limits.channel_change(name, max_concurrency=max_concurrency, rate=rate)
+        await self._prepare(writes=True)
+        await limits.set_limits(self.dialect, self.engine, queue, name, change)
+        async with reading(self.engine) as conn:
+            return await limits.channel_status(conn, self.tables, queue, name)
+
+    async def set_queue_limits(
+        self,
+        queue: str,
+        *,
+        max_concurrency: int | _Unset | None = UNSET,
+        rate: RateLike | _Unset | None = UNSET,
+        channel_max_concurrency: int | _Unset | None = UNSET,
+        channel_rate: RateLike | _Unset | None = UNSET,
+    ) -> QueueLimits:
+        """Set `queue`'s own limits, which hold across all its channels and its
+        messages without one, and its defaults for each channel without limits of its
+        own. As `set_channel_limits`: a limit not given stays, None removes it, bad
+        values are refused before anything is written, and every process follows
+        within a few seconds.
+
+        Args:
+            queue: the queue.
+            max_concurrency: messages of the queue in flight at once, across every
+                process.
+            rate: claims of the queue per period (as `set_channel_limits` takes it).
+            channel_max_concurrency: each channel's max_concurrency, unless it sets
+                its own.
+            channel_rate: each channel's rate, unless it sets its own.
+        """
+        validate_queue_name(queue)
+        change = limits.queue_change(
+            max_concurrency=max_concurrency,
+            rate=rate,
+            channel_max_concurrency=channel_max_concurrency,
+            channel_rate=channel_rate,
+        )
+        await self._prepare(writes=True)
+        await limits.set_limits(self.dialect, self.engine, queue, WHOLE_QUEUE, change)
+        return await self.queue_limits(queue)
+
+    async def pause_channel(self, queue: str, channel: str) -> bool:
+        """Stop claims of one channel of `queue`, in every process, from the next claim
+        on; its messages in flight finish as usual, the queue's other channels go on.
+        Whether it was running before."""
+        validate_queue_name(queue)
+        name = limits.channel_name(channel)
+        await self._prepare(writes=True)
+        return await limits.set_channel_paused(self.dialect, self.engine, queue, name, True)
+
+    async def resume_channel(self, queue: str, channel: str) -> bool:
+        """Let the channel be claimed again; whether it was paused."""
+        validate_queue_name(queue)
+        name = limits.channel_name(channel)
+        await self._prepare(writes=True)
+        return await limits.set_channel_paused(self.dialect, self.engine, queue, name, False)
 
     # -- schedules -------------------------------------------------------------------
 
@@ -403,6 +513,8 @@ class QueueAdmin:
         await self._prepare(writes=True)
         async with self.dialect.own_transaction(self.engine) as conn:
             return await schedules.set_paused(conn, self.tables, name, paused=paused)
+
+    # -- helpers ---------------------------------------------------------------------
 
     async def _known_queue(self, conn: AsyncConnection, queue: str) -> None:
         validate_queue_name(queue)

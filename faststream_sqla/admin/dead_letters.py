@@ -245,6 +245,8 @@ def _copy(row: Any) -> NewMessage:
         publish_at=None,
         priority=row.priority,
         ordering_key=row.ordering_key,
+        # back to its channel's limits and turn, as it was published
+        channel=row.channel,
         redriven_from=row.id,
     )
 
@@ -282,6 +284,7 @@ def archive_columns(a: sa.Table) -> tuple[sa.Column, ...]:
         a.c.correlation_id,
         a.c.priority,
         a.c.ordering_key,
+        a.c.channel,
     )
 
 

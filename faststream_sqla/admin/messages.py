@@ -46,6 +46,7 @@ async def find_message(
         correlation_id=row["correlation_id"],
         priority=row["priority"],
         ordering_key=row["ordering_key"],
+        channel=row["channel"],
         idempotency_key=row["idempotency_key"],
         attempts_count=row["attempts_count"],
         deliveries_count=row["deliveries_count"],

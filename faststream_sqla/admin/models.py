@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from faststream_sqla.channels.limits import Rate
+
 #: called as work advances: (done so far, total if known)
 Progress = Callable[[int, "int | None"], None]
 
@@ -58,6 +60,8 @@ class MessageDetails:
     correlation_id: str | None
     priority: int
     ordering_key: str | None
+    #: the channel whose limits it waits for (docs/flow-control.md#channels)
+    channel: str | None
     idempotency_key: str | None
     attempts_count: int
     deliveries_count: int
@@ -180,9 +184,52 @@ class BreakerStatus:
     recent: list[BreakerTransition] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class QueueLimits:
+    """What an operator set on a queue (`QueueAdmin.set_queue_limits`, `pause_queue`);
+    None: no limit."""
+
+    queue: str
+    #: messages of the queue in flight at once, across every process and channel
+    max_concurrency: int | None
+    #: claims of the queue's messages, across every process and channel
+    rate: Rate | None
+    #: each channel's max_concurrency, unless the channel sets its own
+    channel_max_concurrency: int | None
+    #: each channel's rate, unless the channel sets its own
+    channel_rate: Rate | None
+    paused: bool
+
+
+@dataclass(frozen=True)
+class ChannelStatus:
+    """One channel of a queue: its messages now, and its limits (`QueueAdmin.channels`).
+    The queue's own `max_concurrency` and rate hold across all its channels besides."""
+
+    name: str
+    #: due now, waiting for the channel's turn and room
+    ready: int
+    #: claimed by a worker (PROCESSING): what counts against max_concurrency
+    in_flight: int
+    #: live but not yet due: published with a delay, waiting out a retry's backoff, or
+    #: behind an earlier message of their ordering key
+    later: int
+    #: claims of this channel stopped (`QueueAdmin.pause_channel`)
+    paused: bool
+    #: the channel's own limits, None where it sets none
+    max_concurrency: int | None
+    rate: Rate | None
+    #: the limits that apply: its own, else the queue's defaults for its channels
+    effective_max_concurrency: int | None
+    effective_rate: Rate | None
+
+
 def to_json(value: Any) -> Any:
     """`value` (a result of this API, or a list of them) as JSON-ready data: times in
-    ISO 8601, payloads base64 (and as text when they are UTF-8)."""
+    ISO 8601, payloads base64 (and as text when they are UTF-8), rates as their count,
+    period in seconds and text (`{"count": 5, "period": 1.0, "text": "5/s"}`)."""
+    if isinstance(value, Rate):
+        return {"count": value.count, "period": value.period, "text": str(value)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         for f in dataclasses.fields(value):

@@ -8,6 +8,7 @@ channel claim that read the old limits then writes nothing and reads again
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,10 @@ class LimitChange:
     paused: bool | _Unset = UNSET
 
     def values(self) -> dict[str, Any]:
+        """The columns this change sets. A rate's window (rate_slot, rate_counts) is left
+        as it is: one counted in another period's slots is discarded when next read
+        (channels.rate.window_at), and one of the same period still counts claims that
+        really started."""
         values: dict[str, Any] = {}
         if self.max_concurrency is not UNSET:
             values["max_concurrency"] = self.max_concurrency
@@ -49,8 +54,6 @@ class LimitChange:
             rate = self.rate
             values["rate_count"] = None if rate is None else rate.count
             values["rate_period"] = None if rate is None else rate.period
-            # a window counted in the old period's slots means nothing in the new ones
-            values["rate_slot"] = values["rate_counts"] = None
         if self.channel_max_concurrency is not UNSET:
             values["channel_max_concurrency"] = self.channel_max_concurrency
         if self.channel_rate is not UNSET:
@@ -60,6 +63,27 @@ class LimitChange:
         if self.paused is not UNSET:
             values["paused"] = self.paused
         return values
+
+
+#: what a missing control row stands for: no limits, not paused
+ROW_DEFAULTS: dict[str, Any] = {
+    "max_concurrency": None,
+    "rate_count": None,
+    "rate_period": None,
+    "channel_max_concurrency": None,
+    "channel_rate_count": None,
+    "channel_rate_period": None,
+    "paused": False,
+}
+
+
+def _same(stored: Any, wanted: Any) -> bool:
+    # MySQL's FLOAT keeps a period to single precision: 0.1 reads back as 0.100000001
+    if isinstance(stored, float) and isinstance(wanted, float):
+        return math.isclose(stored, wanted, rel_tol=1e-6)
+    if isinstance(wanted, bool):
+        return bool(stored) is wanted
+    return bool(stored == wanted)
 
 
 def checked_channel(channel: object) -> str:
@@ -107,30 +131,45 @@ def limit_change(
 
 async def change_row(
     dialect: Dialect, engine: AsyncEngine, queue: str, channel: str, change: LimitChange
-) -> None:
-    """Apply `change` to the row of (queue, channel), creating it (and the queue's row)
-    if missing, and count the queue row's version up."""
+) -> bool:
+    """Apply `change` to the row of (queue, channel), creating the queue's row if
+    missing, and count the queue row's version up (which also serialises changes of
+    one queue); whether any setting changed. Only the values that differ are written,
+    and a channel's row is created only to hold a setting: resuming a channel never
+    paused, or removing a limit it never had, leaves no row behind."""
     validate_queue_name(queue)
     channel = checked_channel(channel)
-    values = change.values()
+    wanted = change.values()
     claim = dialect.channel_claim
     c = dialect.tables.controls
+    this_row = (c.c.queue == queue, c.c.channel == channel)
     async with dialect.channel_transaction(engine) as conn:
-        for name in dict.fromkeys((WHOLE_QUEUE, channel)):
-            await conn.execute(
-                claim.insert_if_missing().values(queue=queue, channel=name, updated_at=utc_now())
-            )
+        await conn.execute(
+            claim.insert_if_missing().values(queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now())
+        )
         await conn.execute(
             c.update()
             .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE)
             .values(version=c.c.version + 1)
         )
-        if values:
+        if not wanted:
+            return False
+        # a locking read: MySQL's READ COMMITTED or not, it sees the latest version
+        current = (
             await conn.execute(
-                c.update()
-                .where(c.c.queue == queue, c.c.channel == channel)
-                .values(**values, updated_at=utc_now())
+                sa.select(*(c.c[name] for name in wanted)).where(*this_row).with_for_update()
             )
+        ).first()
+        stored = ROW_DEFAULTS if current is None else current._mapping
+        changed = {k: v for k, v in wanted.items() if not _same(stored[k], v)}
+        if not changed:
+            return False
+        if current is None:
+            await conn.execute(
+                claim.insert_if_missing().values(queue=queue, channel=channel, updated_at=utc_now())
+            )
+        await conn.execute(c.update().where(*this_row).values(**changed, updated_at=utc_now()))
+    return True
 
 
 async def set_limits(
@@ -139,11 +178,22 @@ async def set_limits(
     queue: str,
     channel: str = WHOLE_QUEUE,
     **limits: object,
-) -> None:
+) -> bool:
     """Set a channel's limits, or with channel "" the queue's (max_concurrency and
     rate for the whole queue, channel_max_concurrency and channel_rate for each of its
-    channels without limits of its own); None removes a limit."""
-    await change_row(dialect, engine, queue, channel, limit_change(channel=channel, **limits))
+    channels without limits of its own); None removes a limit. Whether anything
+    changed."""
+    return await change_row(
+        dialect, engine, queue, channel, limit_change(channel=channel, **limits)
+    )
 
 
-__all__ = ["UNSET", "LimitChange", "change_row", "checked_channel", "limit_change", "set_limits"]
+__all__ = [
+    "ROW_DEFAULTS",
+    "UNSET",
+    "LimitChange",
+    "change_row",
+    "checked_channel",
+    "limit_change",
+    "set_limits",
+]

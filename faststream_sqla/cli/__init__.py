@@ -1,9 +1,17 @@
-"""`faststream-sqla` command line: the schema (`db`), the running queues, publishing, and
-the schedules."""
+"""`faststream-sqla` command line: the schema (`db`), the running queues and the limits
+of their channels, publishing, and the schedules."""
 
 from __future__ import annotations
 
-from . import control, db, operate, publish, report, schedule  # noqa: F401 - each registers its commands
+from . import (  # noqa: F401 - each registers its commands
+    channels,
+    control,
+    db,
+    operate,
+    publish,
+    report,
+    schedule,
+)
 from .common import app
 
 

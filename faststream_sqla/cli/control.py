@@ -15,7 +15,9 @@ from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE,
 from .common import ArchiveTable, MessageTable, Url, app, out, usage_error
 from .operate import Json, _time, listing, print_json, with_admin
 
-queue_app = typer.Typer(help="Pause and resume the consumers of a queue.", no_args_is_help=True)
+queue_app = typer.Typer(
+    help="Pause and resume the consumers of a queue; its limits.", no_args_is_help=True
+)
 app.add_typer(queue_app, name="queue")
 breaker_app = typer.Typer(
     help="The circuit breakers of the queues: their state, and a manual reset.",

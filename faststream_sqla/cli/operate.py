@@ -212,6 +212,7 @@ def inspect(
         ("state", f"{found.state} (in the {where})"),
         ("priority", str(found.priority)),
         ("ordering key", found.ordering_key or "-"),
+        ("channel", found.channel or "-"),
         ("idempotency key", found.idempotency_key or "-"),
         ("correlation id", found.correlation_id or "-"),
         ("attempts", str(found.attempts_count)),

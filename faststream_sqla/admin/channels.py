@@ -1,0 +1,263 @@
+"""The limits of queues and channels, for operators: reading them with what each
+channel has waiting and in flight, and changing them (through channels.store, under
+the queue row's lock as the channel claim takes it; faststream_sqla.channels enforces
+them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from faststream_sqla.channels.limits import Rate
+from faststream_sqla.channels.store import (
+    UNSET,
+    LimitChange,
+    change_row,
+    checked_channel,
+    limit_change,
+)
+from faststream_sqla.clock import utc_now
+from faststream_sqla.dialects._claim import ready_predicate, state_literal
+from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.schema import CHANNEL_READY, WHOLE_QUEUE, MessageState, QueueTables
+
+from .models import ChannelStatus, QueueLimits
+
+if TYPE_CHECKING:
+    from faststream_sqla.dialects import Dialect
+
+
+def channel_name(value: object) -> str:
+    """A channel's name as messages carry it (the queue's own row, "", is not one)."""
+    if value == WHOLE_QUEUE or value is None:
+        msg = (
+            f"a channel's name must be 1 or more characters, got {value!r} (the queue's "
+            "own limits: set_queue_limits, faststream-sqla queue limit)"
+        )
+        raise InvalidOptionError(msg)
+    return checked_channel(value)
+
+
+def _rate(count: int | None, period: float | None) -> Rate | None:
+    if count is None or period is None:
+        return None
+    # six significant digits: MySQL's FLOAT reads 0.1 back as 0.100000001
+    return Rate(count, float(f"{period:.6g}"))
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+async def queue_limits(conn: AsyncConnection, tables: QueueTables, queue: str) -> QueueLimits:
+    """The queue's own limits and its channels' defaults (none without a row)."""
+    c = tables.controls
+    row = (
+        await conn.execute(
+            sa.select(
+                c.c.paused,
+                c.c.max_concurrency,
+                c.c.rate_count,
+                c.c.rate_period,
+                c.c.channel_max_concurrency,
+                c.c.channel_rate_count,
+                c.c.channel_rate_period,
+            ).where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE)
+        )
+    ).first()
+    if row is None:
+        return QueueLimits(queue, None, None, None, None, paused=False)
+    return QueueLimits(
+        queue=queue,
+        max_concurrency=row.max_concurrency,
+        rate=_rate(row.rate_count, row.rate_period),
+        channel_max_concurrency=row.channel_max_concurrency,
+        channel_rate=_rate(row.channel_rate_count, row.channel_rate_period),
+        paused=bool(row.paused),
+    )
+
+
+#: per channel: ready, in flight, later
+Counts = dict[str, list[int]]
+
+
+def _add(counts: Counts, channel: str, ready: int = 0, in_flight: int = 0, later: int = 0) -> None:
+    found = counts.setdefault(channel, [0, 0, 0])
+    found[0] += int(ready)
+    found[1] += int(in_flight)
+    found[2] += int(later)
+
+
+async def _message_counts(
+    conn: AsyncConnection, tables: QueueTables, queue: str, only: str | None
+) -> Counts:
+    """The queue's live channelled messages by channel. A GROUP BY over them (an
+    operator's read, not the claim's): on MySQL one pass over the keys table's channel
+    index, which holds every one of them; elsewhere one per partial index that holds
+    a kind of them (ready, in flight, waiting behind an ordering key)."""
+    m = tables.message
+    counts: Counts = {}
+    due = sa.func.sum(sa.case((m.c.next_attempt_at <= utc_now(), 1), else_=0))
+    if tables.keys is not None:
+        k = tables.keys
+        where: list[sa.ColumnElement[bool]] = [k.c.queue == queue, k.c.channel.isnot(None)]
+        if only is not None:
+            where.append(k.c.channel == only)
+        ready = sa.and_(
+            m.c.ready_at == sa.literal(CHANNEL_READY, m.c.ready_at.type),
+            m.c.next_attempt_at <= utc_now(),
+        )
+        processing = m.c.state == state_literal(MessageState.PROCESSING)
+        result = await conn.execute(
+            sa.select(
+                k.c.channel,
+                sa.func.count(),
+                sa.func.sum(sa.case((ready, 1), else_=0)),
+                sa.func.sum(sa.case((processing, 1), else_=0)),
+            )
+            .select_from(k.join(m, m.c.id == k.c.id))
+            .where(*where)
+            .group_by(k.c.channel)
+        )
+        for channel, total, ready_n, in_flight_n in result:
+            _add(counts, channel, ready_n, in_flight_n, total - ready_n - in_flight_n)
+        return counts
+    this = [m.c.queue == queue, m.c.channel.isnot(None)]
+    if only is not None:
+        this.append(m.c.channel == only)
+    # the terms of each partial index, as the index states them, so the planner uses it
+    ready_range = await conn.execute(
+        sa.select(m.c.channel, sa.func.count(), due)
+        .where(*this, ready_predicate(m))
+        .group_by(m.c.channel)
+    )
+    for channel, total, due_n in ready_range:
+        _add(counts, channel, ready=due_n, later=total - due_n)
+    in_flight_range = await conn.execute(
+        sa.select(m.c.channel, sa.func.count())
+        .where(*this, m.c.state == state_literal(MessageState.PROCESSING))
+        .group_by(m.c.channel)
+    )
+    for channel, n in in_flight_range:
+        _add(counts, channel, in_flight=n)
+    waiting_range = await conn.execute(
+        sa.select(m.c.channel, sa.func.count())
+        .where(
+            *this, m.c.ordering_key.isnot(None), m.c.state == state_literal(MessageState.WAITING)
+        )
+        .group_by(m.c.channel)
+    )
+    for channel, n in waiting_range:
+        _add(counts, channel, later=n)
+    return counts
+
+
+async def channel_statuses(
+    conn: AsyncConnection, tables: QueueTables, queue: str, only: str | None = None
+) -> list[ChannelStatus]:
+    """Every channel of `queue` (or only the channel `only`) with a control row or
+    live messages, by name."""
+    defaults = await queue_limits(conn, tables, queue)
+    c = tables.controls
+    query = sa.select(
+        c.c.channel, c.c.paused, c.c.max_concurrency, c.c.rate_count, c.c.rate_period
+    ).where(c.c.queue == queue, c.c.channel != WHOLE_QUEUE)
+    if only is not None:
+        query = query.where(c.c.channel == only)
+    rows: dict[str, Any] = {row.channel: row for row in await conn.execute(query)}
+    counts = await _message_counts(conn, tables, queue, only)
+    statuses = []
+    for name in sorted(rows.keys() | counts.keys()):
+        row = rows.get(name)
+        ready, in_flight, later = counts.get(name, (0, 0, 0))
+        own_max = None if row is None else row.max_concurrency
+        own_rate = None if row is None else _rate(row.rate_count, row.rate_period)
+        statuses.append(
+            ChannelStatus(
+                name=name,
+                ready=ready,
+                in_flight=in_flight,
+                later=later,
+                paused=row is not None and bool(row.paused),
+                max_concurrency=own_max,
+                rate=own_rate,
+                effective_max_concurrency=(
+                    own_max if own_max is not None else defaults.channel_max_concurrency
+                ),
+                effective_rate=own_rate if own_rate is not None else defaults.channel_rate,
+            )
+        )
+    return statuses
+
+
+async def channel_status(
+    conn: AsyncConnection, tables: QueueTables, queue: str, channel: str
+) -> ChannelStatus:
+    """One channel, as `channel_statuses` shows it (no limits and no messages when it
+    has neither)."""
+    for found in await channel_statuses(conn, tables, queue, only=channel):
+        return found
+    defaults = await queue_limits(conn, tables, queue)
+    return ChannelStatus(
+        name=channel,
+        ready=0,
+        in_flight=0,
+        later=0,
+        paused=False,
+        max_concurrency=None,
+        rate=None,
+        effective_max_concurrency=defaults.channel_max_concurrency,
+        effective_rate=defaults.channel_rate,
+    )
+
+
+# -- changing --------------------------------------------------------------------------
+
+
+def channel_change(channel: str, *, max_concurrency: object, rate: object) -> LimitChange:
+    """A channel's new limits, checked (InvalidOptionError) before anything is written."""
+    if max_concurrency is UNSET and rate is UNSET:
+        raise InvalidOptionError(
+            "nothing to set: give max_concurrency and/or rate (None removes a limit)"
+        )
+    return limit_change(channel=channel, max_concurrency=max_concurrency, rate=rate)
+
+
+def queue_change(
+    *,
+    max_concurrency: object,
+    rate: object,
+    channel_max_concurrency: object,
+    channel_rate: object,
+) -> LimitChange:
+    """A queue's new limits and channel defaults, checked before anything is written."""
+    if all(
+        value is UNSET for value in (max_concurrency, rate, channel_max_concurrency, channel_rate)
+    ):
+        raise InvalidOptionError(
+            "nothing to set: give max_concurrency, rate, channel_max_concurrency and/or "
+            "channel_rate (None removes a limit)"
+        )
+    return limit_change(
+        channel=WHOLE_QUEUE,
+        max_concurrency=max_concurrency,
+        rate=rate,
+        channel_max_concurrency=channel_max_concurrency,
+        channel_rate=channel_rate,
+    )
+
+
+async def set_limits(
+    dialect: Dialect, engine: AsyncEngine, queue: str, channel: str, limits: LimitChange
+) -> bool:
+    """Write a checked change of a channel's row ("": the queue's); whether it changed
+    anything. Every process's next channel claim of the queue applies it."""
+    return await change_row(dialect, engine, queue, channel, limits)
+
+
+async def set_channel_paused(
+    dialect: Dialect, engine: AsyncEngine, queue: str, channel: str, paused: bool
+) -> bool:
+    """Pause or resume one channel; whether it was the other way before."""
+    return await change_row(dialect, engine, queue, channel, LimitChange(paused=paused))
