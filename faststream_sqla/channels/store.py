@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import sqlalchemy as sa
+
 from faststream_sqla.clock import utc_now
 from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.schema import WHOLE_QUEUE, validate_queue_name
