@@ -41,6 +41,7 @@ from faststream_sqla.dialects._claim import (
 )
 from faststream_sqla.schema import (
     CHANNEL_READY,
+    CLAIMED_COLUMNS,
     NOT_READY,
     PRIORITIES,
     WHOLE_QUEUE,
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
 
 #: channels read per claim beyond its limit: room to pass over full or paused ones
 EXTRA_CANDIDATES = 8
+#: MySQL: keys-index entries read per candidate channel wanted (see _mysql_walk)
+SCAN_PER_CANDIDATE = 20
 #: the rotation's name for the messages without a channel
 PLAIN = ""
 #: reads a claim makes when other claims keep moving the queue's version meanwhile
@@ -112,6 +115,8 @@ class QueueRow:
     in_flight: int = 0
     #: messages without a channel are due
     plain_waiting: bool = False
+    #: in flight, per channel (None: without one)
+    busy: dict[str | None, int] = field(default_factory=dict)
     now: datetime = field(default_factory=lambda: datetime(1970, 1, 1))
 
 
@@ -210,7 +215,7 @@ def plan(head: QueueRow, candidates: Sequence[Any], limit: int) -> Plan | None:
 def _member(row: Any, head: QueueRow) -> Member:
     member = Member(
         row["channel"],
-        in_flight=row["in_flight"] or 0,
+        in_flight=head.busy.get(row["channel"], 0),
         stored=bool(row["stored"]),
         paused=bool(row["paused"]),
         max_concurrency=head.channel_max_concurrency,
@@ -240,7 +245,6 @@ def _queue_row(row: Any) -> QueueRow:
         channel_rate=_rate(row["channel_rate_count"], row["channel_rate_period"]),
         rotation=row["rotation"],
         version=int(row["version"]),
-        in_flight=int(row["in_flight"] or 0),
         plain_waiting=bool(row["plain_waiting"]),
         now=now,
     )
@@ -263,6 +267,9 @@ class ChannelClaim:
         self.read = self._build_read()
         self._by_shape: dict[tuple[int, bool], Any] = {}
         self._mark_listed = self._mark(sa.bindparam("ids", expanding=True))
+        self._rows_by_id = sa.select(*claimed_columns(m)).where(
+            m.c.id.in_(sa.bindparam("ids", expanding=True))
+        )
         self._read_marked = sa.select(*claimed_columns(m)).where(
             m.c.id.in_(sa.bindparam("ids", expanding=True)),
             m.c.state == state_literal(MessageState.PROCESSING),
@@ -296,12 +303,15 @@ class ChannelClaim:
             due = [ready_predicate(m), m.c.channel.is_(None), m.c.next_attempt_at <= utc_now()]
         return sa.exists().where(m.c.queue == _bind("ch_queue"), *due)
 
-    def _walk(self, name: str, start: sa.ColumnElement[str]) -> sa.CTE:
+    def _walk(self, name: str, start: sa.ColumnElement[str]) -> Any:
         """The channels after `start` with live (PostgreSQL, SQLite: ready) messages,
-        in order, at most :most: one index descent each. MySQL's keys table holds
-        every channelled message; elsewhere the channel index holds the ready ones."""
+        in order, at most :most, as (channel, n): one index descent each. MySQL's keys
+        table holds every channelled message; elsewhere the channel index holds the
+        ready ones."""
         tables = self.tables
-        source = tables.message if tables.keys is None else tables.keys
+        if tables.keys is not None:
+            return self._mysql_walk(name, start)
+        source = tables.message
 
         def ready(alias: Any) -> list[sa.ColumnElement[bool]]:
             if tables.keys is not None:
@@ -337,19 +347,44 @@ class ChannelClaim:
             )
         )
 
+    def _mysql_walk(self, name: str, start: sa.ColumnElement[str]) -> Any:
+        """MariaDB evaluates the recursive walk's step as a walk of the queue's whole
+        key range (no range access on a correlated bound), so there the channels come
+        from one range of the keys index after `start`, read no further than
+        :scan entries (a channel with more than that hides those after it until the
+        rotation passes it)."""
+        k = self.tables.keys
+        assert k is not None
+        head = (
+            sa.select(k.c.channel)
+            .with_hint(k, f"FORCE INDEX (ix_{self.tables.message.name}_channel)")
+            .where(k.c.queue == _bind("ch_queue"), k.c.channel > start)
+            .order_by(k.c.channel)
+            .limit(_bind("scan", sa.Integer()))
+            .subquery(f"{name}_head")
+        )
+        distinct = (
+            sa.select(head.c.channel)
+            .group_by(head.c.channel)
+            .order_by(head.c.channel)
+            .limit(_bind("most", sa.Integer()))
+            .subquery(f"{name}_channels")
+        )
+        # numbered in order, as the recursive walk numbers them
+        return sa.select(
+            distinct.c.channel,
+            sa.func.row_number().over(order_by=distinct.c.channel).label("n"),
+        ).subquery(name)
+
     def _build_read(self) -> sa.CompoundSelect:
-        """Part 0: the queue's row and totals; parts 1 and 2: the channels after the
-        rotation and from the start, each with its control row and in-flight count."""
+        """Part 0: the queue's row; parts 1 and 2: the channels after the rotation and
+        from the start, each with its control row; part 3: the messages in flight, per
+        channel (`n`; the channel NULL for those without one). The in-flight counts
+        come as rows of their own, not joined: MariaDB computed a shared CTE once per
+        use."""
         c, m = self.tables.controls, self.tables.message
         queue_row = c.alias("queue_row")
         is_queue_row = (queue_row.c.queue == _bind("ch_queue"), queue_row.c.channel == WHOLE_QUEUE)
-        busy = (
-            sa.select(m.c.channel, sa.func.count().label("n"))
-            .where(*self._in_flight())
-            .group_by(m.c.channel)
-            .cte("busy")
-        )
-        total = sa.select(sa.func.coalesce(sa.func.sum(busy.c.n), 0)).scalar_subquery()
         rotation = (
             sa.select(c.c.rotation)
             .where(c.c.queue == _bind("ch_queue"), c.c.channel == WHOLE_QUEUE)
@@ -371,12 +406,12 @@ class ChannelClaim:
             queue_row.c.channel_rate_period,
             queue_row.c.rotation,
             queue_row.c.version,
-            total.label("in_flight"),
+            sa.null().label("in_flight"),
             self._plain_waiting().label("plain_waiting"),
             utc_now().label("now"),
         ).where(*is_queue_row)
 
-        def channels(part: int, walk: sa.CTE) -> sa.Select:
+        def channels(part: int, walk: Any) -> sa.Select:
             row = c.alias(f"channel_row_{part}")
             return (
                 sa.select(
@@ -395,7 +430,7 @@ class ChannelClaim:
                     sa.null(),
                     sa.null(),
                     sa.null(),
-                    busy.c.n,
+                    sa.null(),
                     sa.null(),
                     sa.null(),
                 )
@@ -403,14 +438,20 @@ class ChannelClaim:
                     walk.outerjoin(
                         row,
                         sa.and_(row.c.queue == _bind("ch_queue"), row.c.channel == walk.c.channel),
-                    ).outerjoin(busy, busy.c.channel == walk.c.channel)
+                    )
                 )
                 .where(walk.c.channel.isnot(None))
             )
 
         after = self._walk("after_rotation", sa.func.coalesce(rotation, WHOLE_QUEUE))
         wrapped = self._walk("from_start", sa.literal(WHOLE_QUEUE, m.c.channel.type))
-        return sa.union_all(head, channels(1, after), channels(2, wrapped))
+        nothing = [sa.null()] * 15
+        busy = (
+            sa.select(sa.literal_column("3"), sa.func.count(), m.c.channel, *nothing)
+            .where(*self._in_flight())
+            .group_by(m.c.channel)
+        )
+        return sa.union_all(head, channels(1, after), channels(2, wrapped), busy)
 
     # -- the write ----------------------------------------------------------------------
     def _build_bump(self) -> sa.Update:
@@ -433,8 +474,9 @@ class ChannelClaim:
         )
 
     def _branch(self, i: int | None) -> sa.Select:
-        """One member's oldest due messages, up to :n_<i> (PLAIN for i None)."""
+        """One member's oldest due messages' ids, up to :take_<i> (PLAIN for i None)."""
         tables, m = self.tables, self.tables.message
+        picked = [m.c.id]
         now = _bind("now", m.c.next_attempt_at.type)
         name = "plain" if i is None else str(i)
         limit = _bind(f"take_{name}", sa.Integer())
@@ -444,7 +486,7 @@ class ChannelClaim:
             # highest priority first, as the plain claim; a sort of the queue's plain
             # ready messages, which a queue with channels should keep few
             return (
-                sa.select(m.c.id)
+                sa.select(*picked)
                 .where(
                     m.c.queue == _bind("ch_queue"),
                     m.c.channel.is_(None),
@@ -461,7 +503,7 @@ class ChannelClaim:
             # the keys index walks the channel's live messages in id order; in-flight
             # and not yet due ones are passed over
             return (
-                sa.select(k.c.id)
+                sa.select(*picked)
                 .select_from(k.join(m, m.c.id == k.c.id))
                 .where(
                     k.c.queue == _bind("ch_queue"),
@@ -473,9 +515,11 @@ class ChannelClaim:
                 .order_by(k.c.id)
                 .limit(limit)
                 .prefix_with("STRAIGHT_JOIN")
+                # left to itself MariaDB walked the keys table by id for the ORDER BY
+                .with_hint(k, f"FORCE INDEX (ix_{m.name}_channel)")
             )
         return (
-            sa.select(m.c.id)
+            sa.select(*picked)
             .where(
                 m.c.queue == _bind("ch_queue"),
                 m.c.channel == channel,
@@ -491,9 +535,13 @@ class ChannelClaim:
     def _take(self, channels: int, plain: bool) -> sa.Select:
         """`channels` members' branches and PLAIN's, as one UNION ALL."""
         wanted: list[int | None] = [*range(channels), *([None] if plain else [])]
-        branches = [
-            self._branch(i).subquery(f"b{'p' if i is None else i}").select() for i in wanted
-        ]
+        if self.mysql:
+            # (SELECT ... LIMIT n) UNION ALL (...): no derived table per branch
+            branches = [self._branch(i) for i in wanted]
+        else:  # SQLite takes a compound's LIMIT only outside it
+            branches = [
+                self._branch(i).subquery(f"b{'p' if i is None else i}").select() for i in wanted
+            ]
         if len(branches) == 1:
             return branches[0]
         return sa.union_all(*branches)  # type: ignore[return-value]
@@ -676,7 +724,10 @@ class ChannelClaim:
     # -- a claim on SQLAlchemy's connection (MySQL, SQLite) -----------------------------
     async def read_on(self, conn: AsyncConnection, queue: str, limit: int) -> Any:
         most = limit + EXTRA_CANDIDATES
-        result = await conn.execute(self.read, {"ch_queue": queue, "most": most})
+        parameters = {"ch_queue": queue, "most": most}
+        if self.mysql:
+            parameters["scan"] = most * SCAN_PER_CANDIDATE
+        result = await conn.execute(self.read, parameters)
         return result.mappings().all()
 
     async def write_on(
@@ -693,26 +744,51 @@ class ChannelClaim:
         if self.dialect.name == "sqlite":
             marked = self._mark(take).returning(*claimed_columns(self.tables.message))
             return [tuple(row) for row in await conn.execute(marked, parameters)]
-        # MySQL: no UPDATE ... RETURNING. The ids are read without locks (a locking
+        # MySQL: no UPDATE ... RETURNING. The rows are read without locks (a locking
         # read of the keys index would wait for publishers' uncommitted rows), then
-        # marked, then read back: what the UPDATE took is ours (acquired_at is this
-        # claim's time, and the bump keeps other channel claims of the queue out).
+        # marked. Read as they will stand once marked, unless the UPDATE found some no
+        # longer ready (a plain claim took a message without a channel meanwhile):
+        # then what it took is read back (acquired_at is this claim's time, and the
+        # bump keeps other channel claims of the queue out).
         ids = list((await conn.execute(take, parameters)).scalars())
         if not ids:
             return []
-        await conn.execute(self._mark_listed, {"ids": ids, "now": head.now})
+        taken = (await conn.execute(self._rows_by_id, {"ids": ids})).all()
+        updated = await conn.execute(self._mark_listed, {"ids": ids, "now": head.now})
+        if updated.rowcount == len(ids):
+            return [_as_claimed(row, head.now) for row in taken]
         rows = await conn.execute(self._read_marked, {"ids": ids, "now": head.now})
         return [tuple(row) for row in rows]
 
 
+_DELIVERIES = CLAIMED_COLUMNS.index("deliveries_count")
+_CLAIMS = CLAIMED_COLUMNS.index("claims_count")
+_ACQUIRED = CLAIMED_COLUMNS.index("acquired_at")
+
+
+def _as_claimed(row: Sequence[Any], now: datetime) -> tuple[Any, ...]:
+    """A row read just before its claim's UPDATE, as that UPDATE leaves it."""
+    values = list(row)
+    values[_DELIVERIES] += 1
+    values[_CLAIMS] += 1
+    values[_ACQUIRED] = now
+    return tuple(values)
+
+
 def split_read(rows: Sequence[Any]) -> tuple[QueueRow | None, list[Any]]:
-    """The read's queue row (None if the queue has none) and its candidate rows, each
-    a mapping of the read's columns."""
-    head = next((row for row in rows if row["part"] == 0), None)
+    """The read's queue row (None if the queue has none), with the in-flight counts,
+    and its candidate rows, each a mapping of the read's columns."""
+    head_row = next((row for row in rows if row["part"] == 0), None)
+    busy = {row["channel"]: int(row["n"]) for row in rows if row["part"] == 3}
     candidates = sorted(
-        (row for row in rows if row["part"] != 0), key=lambda r: (r["part"], r["n"])
+        (row for row in rows if row["part"] in (1, 2)), key=lambda r: (r["part"], r["n"])
     )
-    return (None if head is None else _queue_row(head)), candidates
+    if head_row is None:
+        return None, candidates
+    head = _queue_row(head_row)
+    head.in_flight = sum(busy.values())
+    head.busy = busy
+    return head, candidates
 
 
 async def create_queue_row(dialect: Dialect, engine: AsyncEngine, queue: str) -> None:

@@ -183,6 +183,29 @@ class MySQLDialect(Dialect):
             yield conn
             await conn.commit()
 
+    async def claim_channels(
+        self, engine: AsyncEngine, queue: str, limit: int
+    ) -> list[Sequence[Any]] | None:
+        # The read and the write in one transaction at the server's own isolation: its
+        # snapshot starts at the read, the version check (a locking UPDATE by key) sees
+        # the latest row, and the marking UPDATE is by primary key (no gap locks).
+        from faststream_sqla.channels.claim import create_queue_row, plan, split_read
+
+        claim = self.channel_claim
+        async with engine.connect() as conn:
+            head, candidates = split_read(await claim.read_on(conn, queue, limit))
+            planned = None if head is None else plan(head, candidates, limit)
+            if head is None or planned is None:
+                await conn.rollback()
+            else:
+                rows = await claim.write_on(conn, queue, head, planned)
+                await conn.commit()
+                return rows
+        if head is None:
+            await create_queue_row(self, engine, queue)
+            return None
+        return []
+
     # SET TRANSACTION (READ COMMITTED), the locking SELECT, the UPDATE, COMMIT
     claim_round_trips = 4
 
