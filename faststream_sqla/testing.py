@@ -106,6 +106,7 @@ class FakeProducer(SqlaProducer):
                 expires_at=row.expires_at,
                 priority=row.priority,
                 ordering_key=row.ordering_key,
+                channel=row.channel,
             )
             ids.append(raw.id)
             for sub in _subscribers(self.brokers):

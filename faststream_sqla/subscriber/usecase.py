@@ -17,7 +17,9 @@ from typing_extensions import override
 
 from faststream_sqla import lifecycle, ordering
 from faststream_sqla._faststream import set_auto_ack_disabled
-from faststream_sqla.dialects.base import Outcome, with_retries
+from faststream_sqla.admin import controls
+from faststream_sqla.channels.claim import claim_channelled
+from faststream_sqla.dialects.base import Outcome, reading, with_retries
 from faststream_sqla.exceptions import HandlerTimeoutError, InvalidOptionError, RetryAfter
 from faststream_sqla.message import KEEP_STATE, ClaimedMessage, validate_delay
 from faststream_sqla.parser import SqlaBatchParser, SqlaParser, claimed_from_row
@@ -733,7 +735,14 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         for queue in self.queues:
 
             async def claim(queue: str = queue) -> list[Any]:
-                return await dialect.claim(engine, queue, 1)
+                rows = await dialect.claim(engine, queue, 1)
+                if rows:
+                    return rows
+                # a queue with channels: its channelled messages, within their limits
+                async with reading(engine) as conn:
+                    if not await controls.channelled_among(conn, dialect.tables, [queue]):
+                        return []
+                return await claim_channelled(dialect, engine, queue, 1)
 
             while rows := await with_retries(dialect, claim):
                 raw = claimed_from_row(rows[0], time.monotonic())

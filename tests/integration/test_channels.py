@@ -291,3 +291,37 @@ async def test_three_processes_of_eight_workers_never_exceed_a_channel_limit(
     finally:
         async with engine.begin() as conn:
             await conn.run_sync(handled_channelled.metadata.drop_all)
+
+
+async def test_get_one_takes_channelled_messages_within_their_limits(database_url, engine, dialect):
+    await set_limits(dialect, engine, "work", "a", max_concurrency=1)
+    async with SqlaBroker(database_url) as broker:
+        await broker.publish_batch("a1", "a2", queue="work", channel="a")
+        subscriber = broker.subscriber("work")
+        await subscriber.start()
+        try:
+            first = await subscriber.get_one(timeout=5)
+            assert first is not None and first.channel == "a"
+            # the channel's one slot is taken until the first is settled
+            assert await subscriber.get_one(timeout=0.2) is None
+            await first.ack()
+            second = await subscriber.get_one(timeout=5)
+            assert second is not None and await second.decode() == "a2"
+            await second.ack()
+        finally:
+            await subscriber.stop()
+
+
+async def test_the_test_client_carries_the_channel() -> None:
+    from faststream_sqla import TestSqlaBroker
+
+    broker = SqlaBroker("sqlite+aiosqlite:///:memory:")
+    seen = []
+
+    @broker.subscriber("work")
+    async def handle(body: str, msg: SqlaMessage) -> None:
+        seen.append((body, msg.channel))
+
+    async with TestSqlaBroker(broker) as test_broker:
+        await test_broker.publish("m", queue="work", channel="acme")
+    assert seen == [("m", "acme")]
