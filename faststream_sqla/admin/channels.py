@@ -1,7 +1,7 @@
 """The limits of queues and channels, for operators: reading them with what each
-channel has waiting and in flight, and changing them (through channels.store, under
-the queue row's lock as the channel claim takes it; faststream_sqla.channels enforces
-them)."""
+channel has waiting and in flight, and changing them (through channels.store, which
+counts the queue row's version up so that no claim applies limits older than the
+change; faststream_sqla.channels enforces them)."""
 
 from __future__ import annotations
 

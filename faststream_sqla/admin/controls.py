@@ -44,7 +44,7 @@ async def channelled_among(
     conn: AsyncConnection, tables: QueueTables, queues: Sequence[str]
 ) -> set[str]:
     """Which of `queues` the channel claim serves (faststream_sqla.channels): those with
-    a limit or a channel's row in this table, and those with messages of a channel
+    a limit or a paused channel in this table, and those with messages of a channel
     waiting (one index probe per queue)."""
     c = tables.controls
     found = set(
@@ -53,8 +53,10 @@ async def channelled_among(
                 sa.select(c.c.queue)
                 .where(
                     c.c.queue.in_(list(queues)),
+                    # a setting, not the claims' own state (rate windows, rotation):
+                    # with every limit removed the queue goes back to the plain claim
                     sa.or_(
-                        c.c.channel != WHOLE_QUEUE,
+                        sa.and_(c.c.channel != WHOLE_QUEUE, c.c.paused),
                         c.c.max_concurrency.isnot(None),
                         c.c.rate_count.isnot(None),
                         c.c.channel_max_concurrency.isnot(None),

@@ -3,9 +3,10 @@ claim in the database, and a fair rotation among a queue's channels.
 
 A message published with `channel="acme"` is claimed only by the channel claim
 (`claim.claim_channelled`), which counts what each channel has in flight, consults
-its rate window and takes turns among the channels, all inside one transaction that
-holds the queue's control row. Limits live in the controls table and change at run
-time (`faststream_sqla.admin`, `faststream-sqla channel set`).
+its rate window and takes turns among the channels, then writes only if no other
+claim or change of limits came between (a version on the queue's control row).
+Limits live in the controls table and change at run time (`faststream_sqla.admin`,
+`faststream-sqla channel set`).
 """
 
 from .limits import (

@@ -198,7 +198,12 @@ def plan(head: QueueRow, candidates: Sequence[Any], limit: int) -> Plan | None:
     for row in wrapped:
         members.append(_member(row, head))
     if share_out(members, limit, queue_room, now) == 0:
-        return None
+        # Every channel looked at is full, paused or out of rate: the rotation moves
+        # past them, or the channels after them would never be read.
+        passed = after[-1]["channel"] if after else (wrapped[-1]["channel"] if wrapped else None)
+        if passed is None or passed == rotation:
+            return None
+        return Plan(members, passed, None, [])
     last = rotation
     windows = []
     for member in members:
@@ -740,6 +745,8 @@ class ChannelClaim:
             return None
         for window_row in self.window_parameters(queue, head.now, planned):
             await conn.execute(self.upsert_window(), window_row)
+        if planned.shape == (0, False):
+            return []  # the rotation moved past channels with no room
         take = self.statements(planned.shape)
         if self.dialect.name == "sqlite":
             marked = self._mark(take).returning(*claimed_columns(self.tables.message))

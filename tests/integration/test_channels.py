@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from faststream_sqla import SqlaBroker, SqlaMessage
 from faststream_sqla.channels import Rate
-from faststream_sqla.channels.claim import Member, share_out
+from faststream_sqla.channels.claim import Member, claim_channelled, share_out
 from faststream_sqla.channels.store import set_limits
 from faststream_sqla.exceptions import InvalidOptionError
 
@@ -325,3 +325,32 @@ async def test_the_test_client_carries_the_channel() -> None:
     async with TestSqlaBroker(broker) as test_broker:
         await test_broker.publish("m", queue="work", channel="acme")
     assert seen == [("m", "acme")]
+
+
+async def test_the_rotation_moves_past_channels_with_no_room(database_url, engine, dialect):
+    # More paused channels than one claim reads, named before the one free channel.
+    for i in range(20):
+        await set_limits(dialect, engine, "work", f"p{i:02}", paused=True)
+    async with SqlaBroker(database_url) as broker:
+        for i in range(20):
+            await broker.publish("held", queue="work", channel=f"p{i:02}")
+        await broker.publish("free", queue="work", channel="zz")
+    claimed = []
+    for _ in range(10):  # each claim reads the limit plus 8 channels
+        claimed += await claim_channelled(dialect, engine, "work", 2)
+        if claimed:
+            break
+    assert [row[17] for row in claimed] == ["zz"]
+
+
+async def test_a_queue_goes_back_to_the_plain_claim_when_its_limits_go(engine, dialect, tables):
+    from faststream_sqla.admin import controls
+
+    await set_limits(dialect, engine, "work", "a", max_concurrency=2, rate="5/s")
+    await set_limits(dialect, engine, "work", channel_rate="10/s")
+    async with engine.connect() as conn:
+        assert await controls.channelled_among(conn, tables, ["work"]) == {"work"}
+    await set_limits(dialect, engine, "work", "a", max_concurrency=None, rate=None)
+    await set_limits(dialect, engine, "work", channel_rate=None)
+    async with engine.connect() as conn:
+        assert await controls.channelled_among(conn, tables, ["work"]) == set()
