@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from faststream_sqla import MessageState, SqlaBroker
+from faststream_sqla import MessageState, SqlaBroker, SqlaMessage
 from faststream_sqla.retry import ConstantRetryStrategy
 
 from ..conftest import on_servers
@@ -190,4 +190,39 @@ async def test_a_worker_with_the_schedule_grants_fires_its_schedule(roles):
     finally:
         async with admin.begin() as conn:
             await conn.execute(sa.text("DELETE FROM message_schedule"))
+        await admin.dispose()
+
+
+async def test_a_worker_drains_a_queue_with_channels_and_limits(roles):
+    # The channel claim writes the control rows (the queue's version and rotation, the
+    # rate windows, a rate-limited channel's own row): the page's worker grants cover it,
+    # and a producer publishes to a channel with its plain grants.
+    from faststream_sqla.admin import QueueAdmin
+
+    admin = create_async_engine(roles.admin_url)
+    try:
+        async with QueueAdmin(admin) as operator:
+            await operator.set_queue_limits("tenants", max_concurrency=4, channel_rate="100/s")
+            await operator.set_channel_limits("tenants", "acme", max_concurrency=2)
+        async with SqlaBroker(roles.url("producer")) as producer:
+            for channel in ("acme", "globex"):
+                await producer.publish_batch(*range(3), queue="tenants", channel=channel)
+            await producer.publish("plain", queue="tenants")
+
+        logger, lines = captured_logger(f"least-privilege-channels-{roles.database}")
+        worker = SqlaBroker(roles.url("worker"), logger=logger)
+        handled = Recorder()
+
+        @worker.subscriber("tenants", max_workers=4, **FAST)
+        async def handle(body: object, msg: SqlaMessage) -> None:
+            handled.record(msg.channel)
+
+        async with worker:
+            await worker.start()
+            await handled.wait_for(7)
+        assert sorted(handled.calls, key=str) == sorted(
+            ["acme"] * 3 + ["globex"] * 3 + [None], key=str
+        )
+        assert [r.getMessage() for r in lines.records if r.levelno >= logging.WARNING] == []
+    finally:
         await admin.dispose()
