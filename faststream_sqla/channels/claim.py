@@ -272,9 +272,6 @@ class ChannelClaim:
         self.read = self._build_read()
         self._by_shape: dict[tuple[int, bool], Any] = {}
         self._mark_listed = self._mark(sa.bindparam("ids", expanding=True))
-        self._rows_by_id = sa.select(*claimed_columns(m)).where(
-            m.c.id.in_(sa.bindparam("ids", expanding=True))
-        )
         self._read_marked = sa.select(*claimed_columns(m)).where(
             m.c.id.in_(sa.bindparam("ids", expanding=True)),
             m.c.state == state_literal(MessageState.PROCESSING),
@@ -582,6 +579,15 @@ class ChannelClaim:
         if found is None:
             if self.dialect.name == "postgresql":
                 found = self._single_write(self._pg_take(plain=shape[1]))
+            elif self.mysql:
+                # the ids (a derived table of integers), joined to their rows
+                m = self.tables.message
+                taken = self._take(*shape).subquery("taken")
+                found = (
+                    sa.select(*claimed_columns(m))
+                    .select_from(taken.join(m, m.c.id == taken.c.id))
+                    .prefix_with("STRAIGHT_JOIN")
+                )
             else:
                 found = self._take(*shape)
             self._by_shape[shape] = found
@@ -757,10 +763,10 @@ class ChannelClaim:
         # longer ready (a plain claim took a message without a channel meanwhile):
         # then what it took is read back (acquired_at is this claim's time, and the
         # bump keeps other channel claims of the queue out).
-        ids = list((await conn.execute(take, parameters)).scalars())
-        if not ids:
+        taken = (await conn.execute(take, parameters)).all()
+        if not taken:
             return []
-        taken = (await conn.execute(self._rows_by_id, {"ids": ids})).all()
+        ids = [row[0] for row in taken]
         updated = await conn.execute(self._mark_listed, {"ids": ids, "now": head.now})
         if updated.rowcount == len(ids):
             return [_as_claimed(row, head.now) for row in taken]
