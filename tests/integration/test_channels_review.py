@@ -163,7 +163,7 @@ async def test_review_postgresql_rotation_under_a_non_c_collation_starves_a_chan
     server_databases,
 ):
     name = f"{os.environ.get('FSQLA_DB_PREFIX', 'fsqla')}_icu_en_us"
-    server_databases["postgresql"]  # noqa: B018 - the server is reachable and configured
+    server_databases["postgresql"]  # the server is configured and answers
     admin = create_async_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
     async with admin.connect() as conn:
         await conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
