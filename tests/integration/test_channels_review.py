@@ -193,3 +193,40 @@ async def test_review_postgresql_rotation_under_a_non_c_collation_starves_a_chan
         async with admin.connect() as conn:
             await conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
         await admin.dispose()
+
+
+# DEFECT 5 (channels/claim.py _branch(None), lines 485-501): a queue with only a
+# queue-level limit (no channel at all) goes to the channel claim, whose branch for
+# the messages without a channel orders by (priority DESC, next_attempt_at, id) in one
+# range, which no index gives: every claim reads and sorts the queue's whole plain
+# backlog to take a few (the plain claim reads one range per priority and stops at its
+# limit). Measured with 200,000 plain messages and max_concurrency=1000, claims of 8:
+# PostgreSQL 0.8 -> 49 ms a claim, MariaDB 1.7 -> 161 ms, SQLite 0.9 -> 85 ms, growing
+# with the backlog. Shown here on PostgreSQL by the rows the plan reads.
+@pytest.mark.parametrize("dialect_name", on_servers("postgresql"))
+async def test_review_a_queue_limit_makes_each_claim_read_the_whole_plain_backlog(
+    database_url, engine, dialect
+):
+    import datetime
+    import json
+
+    async with SqlaBroker(database_url) as broker:
+        for start in range(0, 5000, 1000):
+            await broker.publish_batch(*range(start, start + 1000), queue="work")
+    await set_limits(dialect, engine, "work", max_concurrency=1000)
+    # the PLAIN branch of the channel claim, as a claim for 8 idle workers runs it
+    branch = dialect.channel_claim._branch(None).params(
+        ch_queue="work", take_plain=8, now=datetime.datetime(2100, 1, 1)
+    )
+    sql = str(branch.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))
+    async with engine.connect() as conn:
+        plan = (await conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")).scalar()
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+
+    def read(node: dict) -> int:
+        own = node.get("Actual Rows", 0) if "Scan" in node["Node Type"] else 0
+        return own + sum(read(child) for child in node.get("Plans", []))
+
+    rows_read = read(plan[0]["Plan"])
+    assert rows_read <= 100, f"the claim of 8 read {rows_read} rows"
