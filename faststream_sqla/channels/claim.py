@@ -36,6 +36,8 @@ from faststream_sqla.clock import utc_now
 from faststream_sqla.dialects._claim import (
     claimed_columns,
     first_of_its_key,
+    priority_literal,
+    ready_ids,
     ready_predicate,
     state_literal,
 )
@@ -181,26 +183,25 @@ def plan(head: QueueRow, candidates: Sequence[Any], limit: int) -> Plan | None:
         return None
     rotation = head.rotation or PLAIN
     after = [row for row in candidates if row["part"] == 1]
-    seen = {row["channel"] for row in after}
-    # Round again from the start, up to where this turn began.
-    wrapped = [
-        row
-        for row in candidates
-        if row["part"] == 2
-        and rotation != PLAIN
-        and row["channel"] <= rotation
-        and row["channel"] not in seen
-    ]
-    members: list[Member] = []
-    for row in after:
-        members.append(_member(row, head))
-    members.append(Member(PLAIN, paused=not head.plain_waiting))
-    for row in wrapped:
-        members.append(_member(row, head))
+    members = [_member(row, head) for row in after]
+    # The messages without a channel and the channels from the start (up to where this
+    # turn began: the read keeps to those) take their turn only once this round has
+    # reached its last channel; a full list may have more after it.
+    most = limit + EXTRA_CANDIDATES
+    entries = sum(row["in_flight"] or 0 for row in after)  # MySQL: keys read
+    if len(after) < most and entries < most * SCAN_PER_CANDIDATE:
+        seen = {row["channel"] for row in after}
+        members.append(Member(PLAIN, paused=not head.plain_waiting))
+        members += [
+            _member(row, head)
+            for row in candidates
+            if row["part"] == 2 and rotation != PLAIN and row["channel"] not in seen
+        ]
     if share_out(members, limit, queue_room, now) == 0:
-        # Every channel looked at is full, paused or out of rate: the rotation moves
-        # past them, or the channels after them would never be read.
-        passed = after[-1]["channel"] if after else (wrapped[-1]["channel"] if wrapped else None)
+        # Every channel looked at is full, paused, out of rate or not due: the
+        # rotation moves past them, or the channels after them would never be read.
+        channels = [m.name for m in members if m.name != PLAIN]
+        passed = after[-1]["channel"] if after else (channels[-1] if channels else None)
         if passed is None or passed == rotation:
             return None
         return Plan(members, passed, None, [])
@@ -222,7 +223,8 @@ def _member(row: Any, head: QueueRow) -> Member:
         row["channel"],
         in_flight=head.busy.get(row["channel"], 0),
         stored=bool(row["stored"]),
-        paused=bool(row["paused"]),
+        # nothing due: no share (the plain_waiting column carries `due` here)
+        paused=bool(row["paused"]) or not row["plain_waiting"],
         max_concurrency=head.channel_max_concurrency,
         rate=head.channel_rate,
         rate_slot=row["rate_slot"],
@@ -305,20 +307,52 @@ class ChannelClaim:
             due = [ready_predicate(m), m.c.channel.is_(None), m.c.next_attempt_at <= utc_now()]
         return sa.exists().where(m.c.queue == _bind("ch_queue"), *due)
 
-    def _walk(self, name: str, start: sa.ColumnElement[str]) -> Any:
-        """The channels after `start` with live (PostgreSQL, SQLite: ready) messages,
-        in order, at most :most, as (channel, n): one index descent each. MySQL's keys
-        table holds every channelled message; elsewhere the channel index holds the
-        ready ones."""
+    def _channel_due(self, channel: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+        """Whether `channel` has a message due now: a channel whose messages are all
+        delayed (or, on MySQL, all in flight) gets no share of the claim."""
+        tables, m = self.tables, self.tables.message
+        due = m.c.next_attempt_at <= utc_now()
+        if tables.keys is not None:
+            k = tables.keys
+            # stops at the first due one; a channel whose entries are all delayed or in
+            # flight is read whole
+            return (
+                sa.select(sa.literal_column("1"))
+                .select_from(k.join(m, m.c.id == k.c.id))
+                .where(
+                    k.c.queue == _bind("ch_queue"),
+                    k.c.channel == channel,
+                    m.c.ready_at == sa.literal(CHANNEL_READY, m.c.ready_at.type),
+                    due,
+                )
+                .exists()
+            )
+        return sa.exists().where(
+            m.c.queue == _bind("ch_queue"),
+            m.c.channel == channel,
+            ready_predicate(m),
+            m.c.channel.isnot(None),
+            due,
+        )
+
+    def _walk(
+        self, name: str, start: sa.ColumnElement[str], stop: sa.ColumnElement[str] | None
+    ) -> Any:
+        """The channels after `start` (and up to `stop`) with live (PostgreSQL, SQLite:
+        ready) messages, in order, at most :most, as (channel, n, entries): one index
+        descent each. MySQL's keys table holds every channelled message; elsewhere the
+        channel index holds the ready ones. `stop` is compared by the database, in its
+        collation, as it orders the channels."""
         tables = self.tables
         if tables.keys is not None:
-            return self._mysql_walk(name, start)
+            return self._mysql_walk(name, start, stop)
         source = tables.message
 
         def ready(alias: Any) -> list[sa.ColumnElement[bool]]:
-            if tables.keys is not None:
-                return []
-            return [ready_predicate(alias), alias.c.channel.isnot(None)]
+            terms = [ready_predicate(alias), alias.c.channel.isnot(None)]
+            if stop is not None:
+                terms.append(alias.c.channel <= stop)
+            return terms
 
         first_table = source.alias(f"{name}_first")
         first = (
@@ -330,9 +364,11 @@ class ChannelClaim:
             )
             .scalar_subquery()
         )
-        walk = sa.select(first.label("channel"), sa.literal_column("1").label("n")).cte(
-            name, recursive=True
-        )
+        walk = sa.select(
+            first.label("channel"),
+            sa.literal_column("1").label("n"),
+            sa.null().label("entries"),
+        ).cte(name, recursive=True)
         next_table = source.alias(f"{name}_next")
         following = (
             sa.select(sa.func.min(next_table.c.channel))
@@ -344,29 +380,34 @@ class ChannelClaim:
             .scalar_subquery()
         )
         return walk.union_all(
-            sa.select(following, walk.c.n + 1).where(
+            sa.select(following, walk.c.n + 1, sa.null()).where(
                 walk.c.channel.isnot(None), walk.c.n < _bind("most", sa.Integer())
             )
         )
 
-    def _mysql_walk(self, name: str, start: sa.ColumnElement[str]) -> Any:
+    def _mysql_walk(
+        self, name: str, start: sa.ColumnElement[str], stop: sa.ColumnElement[str] | None
+    ) -> Any:
         """MariaDB evaluates the recursive walk's step as a walk of the queue's whole
         key range (no range access on a correlated bound), so there the channels come
-        from one range of the keys index after `start`, read no further than
-        :scan entries (a channel with more than that hides those after it until the
-        rotation passes it)."""
+        from one range of the keys index after `start`, read no further than :scan
+        entries; `entries` counts what was read of each, so the plan can tell a range
+        cut short (the rotation then stops at its end) from the end of the queue."""
         k = self.tables.keys
         assert k is not None
+        bounds = [k.c.queue == _bind("ch_queue"), k.c.channel > start]
+        if stop is not None:
+            bounds.append(k.c.channel <= stop)
         head = (
             sa.select(k.c.channel)
             .with_hint(k, f"FORCE INDEX (ix_{self.tables.message.name}_channel)")
-            .where(k.c.queue == _bind("ch_queue"), k.c.channel > start)
+            .where(*bounds)
             .order_by(k.c.channel)
             .limit(_bind("scan", sa.Integer()))
             .subquery(f"{name}_head")
         )
         distinct = (
-            sa.select(head.c.channel)
+            sa.select(head.c.channel, sa.func.count().label("entries"))
             .group_by(head.c.channel)
             .order_by(head.c.channel)
             .limit(_bind("most", sa.Integer()))
@@ -376,6 +417,7 @@ class ChannelClaim:
         return sa.select(
             distinct.c.channel,
             sa.func.row_number().over(order_by=distinct.c.channel).label("n"),
+            distinct.c.entries,
         ).subquery(name)
 
     def _build_read(self) -> sa.CompoundSelect:
@@ -432,8 +474,8 @@ class ChannelClaim:
                     sa.null(),
                     sa.null(),
                     sa.null(),
-                    sa.null(),
-                    sa.null(),
+                    walk.c.entries,
+                    self._channel_due(walk.c.channel),
                     sa.null(),
                 )
                 .select_from(
@@ -445,8 +487,12 @@ class ChannelClaim:
                 .where(walk.c.channel.isnot(None))
             )
 
-        after = self._walk("after_rotation", sa.func.coalesce(rotation, WHOLE_QUEUE))
-        wrapped = self._walk("from_start", sa.literal(WHOLE_QUEUE, m.c.channel.type))
+        after = self._walk("after_rotation", sa.func.coalesce(rotation, WHOLE_QUEUE), None)
+        wrapped = self._walk(
+            "from_start",
+            sa.literal(WHOLE_QUEUE, m.c.channel.type),
+            sa.func.coalesce(rotation, WHOLE_QUEUE),
+        )
         nothing = [sa.null()] * 15
         busy = (
             sa.select(sa.literal_column("3"), sa.func.count(), m.c.channel, *nothing)
@@ -483,20 +529,20 @@ class ChannelClaim:
         name = "plain" if i is None else str(i)
         limit = _bind(f"take_{name}", sa.Integer())
         if i is None:
+            # as the plain claim takes them: highest priority first, one range of the
+            # claim index per priority (_claim.ready_ids), so no claim sorts the backlog
             due = m.c.ready_at if self.mysql else m.c.next_attempt_at
-            eligible = [] if self.mysql else [ready_predicate(m)]
-            # highest priority first, as the plain claim; a sort of the queue's plain
-            # ready messages, which a queue with channels should keep few
-            return (
-                sa.select(*picked)
-                .where(
-                    m.c.queue == _bind("ch_queue"),
-                    m.c.channel.is_(None),
-                    *eligible,
-                    due <= now,
-                    first_of_its_key(tables),
+            levels = [
+                ready_ids(tables, priority_literal(level), m.c.priority, due).subquery(
+                    f"level_{level}"
                 )
-                .order_by(m.c.priority.desc(), due, m.c.id)
+                for level in PRIORITIES
+            ]
+            ranges = sa.union_all(*(level.select() for level in levels)).subquery("levels")
+            due_column = ranges.c[due.name]
+            return (
+                sa.select(ranges.c.id)
+                .order_by(ranges.c.priority.desc(), due_column, ranges.c.id)
                 .limit(limit)
             )
         channel = _bind(f"member_{name}", m.c.channel.type)
@@ -710,6 +756,8 @@ class ChannelClaim:
         for member in shares:
             if member.name == PLAIN:
                 parameters["take_plain"] = member.share
+                # the per-priority ranges' own parameters (_claim.ready_ids)
+                parameters["claim_queue"], parameters["claim_limit"] = queue, member.share
         channels = [m for m in shares if m.name != PLAIN]
         if self.dialect.name == "postgresql":
             parameters["members"] = [m.name for m in channels]

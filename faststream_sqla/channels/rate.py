@@ -21,37 +21,62 @@ SLOTS = 10
 
 @dataclass(frozen=True)
 class Window:
-    """The counts of slots `slot - SLOTS` to `slot`, oldest first."""
+    """The counts of slots `slot - SLOTS` to `slot`, oldest first, each slot a tenth of
+    `period` seconds wide."""
 
     slot: int
     counts: tuple[int, ...]
+    period: float
 
     def encode(self) -> str:
-        return ",".join(map(str, self.counts))
+        """Stored as `period:count,count,...` (the period to read the slots by)."""
+        return f"{self.period!r}:" + ",".join(map(str, self.counts))
 
 
-def slot_of(rate: Rate, now: float) -> int:
-    """The slot `now` (seconds since 1970) falls in."""
-    return math.floor(now * SLOTS / rate.period)
+def slot_of(period: float, now: float) -> int:
+    """The slot `now` (seconds since 1970) falls in, for slots a tenth of `period`."""
+    return math.floor(now * SLOTS / period)
+
+
+def _decode(stored: str) -> tuple[float | None, tuple[int, ...]] | None:
+    period_text, _, counts_text = stored.rpartition(":")
+    try:
+        period = float(period_text) if period_text else None
+        counts = tuple(int(part) for part in counts_text.split(","))
+    except ValueError:
+        return None
+    if len(counts) != SLOTS + 1 or (period is not None and not period > 0):
+        return None
+    return period, counts
 
 
 def window_at(stored_slot: int | None, stored_counts: str | None, rate: Rate, now: float) -> Window:
-    """The stored window moved on to `now`'s slot; an empty one if nothing valid is
-    stored, or if the stored slot lies ahead (the period was changed)."""
-    slot = slot_of(rate, now)
-    empty = Window(slot, (0,) * (SLOTS + 1))
-    if stored_slot is None or not stored_counts or stored_slot > slot:
+    """The stored window moved on to `now`'s slot (empty if nothing valid is stored).
+
+    A window counted under another period (the rate was changed) is carried over, not
+    forgotten: each old slot's count moves to the new slot that holds the old slot's
+    end, so every claim stays counted at least as long as it happened ago."""
+    slot = slot_of(rate.period, now)
+    empty = Window(slot, (0,) * (SLOTS + 1), rate.period)
+    decoded = None if stored_slot is None or not stored_counts else _decode(stored_counts)
+    if decoded is None:
         return empty
-    try:
-        counts = tuple(int(part) for part in stored_counts.split(","))
-    except ValueError:
-        return empty
-    if len(counts) != SLOTS + 1:
-        return empty
-    shift = slot - stored_slot
-    if shift > SLOTS:
-        return empty
-    return Window(slot, counts[shift:] + (0,) * shift)
+    period, counts = decoded
+    if period is None or period == rate.period:
+        shift = slot - stored_slot  # type: ignore[operator]
+        if shift < 0 or shift > SLOTS:
+            return empty
+        return Window(slot, counts[shift:] + (0,) * shift, rate.period)
+    moved = [0] * (SLOTS + 1)
+    for i, count in enumerate(counts):
+        if not count:
+            continue
+        old_slot = stored_slot - SLOTS + i  # type: ignore[operator]
+        ended = (old_slot + 1) * period / SLOTS
+        new_slot = min(slot, math.floor(ended * SLOTS / rate.period))
+        if new_slot >= slot - SLOTS:
+            moved[new_slot - (slot - SLOTS)] += count
+    return Window(slot, tuple(moved), rate.period)
 
 
 def allowance(window: Window, rate: Rate) -> int:
@@ -61,4 +86,4 @@ def allowance(window: Window, rate: Rate) -> int:
 
 def taken(window: Window, count: int) -> Window:
     """The window after `count` more claims now."""
-    return Window(window.slot, (*window.counts[:-1], window.counts[-1] + count))
+    return Window(window.slot, (*window.counts[:-1], window.counts[-1] + count), window.period)
