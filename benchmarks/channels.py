@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -368,19 +369,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 await reset_our_schema(target.url)
             found: dict[str, Any] = {}
             results["databases"][db] = found
-            scenarios: list[tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = [
-                ("many", lambda: many_channels(
-                    target.url, args.size, args.channels, args.limit, args.repeats)),
-                ("hot", lambda: hot_channel(
-                    target.url, args.hot, args.small_channels, args.small_size, args.repeats)),
-            ]
-            for name, scenario in scenarios:
-                if name not in args.scenarios:
-                    continue
+            runs: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
+                "many": partial(many_channels, target.url, args.size, args.channels,
+                                args.limit, args.repeats),
+                "hot": partial(hot_channel, target.url, args.hot, args.small_channels,
+                               args.small_size, args.repeats),
+            }
+            for name in args.scenarios:
                 print(f"{LABELS[db]}: {name} ...", file=sys.stderr, flush=True)
                 try:
-                    found[name] = await scenario()
-                except Exception as e:  # noqa: BLE001 - report and keep going
+                    found[name] = await runs[name]()
+                except Exception as e:  # report and keep going
                     results["errors"].append(
                         {"database": db, "scenario": name, "error": f"{type(e).__name__}: {e}"}
                     )
