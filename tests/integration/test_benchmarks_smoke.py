@@ -114,3 +114,44 @@ def test_quick_benchmark_reports_positive_figures(tmp_path: Path) -> None:
 
     assert doc["settings"]["sqlite"]["journal_mode"] == "wal"
     assert doc["machine"]["cpu_model"]  # ratios move with the host: the run names it
+
+
+CHANNELS_TINY = [
+    "--size", "200", "--channels", "20",
+    "--hot", "300", "--small-channels", "5", "--small-size", "4",
+    "--repeats", "1",
+]
+
+
+@pytest.mark.timeout(300)
+def test_channel_benchmark_reports_both_scenarios(database_url: str, tmp_path: Path) -> None:
+    # benchmarks.channels, tiny, on the test's own database (--url keeps its schema)
+    out = tmp_path / "channels.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.channels", "--url", database_url,
+         *CHANNELS_TINY, "--json", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Many channels: 200 messages over 20 channels" in proc.stdout
+    assert "Hot channel: 300 on \"hot\", then 5 channels of 4" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert doc["errors"] == []
+    ((database, found),) = doc["databases"].items()
+    assert database in database_url.split("+")[0]
+    many, hot = found["many"], found["hot"]
+    for key in ("plain_msg_per_s", "channels_msg_per_s", "ratio"):
+        assert isinstance(many[key], float) and many[key] > 0, (key, many[key])
+    assert len(many["pair_ratios"]) == 1 and len(many["plain_runs_msg_per_s"]) == 2
+    for kind in ("plain", "channels"):
+        for key in ("small_done_s", "total_s"):
+            assert hot[f"{kind}_{key}"] > 0, (kind, key)
+    assert hot["small_done_ratio"] > 0 and hot["total_ratio"] > 0
+    # Who came first is no timing: FIFO handles the small ones (published last) at the
+    # end, the channels' turns well before the hot backlog is through.
+    assert hot["plain_handled_by_then"] == 320
+    assert hot["channels_handled_by_then"] < 300
