@@ -4,7 +4,7 @@
 1. **Many channels.** N messages (default 20,000) spread round-robin over 1,000
    channels, each limited to 2 at a time (the queue's `channel_max_concurrency`),
    drained by one subscriber with a no-op handler and the drain's options
-   (`max_workers=8`, claims 100-1000), against the plain drain of N messages without
+   (`max_workers=8`, or `--workers`, claims 100-1000), against the plain drain of N messages without
    channels. Runs alternate plain, channelled, plain, ..., plain; each channelled run
    is compared with the geometric mean of the plain runs on either side, and the ratio
    is the median of those (issue 22's target: at least 0.5 on PostgreSQL and MariaDB).
@@ -112,9 +112,13 @@ async def clear_all(url: str) -> None:
     await clear_tables(url, "message_controls")
 
 
+#: the subscriber's workers in both runs of a comparison (--workers)
+WORKERS = MAX_WORKERS
+
+
 def subscriber_options() -> dict[str, Any]:
     """The drain's subscriber options (benchmarks.ours.subscribe_no_op_handler)."""
-    return {"max_workers": MAX_WORKERS, **claim_options(DEFAULT_CLAIMS)}
+    return {"max_workers": WORKERS, **claim_options(DEFAULT_CLAIMS)}
 
 
 # -- many channels ---------------------------------------------------------------------
@@ -162,18 +166,18 @@ async def many_channels(
     """Plain, channelled, plain, ..., plain: `repeats` channelled runs, each between two
     plain ones."""
     publish = publish_over_channels(channels, limit)
-    await drain_once(url, min(n, 500), claims=DEFAULT_CLAIMS, publish=publish_plain)  # warm-up
+    await drain_once(url, min(n, 500), claims=DEFAULT_CLAIMS, publish=publish_plain, workers=WORKERS)  # warm-up
     plain: list[dict[str, Any]] = []
     channelled: list[dict[str, Any]] = []
     ratios: list[float] = []
 
     async def plain_run() -> None:
-        run = await drain_once(url, n, claims=DEFAULT_CLAIMS, publish=publish_plain)
+        run = await drain_once(url, n, claims=DEFAULT_CLAIMS, publish=publish_plain, workers=WORKERS)
         plain.append(_checked(run, "plain drain"))
 
     await plain_run()
     for _ in range(repeats):
-        run = await drain_once(url, n, claims=DEFAULT_CLAIMS, publish=publish)
+        run = await drain_once(url, n, claims=DEFAULT_CLAIMS, publish=publish, workers=WORKERS)
         channelled.append(_checked(run, "channelled drain"))
         await plain_run()
         ratios.append(
@@ -318,7 +322,7 @@ def print_report(results: dict[str, Any]) -> None:
         print(
             f"\nMany channels: {first['n']:,} messages over {first['channels']:,} channels, "
             f"channel_max_concurrency={first['channel_max_concurrency']}, "
-            f"max_workers={MAX_WORKERS}; medians of {repeats} channelled runs and "
+            f"max_workers={WORKERS}; medians of {repeats} channelled runs and "
             f"{repeats + 1} plain runs"
         )
         print(f"  {'database':<11} {'plain msg/s':>12} {'channels msg/s':>15} "
@@ -352,6 +356,8 @@ def print_report(results: dict[str, Any]) -> None:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    global WORKERS
+    WORKERS = args.workers
     results: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "repeats": args.repeats,
@@ -407,11 +413,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="hot channel: small channels after it (default 100)")
     parser.add_argument("--small-size", type=int, default=10,
                         help="hot channel: messages per small channel (default 10)")
+    parser.add_argument("--workers", type=int, default=MAX_WORKERS,
+                        help=f"max_workers of the subscriber in every run (default {MAX_WORKERS})")
     parser.add_argument("--repeats", type=int, default=3,
                         help="channelled runs per scenario, each alternating with plain ones")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
     args = parser.parse_args(argv)
-    for name in ("size", "channels", "limit", "hot", "small_channels", "small_size", "repeats"):
+    for name in (
+        "size", "channels", "limit", "hot", "small_channels", "small_size", "repeats", "workers"
+    ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     return args

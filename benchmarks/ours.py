@@ -121,6 +121,7 @@ async def drain_once(
     access_log: bool = False,
     vacuum: bool = True,
     publish: Callable[[str, int], Awaitable[None]] | None = None,
+    workers: int = MAX_WORKERS,
 ) -> dict[str, Any]:
     """Time start + handling n pre-inserted messages + stop (final flush). `publish`
     inserts them (default: `preinsert`, plain bodies 0..n-1).
@@ -134,7 +135,9 @@ async def drain_once(
     broker = SqlaBroker(url, vacuum_message_table=vacuum, **logging_options)
     countdown = CountDown(n)
     # subscribe before inserting: a missing feature (n/a) shows up at once
-    options = subscribe_no_op_handler(broker, countdown, batch=batch, claims=claims)
+    options = subscribe_no_op_handler(
+        broker, countdown, batch=batch, claims=claims, max_workers=workers
+    )
     await (publish or preinsert)(url, n)
     await broker.connect()  # engine and schema check: not part of the drain
     database = broker.engine.dialect.name
