@@ -312,11 +312,14 @@ class ChannelClaim:
         delayed (or, on MySQL, all in flight) gets no share of the claim."""
         tables, m = self.tables, self.tables.message
         due = m.c.next_attempt_at <= utc_now()
+        # A scalar "SELECT 1 ... LIMIT 1" (1 or NULL), not EXISTS: PostgreSQL may run an
+        # EXISTS as a hash of every channel's due messages, built each claim.
+        found: sa.Select[Any]
         if tables.keys is not None:
             k = tables.keys
             # stops at the first due one; a channel whose entries are all delayed or in
             # flight is read whole
-            return (
+            found = (
                 sa.select(sa.literal_column("1"))
                 .select_from(k.join(m, m.c.id == k.c.id))
                 .where(
@@ -325,15 +328,16 @@ class ChannelClaim:
                     m.c.ready_at == sa.literal(CHANNEL_READY, m.c.ready_at.type),
                     due,
                 )
-                .exists()
             )
-        return sa.exists().where(
-            m.c.queue == _bind("ch_queue"),
-            m.c.channel == channel,
-            ready_predicate(m),
-            m.c.channel.isnot(None),
-            due,
-        )
+        else:
+            found = sa.select(sa.literal_column("1")).where(
+                m.c.queue == _bind("ch_queue"),
+                m.c.channel == channel,
+                ready_predicate(m),
+                m.c.channel.isnot(None),
+                due,
+            )
+        return found.limit(1).scalar_subquery().isnot(None)
 
     def _walk(
         self, name: str, start: sa.ColumnElement[str], stop: sa.ColumnElement[str] | None
@@ -354,14 +358,19 @@ class ChannelClaim:
                 terms.append(alias.c.channel <= stop)
             return terms
 
+        # ORDER BY ... LIMIT 1 rather than min(): PostgreSQL's generic plan made the
+        # min() of the first step, whose bound is a subquery, an aggregate over the
+        # queue's whole range
         first_table = source.alias(f"{name}_first")
         first = (
-            sa.select(sa.func.min(first_table.c.channel))
+            sa.select(first_table.c.channel)
             .where(
                 first_table.c.queue == _bind("ch_queue"),
                 first_table.c.channel > start,
                 *ready(first_table),
             )
+            .order_by(first_table.c.channel)
+            .limit(1)
             .scalar_subquery()
         )
         walk = sa.select(
@@ -371,12 +380,14 @@ class ChannelClaim:
         ).cte(name, recursive=True)
         next_table = source.alias(f"{name}_next")
         following = (
-            sa.select(sa.func.min(next_table.c.channel))
+            sa.select(next_table.c.channel)
             .where(
                 next_table.c.queue == _bind("ch_queue"),
                 next_table.c.channel > walk.c.channel,
                 *ready(next_table),
             )
+            .order_by(next_table.c.channel)
+            .limit(1)
             .scalar_subquery()
         )
         return walk.union_all(
