@@ -179,6 +179,13 @@ def rows_from_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
     return rows
 
 
+#: what the plain claim's rows share, filled on the client: the queue and the claim's
+#: time (SHARED_CLAIM_COLUMNS), and the channel, always NULL there (channels.claim
+#: takes channelled messages): an array of a thousand NULLs per claim is decoded for
+#: nothing
+CLIENT_FILLED = (*SHARED_CLAIM_COLUMNS, "channel")
+
+
 class PostgresDialect(Dialect):
     name = "postgresql"
     needs_vacuum = True
@@ -242,7 +249,7 @@ class PostgresDialect(Dialect):
             *(
                 sa.type_coerce(sa.func.array_agg(column), sa.types.NullType())
                 for column in ordered.c
-                if column.name not in SHARED_CLAIM_COLUMNS
+                if column.name not in CLIENT_FILLED
             ),
             sa.type_coerce(sa.func.max(ordered.c.acquired_at), sa.types.NullType()),
         )
@@ -263,7 +270,7 @@ class PostgresDialect(Dialect):
         *arrays, acquired_at = row
         if arrays[0] is None:  # array_agg of no rows
             return []
-        shared = dict(zip(SHARED_CLAIM_COLUMNS, (queue, acquired_at), strict=True))
+        shared = dict(zip(CLIENT_FILLED, (queue, acquired_at, None), strict=True))
         count = len(arrays[0])
         columns, arrays_left = [], iter(arrays)
         for name in CLAIMED_COLUMNS:
