@@ -53,6 +53,7 @@ from .common import (
     claim_options,
     clear_ours,
     clear_tables,
+    create_database,
     drain_timeout,
     over_neighbours,
     rate,
@@ -77,23 +78,7 @@ def channel_targets(databases: list[str], tmpdir: Path) -> dict[str, Target]:
 
 async def ensure_database(database: str) -> None:
     """Create fsqla_bench_channels on a server if missing."""
-    import sqlalchemy as sa
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    if database == "postgresql":
-        admin = create_async_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
-        async with admin.connect() as conn:
-            exists = await conn.scalar(
-                sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": DATABASE}
-            )
-            if not exists:
-                await conn.exec_driver_sql(f'CREATE DATABASE "{DATABASE}"')
-        await admin.dispose()
-    elif database == "mysql":
-        admin = create_async_engine(f"{MYSQL_SERVER}/")
-        async with admin.connect() as conn:
-            await conn.exec_driver_sql(f"CREATE DATABASE IF NOT EXISTS `{DATABASE}`")
-        await admin.dispose()
+    await create_database(database, DATABASE)
 
 
 def database_of(url: str) -> str:

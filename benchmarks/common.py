@@ -390,7 +390,7 @@ async def send_timestamps_and_wait(
     async def send(_: int) -> None:
         try:
             await publish(time.perf_counter())
-        except Exception as e:  # noqa: BLE001 - a lost publish is counted, not fatal
+        except Exception as e:
             failed.append(repr(e))
 
     achieved = await paced(rate_per_s, count, send)
@@ -482,3 +482,25 @@ def silenced_access_log() -> Iterator[None]:
         finally:
             for handler, stream in zip(handlers, previous, strict=True):
                 handler.setStream(stream)
+
+
+async def create_database(database: str, name: str) -> None:
+    """Create the database `name` on the PostgreSQL or MariaDB server (`database`:
+    "postgresql" or "mysql") if it is missing; SQLite needs nothing."""
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    if database == "postgresql":
+        admin = create_async_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
+        async with admin.connect() as conn:
+            exists = await conn.scalar(
+                sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
+            )
+            if not exists:
+                await conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        await admin.dispose()
+    elif database == "mysql":
+        admin = create_async_engine(f"{MYSQL_SERVER}/")
+        async with admin.connect() as conn:
+            await conn.exec_driver_sql(f"CREATE DATABASE IF NOT EXISTS `{name}`")
+        await admin.dispose()

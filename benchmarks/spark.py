@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from benchmarks.common import PG_SERVER
+from benchmarks.common import PG_SERVER, create_database
 from faststream_sqla import Envelope, SqlaBroker, upgrade_schema
 from faststream_sqla.spark import (
     REPORT_INPUT,
@@ -53,14 +53,7 @@ def python_row(n: int) -> dict[str, Any]:
 
 
 async def prepare() -> None:
-    admin = create_async_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
-    async with admin.connect() as conn:
-        exists = await conn.scalar(
-            sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": DATABASE}
-        )
-        if not exists:
-            await conn.exec_driver_sql(f'CREATE DATABASE "{DATABASE}"')
-    await admin.dispose()
+    await create_database("postgresql", DATABASE)
     await upgrade_schema(URL)
 
 
