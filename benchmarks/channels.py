@@ -14,6 +14,11 @@
    channels, how many messages had been handled by then, and the whole drain, against
    a plain FIFO run of the same 101,000 messages without channels (where the small
    ones, published last, are handled at the end). Runs alternate plain, channelled.
+3. **Keys** (`--scenarios keys`, not run by default). N messages over 1,000 ordering
+   keys (`--keys`), no channels, then over as many channels limited to one at a time:
+   the same one-at-a-time, oldest-first order per key, through the plain claim (keys
+   handed on as each message settles, prefetch allowed) and through the channel claim.
+   Each against plain runs beside it, as in 1.
 
 Each database gets a database of its own on the servers (`fsqla_bench_channels`,
 so nothing collides with `benchmarks.run`), a fresh schema at the start, and emptied
@@ -150,7 +155,50 @@ async def many_channels(
 ) -> dict[str, Any]:
     """Plain, channelled, plain, ..., plain: `repeats` channelled runs, each between two
     plain ones."""
-    publish = publish_over_channels(channels, limit)
+    return {
+        "channels": channels,
+        "channel_max_concurrency": limit,
+        **await against_plain(url, n, publish_over_channels(channels, limit), repeats),
+    }
+
+
+def publish_over_keys(keys: int) -> Callable[[str, int], Awaitable[None]]:
+    """drain_once's `publish`: bodies 0..n-1, message i with ordering key i % `keys`,
+    no channels."""
+
+    async def publish(url: str, n: int) -> None:
+        await clear_tables(url, "message_controls")
+        async with SqlaBroker(url, logger=None) as broker:
+            for start in range(0, n, CHUNK):
+                await broker.publish_batch(
+                    *(
+                        Envelope(i, ordering_key=f"k{i % keys:04d}")
+                        for i in range(start, min(n, start + CHUNK))
+                    ),
+                    queue=QUEUE,
+                )
+
+    return publish
+
+
+async def keys_beside_channels(url: str, n: int, keys: int, repeats: int) -> dict[str, Any]:
+    """The same backlog over `keys` ordering keys (the plain claim, keys handed on as
+    each message settles) and over as many channels limited to one at a time (the
+    channel claim), each against plain runs beside it."""
+    return {
+        "keys": keys,
+        "ordering_keys": await against_plain(url, n, publish_over_keys(keys), repeats),
+        "channels_of_one": await against_plain(
+            url, n, publish_over_channels(keys, 1), repeats
+        ),
+    }
+
+
+async def against_plain(
+    url: str, n: int, publish: Callable[[str, int], Awaitable[None]], repeats: int
+) -> dict[str, Any]:
+    """Plain, `publish`ed, plain, ..., plain: `repeats` runs of `publish`'s backlog,
+    each between two plain ones."""
     await drain_once(url, min(n, 500), claims=DEFAULT_CLAIMS, publish=publish_plain, workers=WORKERS)  # warm-up
     plain: list[dict[str, Any]] = []
     channelled: list[dict[str, Any]] = []
@@ -179,8 +227,6 @@ async def many_channels(
 
     return {
         "n": n,
-        "channels": channels,
-        "channel_max_concurrency": limit,
         "options": subscriber_options(),
         "plain_msg_per_s": statistics.median(plain_rates),
         "channels_msg_per_s": statistics.median(channel_rates),
@@ -336,6 +382,25 @@ def print_report(results: dict[str, Any]) -> None:
                 f"{r['channels_total_s']:>6.1f} s "
                 f"{r['small_done_ratio']:>10.3f}x {r['total_ratio']:>6.2f}x"
             )
+    keyed = {db: r["keys"] for db, r in results["databases"].items() if "keys" in r}
+    if keyed:
+        first = next(iter(keyed.values()))
+        print(
+            f"\nOrdering keys beside channels of one: {first['ordering_keys']['n']:,} "
+            f"messages over {first['keys']:,} ordering keys (the plain claim), and over as "
+            f"many channels with channel_max_concurrency=1 (the channel claim); "
+            f"max_workers={WORKERS}; each against plain runs beside it"
+        )
+        print(f"  {'database':<11} {'keys msg/s':>11} {'ratio':>7}  pairs"
+              f"{'':<16} {'channels msg/s':>15} {'ratio':>7}  pairs")
+        for db, r in keyed.items():
+            k, c = r["ordering_keys"], r["channels_of_one"]
+            print(
+                f"  {LABELS[db]:<11} {k['channels_msg_per_s']:>11,.0f} {k['ratio']:>6.2f}x  "
+                f"{' '.join(f'{x:.2f}' for x in k['pair_ratios']):<20} "
+                f"{c['channels_msg_per_s']:>15,.0f} {c['ratio']:>6.2f}x  "
+                f"{' '.join(f'{x:.2f}' for x in c['pair_ratios'])}"
+            )
     for error in results["errors"]:
         print(f"  ! {error['database']}/{error['scenario']}: {error['error']}")
 
@@ -365,6 +430,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                 args.limit, args.repeats),
                 "hot": partial(hot_channel, target.url, args.hot, args.small_channels,
                                args.small_size, args.repeats),
+                "keys": partial(keys_beside_channels, target.url, args.size, args.keys,
+                                args.repeats),
             }
             for name in args.scenarios:
                 print(f"{LABELS[db]}: {name} ...", file=sys.stderr, flush=True)
@@ -385,13 +452,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         choices=DATABASES)
     parser.add_argument("--url", help="run on this database only, as it is (tables emptied)")
     parser.add_argument("--scenarios", nargs="+", default=["many", "hot"],
-                        choices=["many", "hot"])
+                        choices=["many", "hot", "keys"])
     parser.add_argument("--size", type=int, default=20_000,
                         help="many channels: messages (default 20,000)")
     parser.add_argument("--channels", type=int, default=1000,
                         help="many channels: channels (default 1,000)")
     parser.add_argument("--limit", type=int, default=2,
                         help="many channels: each channel's max_concurrency (default 2)")
+    parser.add_argument("--keys", type=int, default=1000,
+                        help="keys: ordering keys, and channels of one (default 1,000)")
     parser.add_argument("--hot", type=int, default=100_000,
                         help="hot channel: messages on it (default 100,000)")
     parser.add_argument("--small-channels", type=int, default=100,
@@ -405,7 +474,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
     args = parser.parse_args(argv)
     for name in (
-        "size", "channels", "limit", "hot", "small_channels", "small_size", "repeats", "workers"
+        "size", "channels", "limit", "keys", "hot", "small_channels", "small_size", "repeats", "workers"
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")

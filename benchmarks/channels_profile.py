@@ -2,7 +2,7 @@
 channels" scenario under cProfile, with its statements counted per claim.
 
     python -m benchmarks.channels_profile [--database postgresql] [--size 20000] \
-        [--channels 1000] [--limit 2] [--top 30] [--plain] [--hot]
+        [--channels 1000] [--limit 2] [--workers 8] [--top 30] [--plain] [--hot]
 
 Prints the drain's rate, the channel claims it made (calls, messages per claim, the
 claims' share of the drain's wall time), the statements the broker's engine ran by
@@ -30,6 +30,7 @@ from sqlalchemy import event
 from faststream_sqla import SqlaBroker
 from faststream_sqla.subscriber import loops
 
+from . import channels as channels_benchmark
 from .channels import (
     channel_targets,
     clear_all,
@@ -153,12 +154,15 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=20_000)
     parser.add_argument("--channels", type=int, default=1000)
     parser.add_argument("--limit", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=channels_benchmark.WORKERS,
+                        help="the subscriber's max_workers (benchmarks.channels --workers)")
     parser.add_argument("--top", type=int, default=30,
                         help="functions to list by cumulative time; 0: no cProfile")
     parser.add_argument("--plain", action="store_true", help="profile the plain drain")
     parser.add_argument("--hot", action="store_true",
                         help="all messages on one channel without limits (the hot channel)")
     args = parser.parse_args()
+    channels_benchmark.WORKERS = args.workers
 
     async def run() -> None:
         with tempfile.TemporaryDirectory() as tmp:

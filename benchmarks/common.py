@@ -109,22 +109,8 @@ def sqlite_path(url: str) -> str:
 
 async def ensure_server_databases(database: str) -> None:
     """Create fsqla_bench and fsqla_bench_peer if missing."""
-    if database == "postgresql":
-        admin = create_async_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
-        async with admin.connect() as conn:
-            for name in (BENCH_DB, PEER_DB):
-                exists = await conn.scalar(
-                    sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
-                )
-                if not exists:
-                    await conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        await admin.dispose()
-    elif database == "mysql":
-        admin = create_async_engine(f"{MYSQL_SERVER}/")
-        async with admin.connect() as conn:
-            for name in (BENCH_DB, PEER_DB):
-                await conn.exec_driver_sql(f"CREATE DATABASE IF NOT EXISTS `{name}`")
-        await admin.dispose()
+    for name in (BENCH_DB, PEER_DB):
+        await create_database(database, name)
 
 
 #: MySQL and MariaDB also have message_keys (dropped first, though nothing refers to it)

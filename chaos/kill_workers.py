@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from faststream_sqla import SqlaBroker
+from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.schema import MessageState, QueueTables
 from faststream_sqla.urls import masked
 
@@ -237,9 +238,15 @@ async def run_kill_workers(
                     *range(start, min(messages, start + 1000)), queue=QUEUE
                 )
         extra = int(publish_seconds * rate) // PUBLISH_BATCH * PUBLISH_BATCH
+        # Workers start one after another, a second or so each: the queue stays paused
+        # until all are up, or the first could drain the backlog before the second is
+        # ready, and before this loop could disrupt anything.
+        async with QueueAdmin(engine) as admin:
+            await admin.pause_queue(QUEUE)
+            for _ in range(workers):
+                await crew.start_one()
+            await admin.resume_queue(QUEUE)
         began = time.monotonic()
-        for _ in range(workers):
-            await crew.start_one()
         feeder = asyncio.create_task(_keep_publishing(url, messages, extra, rate))
         messages += extra
         pending_kills = sorted(kill_at)

@@ -218,24 +218,29 @@ class QueueAdmin:
         async with reading(self.engine) as conn:
             return await controls.breaker_statuses(conn, self.tables, queue, RECENT_TRANSITIONS)
 
-    async def breaker_history(self, queue: str, limit: int = 50) -> list[BreakerTransition]:
-        """The last `limit` (at most 1,000) changes of state of `queue`'s breaker, newest
-        first."""
+    async def breaker_history(
+        self, queue: str, limit: int = 50, *, channel: str | None = None
+    ) -> list[BreakerTransition]:
+        """The last `limit` (at most 1,000) changes of state of `queue`'s breaker (or of
+        its `channel`'s own), newest first."""
         validate_queue_name(queue)
         require_whole("limit", limit, MAX_PAGE)
+        own = WHOLE_QUEUE if channel is None else limits.channel_name(channel)
         await self._prepare()
         async with reading(self.engine) as conn:
-            return await controls.breaker_events(conn, self.tables, queue, limit)
+            return await controls.breaker_events(conn, self.tables, queue, limit, own)
 
     # -- changing --------------------------------------------------------------------
 
-    async def reset_breaker(self, queue: str) -> bool:
-        """Close `queue`'s circuit breaker and forget its failures ("manual reset" in its
-        history); every process claims again within one `CONTROL_INTERVAL`. Whether it
-        was open, half-open or counting failures."""
+    async def reset_breaker(self, queue: str, *, channel: str | None = None) -> bool:
+        """Close `queue`'s circuit breaker (or its `channel`'s own) and forget its
+        failures ("manual reset" in its history); every process claims again within one
+        `CONTROL_INTERVAL` (a channel's: at the next claim). Whether it was open,
+        half-open or counting failures."""
         validate_queue_name(queue)
+        own = WHOLE_QUEUE if channel is None else limits.channel_name(channel)
         await self._prepare(writes=True)
-        return await controls.reset_breaker(self.dialect, self.engine, queue)
+        return await controls.reset_breaker(self.dialect, self.engine, queue, own)
 
     async def pause_queue(self, queue: str) -> bool:
         """Stop every consumer of `queue`, in every process, from claiming its messages,

@@ -5,11 +5,13 @@ change; faststream_sqla.channels enforces them)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from faststream_sqla.channels.groups import group_of, is_group
 from faststream_sqla.channels.limits import Rate
 from faststream_sqla.channels.store import (
     UNSET,
@@ -153,6 +155,27 @@ async def _message_counts(
     return counts
 
 
+def _group_counts(counts: Counts, groups: Iterable[str]) -> Counts:
+    """The (ready, in flight, later) of each of `groups`, summed over its channels."""
+    summed: Counts = {}
+    for group in groups:
+        totals = [0, 0, 0]
+        for channel, figures in counts.items():
+            if group_of(channel) == group:
+                for i, n in enumerate(figures):
+                    totals[i] += n
+        summed[group] = totals
+    return summed
+
+
+def _defaults_for(name: str, defaults: QueueLimits) -> tuple[int | None, Rate | None]:
+    """The queue's defaults that apply to `name`: a group's row has its own limits
+    only, the defaults are for channels."""
+    if is_group(name):
+        return None, None
+    return defaults.channel_max_concurrency, defaults.channel_rate
+
+
 async def channel_statuses(
     conn: AsyncConnection, tables: QueueTables, queue: str, only: str | None = None
 ) -> list[ChannelStatus]:
@@ -166,13 +189,19 @@ async def channel_statuses(
     if only is not None:
         query = query.where(c.c.channel == only)
     rows: dict[str, Any] = {row.channel: row for row in await conn.execute(query)}
-    counts = await _message_counts(conn, tables, queue, only)
+    if only is not None and is_group(only):
+        # a group's figures are its channels' together
+        counts = _group_counts(await _message_counts(conn, tables, queue, None), [only])
+    else:
+        counts = await _message_counts(conn, tables, queue, only)
+        counts.update(_group_counts(counts, filter(is_group, rows)))
     statuses = []
     for name in sorted(rows.keys() | counts.keys()):
         row = rows.get(name)
         ready, in_flight, later = counts.get(name, (0, 0, 0))
         own_max = None if row is None else row.max_concurrency
         own_rate = None if row is None else _rate(row.rate_count, row.rate_period)
+        default_max, default_rate = _defaults_for(name, defaults)
         statuses.append(
             ChannelStatus(
                 name=name,
@@ -182,10 +211,9 @@ async def channel_statuses(
                 paused=row is not None and bool(row.paused),
                 max_concurrency=own_max,
                 rate=own_rate,
-                effective_max_concurrency=(
-                    own_max if own_max is not None else defaults.channel_max_concurrency
-                ),
-                effective_rate=own_rate if own_rate is not None else defaults.channel_rate,
+                effective_max_concurrency=own_max if own_max is not None else default_max,
+                effective_rate=own_rate if own_rate is not None else default_rate,
+                group=group_of(name),
             )
         )
     return statuses
@@ -198,7 +226,7 @@ async def channel_status(
     has neither)."""
     for found in await channel_statuses(conn, tables, queue, only=channel):
         return found
-    defaults = await queue_limits(conn, tables, queue)
+    default_max, default_rate = _defaults_for(channel, await queue_limits(conn, tables, queue))
     return ChannelStatus(
         name=channel,
         ready=0,
@@ -207,8 +235,9 @@ async def channel_status(
         paused=False,
         max_concurrency=None,
         rate=None,
-        effective_max_concurrency=defaults.channel_max_concurrency,
-        effective_rate=defaults.channel_rate,
+        effective_max_concurrency=default_max,
+        effective_rate=default_rate,
+        group=group_of(channel),
     )
 
 

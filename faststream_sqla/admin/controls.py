@@ -19,6 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import to_aware, utc_now
 from faststream_sqla.dialects._claim import live_ranges
+from faststream_sqla.dialects.base import reading
+from faststream_sqla.ordering import IDS_PER_STATEMENT
 from faststream_sqla.schema import WHOLE_QUEUE, BreakerState, QueueTables
 
 from .models import BreakerStatus, BreakerTransition
@@ -204,7 +206,12 @@ async def controls_among(
 
 
 def _event(
-    tables: QueueTables, queue: str, before: BreakerState, after: BreakerState, reason: str
+    tables: QueueTables,
+    queue: str,
+    before: BreakerState,
+    after: BreakerState,
+    reason: str,
+    channel: str = WHOLE_QUEUE,
 ) -> sa.Insert:
     # inline: no RETURNING of the new id, which would need SELECT on the history
     return (
@@ -212,7 +219,7 @@ def _event(
         .inline()
         .values(
             queue=queue,
-            channel=WHOLE_QUEUE,
+            channel=channel,
             from_state=before.value,
             to_state=after.value,
             reason=reason,
@@ -228,8 +235,10 @@ async def change_breaker(
     decide: Callable[[BreakerRecord], BreakerChange | None],
     *,
     create: bool = True,
+    channel: str = WHOLE_QUEUE,
 ) -> tuple[BreakerRecord, BreakerRecord] | None:
-    """Lock the queue's control row (inserting it first if missing and `create`), let
+    """Lock the control row of the queue (or of its `channel`: a channel's own breaker)
+    (inserting it first if missing and `create`), let
     `decide` judge the breaker as stored, and write its change with an event row for a
     change of state, all in one transaction. Returns the breaker before and after
     (equal when `decide` changed nothing); None when there is no row and not `create`.
@@ -237,7 +246,7 @@ async def change_breaker(
     The lock (SELECT ... FOR UPDATE; SQLite's writer lock) makes the decisions of
     every process about one queue happen one after another."""
     c = dialect.tables.controls
-    where = (c.c.queue == queue, c.c.channel == WHOLE_QUEUE)
+    where = (c.c.queue == queue, c.c.channel == channel)
     for _ in range(2):
         async with dialect.own_transaction(engine) as conn:
             row = (
@@ -266,7 +275,14 @@ async def change_breaker(
                 await conn.execute(c.update().where(*where).values(**values))
                 if change.reason is not None:
                     await conn.execute(
-                        _event(dialect.tables, queue, before.state, change.state, change.reason)
+                        _event(
+                            dialect.tables,
+                            queue,
+                            before.state,
+                            change.state,
+                            change.reason,
+                            channel,
+                        )
                     )
                 after = (await conn.execute(sa.select(*_breaker_columns(c.c)).where(*where))).one()
                 return before, _record(after)
@@ -275,11 +291,39 @@ async def change_breaker(
         try:
             async with dialect.own_transaction(engine) as conn:
                 await conn.execute(
-                    c.insert().values(queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now())
+                    c.insert().values(queue=queue, channel=channel, updated_at=utc_now())
                 )
         except sa.exc.IntegrityError:
             pass  # another process inserted it meanwhile: lock that one
-    raise AssertionError(f"the control row of queue {queue!r} vanished twice")
+    raise AssertionError(f"the control row of queue {queue!r} ({channel!r}) vanished twice")
+
+
+def _breaker_active(c: sa.Table) -> sa.ColumnElement[bool]:
+    """A breaker that counts failures or is not CLOSED."""
+    return sa.or_(
+        c.c.breaker_failures > 0,
+        c.c.breaker_state.in_([BreakerState.OPEN.value, BreakerState.HALF_OPEN.value]),
+    )
+
+
+async def channels_counting(
+    dialect: Dialect, engine: AsyncEngine, queue: str, channels: Sequence[str]
+) -> list[str]:
+    """Those of `queue`'s `channels` whose own breaker counts failures or is not
+    CLOSED (a row-less or never-tripped channel's breaker is neither)."""
+    c = dialect.tables.controls
+    found: list[str] = []
+    async with reading(engine) as conn:
+        for start in range(0, len(channels), IDS_PER_STATEMENT):
+            result = await conn.execute(
+                sa.select(c.c.channel).where(
+                    c.c.queue == queue,
+                    c.c.channel.in_(list(channels[start : start + IDS_PER_STATEMENT])),
+                    _breaker_active(c),
+                )
+            )
+            found += result.scalars()
+    return found
 
 
 async def take_probe(
@@ -364,27 +408,34 @@ async def keep_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me: str)
     return kept.rowcount == 1
 
 
-async def reset_breaker(dialect: Dialect, engine: AsyncEngine, queue: str) -> bool:
-    """Close the queue's breaker, failures forgotten ("manual reset"); whether it was
-    anything but CLOSED without failures."""
+async def reset_breaker(
+    dialect: Dialect, engine: AsyncEngine, queue: str, channel: str = WHOLE_QUEUE
+) -> bool:
+    """Close the breaker of the queue (or of its `channel`), failures forgotten
+    ("manual reset"); whether it was anything but CLOSED without failures."""
 
     def closed(current: BreakerRecord) -> BreakerChange | None:
         if current.state is BreakerState.CLOSED and current.failures == 0:
             return None
         return BreakerChange(BreakerState.CLOSED, 0, reason="manual reset")
 
-    changed = await change_breaker(dialect, engine, queue, closed, create=False)
+    changed = await change_breaker(dialect, engine, queue, closed, create=False, channel=channel)
     return changed is not None and changed[0] != changed[1]
 
 
 async def breaker_events(
-    conn: AsyncConnection, tables: QueueTables, queue: str, limit: int
+    conn: AsyncConnection,
+    tables: QueueTables,
+    queue: str,
+    limit: int,
+    channel: str = WHOLE_QUEUE,
 ) -> list[BreakerTransition]:
-    """The queue's last `limit` changes of state, newest first."""
+    """The last `limit` changes of state of the queue's breaker (or its `channel`'s),
+    newest first."""
     e = tables.breaker_events
     result = await conn.execute(
         sa.select(e.c.id, e.c.from_state, e.c.to_state, e.c.reason, e.c.at)
-        .where(e.c.queue == queue, e.c.channel == WHOLE_QUEUE)
+        .where(e.c.queue == queue, e.c.channel == channel)
         .order_by(e.c.id.desc())
         .limit(limit)
     )
@@ -397,17 +448,27 @@ async def breaker_events(
 async def breaker_statuses(
     conn: AsyncConnection, tables: QueueTables, queue: str | None, recent: int
 ) -> list[BreakerStatus]:
-    """Every breaker that ever counted a failure (or `queue`'s, CLOSED if it never
-    did), with its last `recent` changes of state."""
+    """Every queue's breaker that ever counted a failure and every channel's that
+    counts failures or is not CLOSED (or those of `queue`: its own, CLOSED if it never
+    counted one, and its channels'), with their last `recent` changes of state."""
     c = tables.controls
-    query = sa.select(c.c.queue, *_breaker_columns(c.c)).where(c.c.channel == WHOLE_QUEUE)
+    # a queue's breaker is listed once it ever counted; a channel's (there may be many)
+    # while it counts failures or is not CLOSED
+    ever_counted = sa.or_(c.c.breaker_state.is_not(None), c.c.breaker_failures > 0)
+    channel_active = sa.and_(c.c.channel != WHOLE_QUEUE, _breaker_active(c))
+    query = sa.select(c.c.queue, c.c.channel, *_breaker_columns(c.c))
     if queue is None:
-        query = query.where(sa.or_(c.c.breaker_state.is_not(None), c.c.breaker_failures > 0))
+        query = query.where(
+            sa.or_(sa.and_(c.c.channel == WHOLE_QUEUE, ever_counted), channel_active)
+        )
     else:
-        query = query.where(c.c.queue == queue)
-    found = {row.queue: _record(row) for row in await conn.execute(query.order_by(c.c.queue))}
-    if queue is not None and queue not in found:
-        found[queue] = BreakerRecord()
+        query = query.where(c.c.queue == queue, sa.or_(c.c.channel == WHOLE_QUEUE, channel_active))
+    found = {
+        (row.queue, row.channel): _record(row)
+        for row in await conn.execute(query.order_by(c.c.queue, c.c.channel))
+    }
+    if queue is not None and (queue, WHOLE_QUEUE) not in found:
+        found = {(queue, WHOLE_QUEUE): BreakerRecord(), **found}
     return [
         BreakerStatus(
             queue=name,
@@ -416,7 +477,8 @@ async def breaker_statuses(
             changed_at=to_aware(record.changed_at),
             reopens_at=to_aware(record.reopens_at),
             probe_holder=record.probe,
-            recent=await breaker_events(conn, tables, name, recent),
+            recent=await breaker_events(conn, tables, name, recent, channel),
+            channel=channel or None,
         )
-        for name, record in found.items()
+        for (name, channel), record in found.items()
     ]

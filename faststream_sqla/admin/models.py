@@ -161,14 +161,16 @@ class BreakerTransition:
     from_state: str
     to_state: str
     #: "3 consecutive failures", "cooldown over", "probe succeeded", "probe failed",
-    #: "probe holder stopped", "probe holder silent", "manual reset"
+    #: "probe holder stopped", "probe holder silent", "manual reset", and for a
+    #: channel's own breaker "probe ended without a verdict"
     reason: str
     at: datetime
 
 
 @dataclass(frozen=True)
 class BreakerStatus:
-    """A queue's circuit breaker as every process sees it (docs/flow-control.md)."""
+    """A queue's circuit breaker, or one of its channels', as every process sees it
+    (docs/flow-control.md)."""
 
     queue: str
     #: CLOSED, OPEN or HALF_OPEN
@@ -178,10 +180,14 @@ class BreakerStatus:
     changed_at: datetime | None
     #: when an OPEN breaker lets a probe through (the last opening's, once it reopened)
     reopens_at: datetime | None
-    #: the subscriber instance that holds the probe while HALF_OPEN (host:pid:id)
+    #: the subscriber instance that holds the probe while HALF_OPEN (host:pid:id); a
+    #: channel's probe is whichever message its claim let through, held by no one
     probe_holder: str | None
     #: its last changes of state, newest first
     recent: list[BreakerTransition] = field(default_factory=list)
+    #: the channel whose own breaker this is (`circuit_breaker_per_channel`); None for
+    #: the queue's
+    channel: str | None = None
 
 
 @dataclass(frozen=True)
@@ -219,9 +225,13 @@ class ChannelStatus:
     #: the channel's own limits, None where it sets none
     max_concurrency: int | None
     rate: Rate | None
-    #: the limits that apply: its own, else the queue's defaults for its channels
+    #: the limits that apply: its own, else the queue's defaults for its channels (a
+    #: group's row: its own only)
     effective_max_concurrency: int | None
     effective_rate: Rate | None
+    #: the group it belongs to (its name up to the first "/"), whose limits hold
+    #: beside its own; for a group's own row (a name ending in "/"), itself
+    group: str | None = None
 
 
 def to_json(value: Any) -> Any:

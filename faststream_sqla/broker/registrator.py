@@ -57,6 +57,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         handler_timeout: float | None = None,
         circuit_breaker_threshold: int | None = None,
         circuit_breaker_cooldown: float = 30.0,
+        circuit_breaker_per_channel: bool = False,
         # FastStream arguments
         no_reply: bool = False,
         dependencies: Sequence[Dependant] = (),
@@ -104,6 +105,9 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
                 after which no process claims from the queue for circuit_breaker_cooldown,
                 then one probe message decides (default: no breaker).
             circuit_breaker_cooldown: seconds an open breaker waits before its probe.
+            circuit_breaker_per_channel: each channel of the queue gets a breaker of its
+                own (the same threshold and cooldown): a failing channel stops alone,
+                the others go on; the queue's breaker counts messages without one.
             no_reply: do not publish the handler's return value to the message's
                 `reply_to` queue.
             dependencies: FastDepends dependencies of this handler.
@@ -152,6 +156,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             handler_timeout=handler_timeout,
             circuit_breaker_threshold=circuit_breaker_threshold,
             circuit_breaker_cooldown=circuit_breaker_cooldown,
+            circuit_breaker_per_channel=circuit_breaker_per_channel,
         )
         subscriber = create_subscriber(
             queues=queues,

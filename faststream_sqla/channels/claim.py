@@ -25,9 +25,11 @@ settled, released or deferred message simply stops counting.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import json
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -44,14 +46,17 @@ from faststream_sqla.dialects._claim import (
 from faststream_sqla.schema import (
     CHANNEL_READY,
     CLAIMED_COLUMNS,
+    MAX_KEY_LENGTH,
     NOT_READY,
     PRIORITIES,
     WHOLE_QUEUE,
+    BreakerState,
     MessageState,
     QueueTables,
 )
 
 from . import rate as window
+from .groups import group_key, group_of
 from .limits import Rate
 
 if TYPE_CHECKING:
@@ -63,10 +68,20 @@ if TYPE_CHECKING:
 EXTRA_CANDIDATES = 8
 #: MySQL: keys-index entries read per candidate channel wanted (see _mysql_walk)
 SCAN_PER_CANDIDATE = 20
+#: MySQL: the most live messages of a channel its take reads whole (ChannelClaim._whole_channels)
+WHOLE_AT_MOST = 2 * SCAN_PER_CANDIDATE
 #: the rotation's name for the messages without a channel
 PLAIN = ""
 #: reads a claim makes when other claims keep moving the queue's version meanwhile
 CONFLICT_RETRIES = 4
+#: a take's statement: channels with a branch of their own, whether PLAIN has one, and
+#: whether a join takes the channels the read saw whole (ChannelClaim.take_shape)
+TakeShape = tuple[int, bool, bool]
+
+
+class ProbeMissed(Exception):
+    """A channel's breaker changed between the claim's read and its write: the claim
+    is rolled back and read again."""
 
 
 def _rate(count: int | None, period: float | None) -> Rate | None:
@@ -88,6 +103,22 @@ class Member:
     rate_counts: str | None = None
     window: window.Window | None = None
     share: int = 0
+    #: its own circuit breaker may let a probe through: this claim's share of it is
+    #: the probe, and the write marks the breaker HALF_OPEN from now
+    reopening: bool = False
+    #: that breaker's cooldown (its last opening's), for a probe that ends without a
+    #: verdict: another may go after as long
+    cooldown: float = 0.0
+    #: that breaker's state as read (OPEN, or HALF_OPEN for another probe)
+    breaker_state: str | None = None
+    #: the group it belongs to (groups.py), seen as a member of its own: its limits
+    #: and in-flight count are the group's, its share the sum of its channels'
+    group: Member | None = None
+    #: MySQL: the read's range of the keys index held all its live messages (it is
+    #: not the last channel of its range), so the take may read them all
+    whole: bool = False
+    #: what the read said of its due messages (ChannelClaim._channel_due)
+    due: Any = None
 
     def room(self, now: float) -> int | None:
         """What its limits let it start now (None: no limit)."""
@@ -131,6 +162,9 @@ class Plan:
     queue_window: window.Window | None
     #: (channel, window after this claim, whether its row exists) for rate-limited ones
     windows: list[tuple[str, window.Window, bool]]
+    #: (channel, cooldown, state read) of the channels whose breaker this claim's
+    #: share probes
+    probes: list[tuple[str, float, str]] = field(default_factory=list)
 
     @property
     def shape(self) -> tuple[int, bool]:
@@ -141,23 +175,56 @@ class Plan:
 
 
 def share_out(members: Sequence[Member], limit: int, queue_room: int | None, now: float) -> int:
-    """Give each member its share of `limit` in turns, one message a turn, in order,
-    within its room and the queue's; the total given. Paused members get none."""
+    """Give out `limit` in turns, one message a turn, within each member's room, its
+    group's and the queue's; the total given. A round gives one turn to each channel
+    in no group and one to each group (at its first channel's place), which passes
+    its turns round its channels. Paused members, and those of a paused group, get
+    none."""
     total = limit if queue_room is None else min(limit, queue_room)
-    rooms = {id(m): (None if m.paused else m.room(now)) for m in members}
-    open_members = [m for m in members if not m.paused and rooms[id(m)] != 0]
+    rooms = {id(m): 0 if m.paused else m.room(now) for m in members}
+    for m in members:
+        group = m.group
+        if group is not None and id(group) not in rooms:
+            rooms[id(group)] = 0 if group.paused else group.room(now)
+
+    def has_room(member: Member) -> bool:
+        for limited in (member, member.group):
+            if limited is not None:
+                room = rooms[id(limited)]
+                if room is not None and limited.share >= room:
+                    return False
+        return True
+
+    slots: list[list[Member]] = []
+    of_group: dict[int, list[Member]] = {}
+    for m in members:
+        if m.group is None:
+            slots.append([m])
+        elif id(m.group) in of_group:
+            of_group[id(m.group)].append(m)
+        else:
+            of_group[id(m.group)] = [m]
+            slots.append(of_group[id(m.group)])
+    #: where each slot's next turn starts among its members
+    turn = [0] * len(slots)
     given = 0
-    while given < total and open_members:
-        still_open = []
-        for member in open_members:
+    while given < total:
+        gave = False
+        for i, slot in enumerate(slots):
             if given >= total:
                 break
-            member.share += 1
-            given += 1
-            room = rooms[id(member)]
-            if room is None or member.share < room:
-                still_open.append(member)
-        open_members = still_open
+            for step in range(len(slot)):
+                member = slot[(turn[i] + step) % len(slot)]
+                if has_room(member):
+                    member.share += 1
+                    if member.group is not None:
+                        member.group.share += 1
+                    given += 1
+                    turn[i] = (turn[i] + step + 1) % len(slot)
+                    gave = True
+                    break
+        if not gave:
+            break
     return given
 
 
@@ -165,9 +232,13 @@ def _seconds(when: datetime) -> float:
     return when.replace(tzinfo=timezone.utc).timestamp()
 
 
-def plan(head: QueueRow, candidates: Sequence[Any], limit: int) -> Plan | None:
+def plan(
+    head: QueueRow, candidates: Sequence[Any], limit: int, *, channel_breakers: bool = False
+) -> Plan | None:
     """Share up to `limit` among the read's candidates (rows of the read's parts 1 and
-    2: after the rotation, and from the start); None if nothing may be claimed."""
+    2: after the rotation, and from the start); None if nothing may be claimed. With
+    `channel_breakers` (a subscriber with circuit_breaker_per_channel, which counts
+    their verdicts) the channels' own breakers hold their claims too."""
     if head.paused or limit <= 0:
         return None
     now = _seconds(head.now)
@@ -183,20 +254,20 @@ def plan(head: QueueRow, candidates: Sequence[Any], limit: int) -> Plan | None:
         return None
     rotation = head.rotation or PLAIN
     after = [row for row in candidates if row["part"] == 1]
-    members = [_member(row, head) for row in after]
+    groups: dict[str, Member] = {}
+    members = [_member(row, head, groups, channel_breakers) for row in after]
     # The messages without a channel and the channels from the start (up to where this
     # turn began: the read keeps to those) take their turn only once this round has
     # reached its last channel; a full list may have more after it.
-    most = limit + EXTRA_CANDIDATES
-    entries = sum(row["in_flight"] or 0 for row in after)  # MySQL: keys read
-    if len(after) < most and entries < most * SCAN_PER_CANDIDATE:
+    if wraps(candidates, limit):
         seen = {row["channel"] for row in after}
         members.append(Member(PLAIN, paused=not head.plain_waiting))
         members += [
-            _member(row, head)
+            _member(row, head, groups, channel_breakers)
             for row in candidates
             if row["part"] == 2 and rotation != PLAIN and row["channel"] not in seen
         ]
+    _mark_whole(members, candidates)
     if share_out(members, limit, queue_room, now) == 0:
         # Every channel looked at is full, paused, out of rate or not due: the
         # rotation moves past them, or the channels after them would never be read.
@@ -215,33 +286,107 @@ def plan(head: QueueRow, candidates: Sequence[Any], limit: int) -> Plan | None:
                 windows.append((member.name, after_claim, member.stored))
     if queue_window is not None:
         queue_window = window.taken(queue_window, sum(m.share for m in members))
-    return Plan(members, last, queue_window, windows)
+    for group in groups.values():
+        if group.share and group.window is not None:
+            windows.append((group.name, window.taken(group.window, group.share), group.stored))
+    probes = [
+        (m.name, m.cooldown, m.breaker_state or BreakerState.OPEN.value)
+        for m in members
+        if m.share and m.reopening
+    ]
+    return Plan(members, last, queue_window, windows, probes)
 
 
-def _member(row: Any, head: QueueRow) -> Member:
+def wraps(candidates: Sequence[Any], limit: int) -> bool:
+    """Whether a claim of `limit` goes on to the channels from the start (the read's
+    part 2), and to the messages without a channel: only once the channels after the
+    rotation ran out before the read's bounds did."""
+    after = [row for row in candidates if row["part"] == 1]
+    most = limit + EXTRA_CANDIDATES
+    entries = sum(row["in_flight"] or 0 for row in after)  # MySQL: keys read
+    return len(after) < most and entries < most * SCAN_PER_CANDIDATE
+
+
+def _mark_whole(members: Sequence[Member], candidates: Sequence[Any]) -> None:
+    """Each read part lists its channels in order from one range of the index: all but
+    the last were read whole; the last may go on past the range's end. A channel with
+    many live messages is taken by a branch of its own all the same: the join would
+    look every one of them up, a branch stops at its share."""
+    last_of_part = {row["part"]: row["channel"] for row in candidates}  # in (part, n) order
+    ends = set(last_of_part.values())
+    entries = {row["channel"]: row["in_flight"] or 0 for row in candidates}  # MySQL: keys read
+    for member in members:
+        member.whole = (
+            member.name != PLAIN
+            and member.name not in ends
+            and entries.get(member.name, 0) <= WHOLE_AT_MOST
+        )
+
+
+def _group(row: Any, head: QueueRow, groups: dict[str, Member]) -> Member | None:
+    """The group of the read's channel row, one Member per group for the claim."""
+    name = group_of(row["channel"])
+    if name is None:
+        return None
+    found = groups.get(name)
+    if found is None:
+        found = groups[name] = Member(
+            name,
+            in_flight=sum(n for ch, n in head.busy.items() if group_of(ch) == name),
+            stored=bool(row["group_stored"]),
+            paused=bool(row["group_paused"]),
+            max_concurrency=row["group_max_concurrency"],
+            rate=_rate(row["group_rate_count"], row["group_rate_period"]),
+            rate_slot=row["group_rate_slot"],
+            rate_counts=row["group_rate_counts"],
+        )
+    return found
+
+
+def _member(row: Any, head: QueueRow, groups: dict[str, Member], channel_breakers: bool) -> Member:
     member = Member(
         row["channel"],
         in_flight=head.busy.get(row["channel"], 0),
         stored=bool(row["stored"]),
         # nothing due: no share (the plain_waiting column carries `due` here)
         paused=bool(row["paused"]) or not row["plain_waiting"],
+        due=row["plain_waiting"],
         max_concurrency=head.channel_max_concurrency,
         rate=head.channel_rate,
         rate_slot=row["rate_slot"],
         rate_counts=row["rate_counts"],
+        group=_group(row, head, groups),
     )
     if row["max_concurrency"] is not None:
         member.max_concurrency = row["max_concurrency"]
     own_rate = _rate(row["rate_count"], row["rate_period"])
     if own_rate is not None:
         member.rate = own_rate
+    if channel_breakers and row["breaker"] in (BreakerState.OPEN, BreakerState.HALF_OPEN):
+        # OPEN: its messages wait out the cooldown. HALF_OPEN: its probe went out;
+        # until its verdict is counted, or a cooldown after (a probe that ended with
+        # none: deferred, expired, its process died), no other.
+        if not row["reopened"]:
+            member.paused = True
+        else:
+            # one message in flight at a time: the probe, once those that ran before
+            # the breaker opened have settled
+            member.max_concurrency = 1
+            member.reopening = True
+            member.breaker_state = row["breaker"]
+            since, until = row["breaker_since"], row["breaker_until"]
+            if since is not None and until is not None:
+                member.cooldown = max(0.0, (_as_time(until) - _as_time(since)).total_seconds())
     return member
 
 
+def _as_time(value: Any) -> datetime:
+    """A time the read returned: SQLite's come as text."""
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
 def _queue_row(row: Any) -> QueueRow:
-    now = row["now"]
-    if not isinstance(now, datetime):  # SQLite's text
-        now = datetime.fromisoformat(now)
+    now = _as_time(row["now"])
     return QueueRow(
         paused=bool(row["paused"]),
         max_concurrency=row["max_concurrency"],
@@ -270,15 +415,16 @@ class ChannelClaim:
         tables: QueueTables = dialect.tables
         self.tables = tables
         self.mysql = tables.keys is not None
-        m = tables.message
         self.read = self._build_read()
-        self._by_shape: dict[tuple[int, bool], Any] = {}
-        self._mark_listed = self._mark(sa.bindparam("ids", expanding=True))
-        self._read_marked = sa.select(*claimed_columns(m)).where(
-            m.c.id.in_(sa.bindparam("ids", expanding=True)),
-            m.c.state == state_literal(MessageState.PROCESSING),
-            m.c.acquired_at == _bind("now", m.c.acquired_at.type),
-        )
+        # The read's part 2 (the channels from the start) is needed only when a claim
+        # reaches the end of the channels: with many channels, one claim in many. Each
+        # queue's read leaves it out while the claim before did not need it, and the
+        # claim reads it alone when it turns out to be needed after all (`read_with`).
+        self.read_after_rotation = self._build_read(wrapped=False)
+        self.read_from_start = self._build_read(wrapped=True, alone=True)
+        #: per queue: whether its last claim here went on to the channels from the start
+        self._claims_wrap: dict[str, bool] = {}
+        self._by_shape: dict[TakeShape, Any] = {}
         self.bump = self._build_bump()
 
     # -- the read -----------------------------------------------------------------------
@@ -307,9 +453,11 @@ class ChannelClaim:
             due = [ready_predicate(m), m.c.channel.is_(None), m.c.next_attempt_at <= utc_now()]
         return sa.exists().where(m.c.queue == _bind("ch_queue"), *due)
 
-    def _channel_due(self, channel: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+    def _channel_due(self, channel: sa.ColumnElement[str]) -> sa.ColumnElement[Any]:
         """Whether `channel` has a message due now: a channel whose messages are all
-        delayed (or, on MySQL, all in flight) gets no share of the claim."""
+        delayed (or, on MySQL, all in flight) gets no share of the claim. On MySQL, the
+        id of the first one the take would take (NULL: none), which spares the take for
+        a channel whose share is one message (`known_ids`)."""
         tables, m = self.tables, self.tables.message
         due = m.c.next_attempt_at <= utc_now()
         # A scalar "SELECT 1 ... LIMIT 1" (1 or NULL), not EXISTS: PostgreSQL may run an
@@ -319,15 +467,19 @@ class ChannelClaim:
             k = tables.keys
             # stops at the first due one; a channel whose entries are all delayed or in
             # flight is read whole
-            found = (
-                sa.select(sa.literal_column("1"))
+            return (
+                sa.select(k.c.id)
                 .select_from(k.join(m, m.c.id == k.c.id))
                 .where(
                     k.c.queue == _bind("ch_queue"),
                     k.c.channel == channel,
                     m.c.ready_at == sa.literal(CHANNEL_READY, m.c.ready_at.type),
                     due,
+                    first_of_its_key(tables),
                 )
+                .order_by(k.c.id)
+                .limit(1)
+                .scalar_subquery()
             )
         else:
             found = sa.select(sa.literal_column("1")).where(
@@ -431,12 +583,12 @@ class ChannelClaim:
             distinct.c.entries,
         ).subquery(name)
 
-    def _build_read(self) -> sa.CompoundSelect:
+    def _build_read(self, *, wrapped: bool = True, alone: bool = False) -> Any:
         """Part 0: the queue's row; parts 1 and 2: the channels after the rotation and
         from the start, each with its control row; part 3: the messages in flight, per
         channel (`n`; the channel NULL for those without one). The in-flight counts
         come as rows of their own, not joined: MariaDB computed a shared CTE once per
-        use."""
+        use. Without `wrapped`, no part 2; `alone`, part 2 only."""
         c, m = self.tables.controls, self.tables.message
         queue_row = c.alias("queue_row")
         is_queue_row = (queue_row.c.queue == _bind("ch_queue"), queue_row.c.channel == WHOLE_QUEUE)
@@ -464,10 +616,25 @@ class ChannelClaim:
             sa.null().label("in_flight"),
             self._plain_waiting().label("plain_waiting"),
             utc_now().label("now"),
+            # a channel's own circuit breaker: its state, whether it may let a probe
+            # through, and its cooldown's bounds
+            sa.cast(sa.null(), c.c.breaker_state.type).label("breaker"),
+            sa.null().label("reopened"),
+            sa.cast(sa.null(), c.c.breaker_changed_at.type).label("breaker_since"),
+            sa.cast(sa.null(), c.c.breaker_reopens_at.type).label("breaker_until"),
+            # the control row of a channel's group (groups.py)
+            sa.null().label("group_stored"),
+            sa.null().label("group_paused"),
+            sa.null().label("group_max_concurrency"),
+            sa.null().label("group_rate_count"),
+            sa.null().label("group_rate_period"),
+            sa.null().label("group_rate_slot"),
+            sa.cast(sa.null(), c.c.rate_counts.type).label("group_rate_counts"),
         ).where(*is_queue_row)
 
         def channels(part: int, walk: Any) -> sa.Select:
             row = c.alias(f"channel_row_{part}")
+            group = c.alias(f"group_row_{part}")
             return (
                 sa.select(
                     sa.literal_column(str(part)),
@@ -488,29 +655,58 @@ class ChannelClaim:
                     walk.c.entries,
                     self._channel_due(walk.c.channel),
                     sa.null(),
+                    row.c.breaker_state,
+                    sa.case((row.c.breaker_reopens_at <= utc_now(), 1), else_=0),
+                    row.c.breaker_changed_at,
+                    row.c.breaker_reopens_at,
+                    group.c.queue.isnot(None),
+                    group.c.paused,
+                    group.c.max_concurrency,
+                    group.c.rate_count,
+                    group.c.rate_period,
+                    group.c.rate_slot,
+                    group.c.rate_counts,
                 )
                 .select_from(
                     walk.outerjoin(
                         row,
                         sa.and_(row.c.queue == _bind("ch_queue"), row.c.channel == walk.c.channel),
+                    ).outerjoin(
+                        group,
+                        sa.and_(
+                            group.c.queue == _bind("ch_queue"),
+                            # '' for a channel in no group: the queue's row, not a group
+                            group.c.channel == group_key(walk.c.channel),
+                            group.c.channel != WHOLE_QUEUE,
+                        ),
                     )
                 )
                 .where(walk.c.channel.isnot(None))
             )
 
         after = self._walk("after_rotation", sa.func.coalesce(rotation, WHOLE_QUEUE), None)
-        wrapped = self._walk(
+        from_start = self._walk(
             "from_start",
             sa.literal(WHOLE_QUEUE, m.c.channel.type),
             sa.func.coalesce(rotation, WHOLE_QUEUE),
         )
-        nothing = [sa.null()] * 15
+        nothing = [sa.null()] * 26
         busy = (
             sa.select(sa.literal_column("3"), sa.func.count(), m.c.channel, *nothing)
             .where(*self._in_flight())
             .group_by(m.c.channel)
         )
-        return sa.union_all(head, channels(1, after), channels(2, wrapped), busy)
+        if alone:  # named as the whole read's columns, which its first part names
+            names = [column.name for column in head.selected_columns]
+            part = channels(2, from_start)
+            return part.with_only_columns(
+                *(
+                    column.label(name)
+                    for column, name in zip(part.selected_columns, names, strict=True)
+                )
+            )
+        parts = [head, channels(1, after), *([channels(2, from_start)] if wrapped else []), busy]
+        return sa.union_all(*parts)
 
     # -- the write ----------------------------------------------------------------------
     def _build_bump(self) -> sa.Update:
@@ -591,12 +787,16 @@ class ChannelClaim:
             .limit(limit)
         )
 
-    def _take(self, channels: int, plain: bool) -> sa.Select:
-        """`channels` members' branches and PLAIN's, as one UNION ALL."""
+    def _take(self, shape: TakeShape) -> sa.Select:
+        """The branches of `shape`'s channels and PLAIN's, and its join of whole
+        channels, as one UNION ALL."""
+        channels, plain, joined = shape
         wanted: list[int | None] = [*range(channels), *([None] if plain else [])]
         if self.mysql:
             # (SELECT ... LIMIT n) UNION ALL (...): no derived table per branch
             branches = [self._branch(i) for i in wanted]
+            if joined:
+                branches.append(self._whole_channels().subquery("whole").select())
         else:  # SQLite takes a compound's LIMIT only outside it
             branches = [
                 self._branch(i).subquery(f"b{'p' if i is None else i}").select() for i in wanted
@@ -604,6 +804,54 @@ class ChannelClaim:
         if len(branches) == 1:
             return branches[0]
         return sa.union_all(*branches)  # type: ignore[return-value]
+
+    def _whole_channels(self) -> sa.Select:
+        """MySQL: the oldest due messages' ids of the channels the read saw whole, each
+        up to its share, in one statement whose text does not depend on how many
+        (:ch_shares, a JSON array of [channel, share]): MariaDB has no LATERAL, so
+        the channels' messages are numbered by a window over all of their live
+        entries, which the read bounded. A branch per channel cost the server a
+        parse and a plan each."""
+        tables, m = self.tables, self.tables.message
+        k = tables.keys
+        assert k is not None
+        collation = getattr(self.dialect, "key_collation", "utf8mb4_bin")
+        shares = (
+            sa.func.json_table(
+                _bind("ch_shares"),
+                sa.literal_column(
+                    f"'$[*]' COLUMNS (share_no FOR ORDINALITY, "
+                    f"channel VARCHAR({MAX_KEY_LENGTH}) CHARACTER SET utf8mb4 "
+                    f"COLLATE {collation} PATH '$[0]', share INT PATH '$[1]')"
+                ),
+            )
+            .table_valued("share_no", "channel", "share")
+            .alias("shares")
+        )
+        numbered = (
+            sa.select(
+                k.c.id,
+                shares.c.share,
+                sa.func.row_number()
+                .over(partition_by=shares.c.share_no, order_by=k.c.id)
+                .label("place"),
+            )
+            .select_from(
+                shares.join(
+                    k,
+                    sa.and_(k.c.queue == _bind("ch_queue"), k.c.channel == shares.c.channel),
+                ).join(m, m.c.id == k.c.id)
+            )
+            .where(
+                m.c.ready_at == sa.literal(CHANNEL_READY, m.c.ready_at.type),
+                m.c.next_attempt_at <= _bind("now", m.c.next_attempt_at.type),
+                first_of_its_key(tables),
+            )
+            .prefix_with("STRAIGHT_JOIN")
+            .with_hint(k, f"FORCE INDEX (ix_{m.name}_channel)")
+            .subquery("numbered")
+        )
+        return sa.select(numbered.c.id).where(numbered.c.place <= numbered.c.share)
 
     def _mark(self, ids: Any) -> sa.Update:
         """PROCESSING for the messages `ids` (a SELECT of ids, or the :ids list) that
@@ -621,7 +869,34 @@ class ChannelClaim:
             )
         )
 
-    def statements(self, shape: tuple[int, bool]) -> Any:
+    def take_shape(self, planned: Plan) -> TakeShape:
+        """What the take of `planned` is made of: how many channels get a branch of
+        their own, whether PLAIN gets one, and (MySQL with JSON_TABLE) whether a join
+        takes the channels the read saw whole."""
+        channels, plain = planned.shape
+        if not self._joins_whole:
+            return channels, plain, False
+        taken = [m for m in planned.members if self._taken(m)]
+        cut = sum(1 for m in taken if not m.whole)
+        return cut, plain, cut < len(taken)
+
+    def known_ids(self, planned: Plan) -> list[int]:
+        """MySQL: the messages of the channels whose share is the one message the read
+        already found (their first due one): no take needed for those."""
+        return [m.due for m in planned.members if self._known(m)]
+
+    def _known(self, member: Member) -> bool:
+        return self._joins_whole and member.share == 1 and member.name != PLAIN
+
+    def _taken(self, member: Member) -> bool:
+        """A channel with a share the take must find."""
+        return member.share > 0 and member.name != PLAIN and not self._known(member)
+
+    @functools.cached_property
+    def _joins_whole(self) -> bool:
+        return self.mysql and bool(getattr(self.dialect, "json_table", False))
+
+    def statements(self, shape: TakeShape) -> Any:
         """The write for a shape, built once: PostgreSQL's single statement (the bump
         and the marking as CTEs; its first column says whether the bump applied), or
         elsewhere the take (a SELECT of ids) for the transaction to mark.
@@ -631,7 +906,7 @@ class ChannelClaim:
         any number of channels, so it is prepared and planned once; a UNION ALL
         branch per channel was planned anew for every claim."""
         if self.dialect.name == "postgresql":
-            shape = (-1, shape[1])
+            shape = (-1, shape[1], False)
         found = self._by_shape.get(shape)
         if found is None:
             if self.dialect.name == "postgresql":
@@ -639,14 +914,14 @@ class ChannelClaim:
             elif self.mysql:
                 # the ids (a derived table of integers), joined to their rows
                 m = self.tables.message
-                taken = self._take(*shape).subquery("taken")
+                taken = self._take(shape).subquery("taken")
                 found = (
                     sa.select(*claimed_columns(m))
                     .select_from(taken.join(m, m.c.id == taken.c.id))
                     .prefix_with("STRAIGHT_JOIN")
                 )
             else:
-                found = self._take(*shape)
+                found = self._take(shape)
             self._by_shape[shape] = found
         return found
 
@@ -736,6 +1011,45 @@ class ChannelClaim:
             rate_slot=my.inserted.rate_slot, rate_counts=my.inserted.rate_counts
         )
 
+    @functools.cached_property
+    def half_open(self) -> tuple[sa.Update, sa.Insert]:
+        """For a channel whose breaker this claim probes (:p_channel): the breaker
+        marked HALF_OPEN, another probe due only after :p_reopens; and the change in its
+        history. The mark applies only if the breaker is still as the read found it
+        (:p_from, due): a verdict, a reset or a new opening written since leaves it
+        alone, and the claim must then be abandoned (`ProbeMissed`). `changed_at`
+        becomes the claim's time (:now, the probe's acquired_at) when it leaves OPEN,
+        and stays as it was for another probe of the same HALF_OPEN period, so a late
+        verdict of the earlier probe still counts."""
+        c, events = self.tables.controls, self.tables.breaker_events
+        now = _bind("now", c.c.breaker_changed_at.type)
+        was = _bind("p_from", c.c.breaker_state.type)
+        opened = was == sa.literal_column(f"'{BreakerState.OPEN.value}'")
+        half_open: sa.ColumnElement[str] = sa.literal_column(f"'{BreakerState.HALF_OPEN.value}'")
+        mark = (
+            c.update()
+            .where(
+                c.c.queue == _bind("ch_queue"),
+                c.c.channel == _bind("p_channel", c.c.channel.type),
+                c.c.breaker_state == was,
+                c.c.breaker_reopens_at <= now,
+            )
+            .values(
+                breaker_state=half_open,
+                breaker_changed_at=sa.case((opened, now), else_=c.c.breaker_changed_at),
+                breaker_reopens_at=_bind("p_reopens", c.c.breaker_reopens_at.type),
+            )
+        )
+        event = events.insert().values(
+            queue=_bind("ch_queue"),
+            channel=_bind("p_channel", events.c.channel.type),
+            from_state=_bind("p_from", events.c.from_state.type),
+            to_state=half_open,
+            reason=_bind("p_reason", events.c.reason.type),
+            at=_bind("now", events.c.at.type),
+        )
+        return mark, event
+
     def insert_if_missing(self) -> Any:
         """An INSERT of a control row that does nothing where the row exists (another
         process may insert it at the same moment)."""
@@ -773,10 +1087,16 @@ class ChannelClaim:
         if self.dialect.name == "postgresql":
             parameters["members"] = [m.name for m in channels]
             parameters["takes"] = [m.share for m in channels]
-        else:
-            for i, member in enumerate(channels):
-                parameters[f"member_{i}"] = member.name
-                parameters[f"take_{i}"] = member.share
+            return parameters
+        if self._joins_whole:
+            channels = [m for m in channels if self._taken(m)]
+            whole = [[m.name, m.share] for m in channels if m.whole]
+            if whole:
+                parameters["ch_shares"] = json.dumps(whole)
+            channels = [m for m in channels if not m.whole]
+        for i, member in enumerate(channels):
+            parameters[f"member_{i}"] = member.name
+            parameters[f"take_{i}"] = member.share
         return parameters
 
     def window_parameters(self, queue: str, now: datetime, planned: Plan) -> list[dict[str, Any]]:
@@ -791,14 +1111,63 @@ class ChannelClaim:
             for name, after, _stored in planned.windows
         ]
 
-    # -- a claim on SQLAlchemy's connection (MySQL, SQLite) -----------------------------
-    async def read_on(self, conn: AsyncConnection, queue: str, limit: int) -> Any:
+    def probe_parameters(self, queue: str, now: datetime, planned: Plan) -> list[dict[str, Any]]:
+        return [
+            {
+                "ch_queue": queue,
+                "now": now,
+                "p_channel": name,
+                "p_from": state,
+                "p_reason": "cooldown over"
+                if state == BreakerState.OPEN.value
+                else "probe ended without a verdict",
+                "p_reopens": now + timedelta(seconds=cooldown),
+            }
+            for name, cooldown, state in planned.probes
+        ]
+
+    # -- the read, on any connection -----------------------------------------------------
+    async def read_with(
+        self,
+        queue: str,
+        limit: int,
+        run: Callable[[Hashable, Any, dict[str, Any]], Awaitable[Sequence[Any]]],
+    ) -> tuple[QueueRow | None, list[Any]]:
+        """The read of a claim of up to `limit` messages, split (`split_read`): `run(name,
+        statement, parameters)` runs one statement on the caller's connection and
+        returns its rows as mappings. Part 2 is left out while the queue's previous
+        claim here did not need it, and read alone when this one turns out to."""
+        parameters = self.read_parameters(queue, limit)
+        wrapped = self._claims_wrap.get(queue, True)
+        statement = self.read if wrapped else self.read_after_rotation
+        head, candidates = split_read(await run(("channel_read", wrapped), statement, parameters))
+        if head is None or head.paused:  # nothing is claimed: nothing to learn either
+            return head, candidates
+        needed = wraps(candidates, limit)
+        self._claims_wrap[queue] = needed
+        if needed and not wrapped:
+            more = await run("channel_read_from_start", self.read_from_start, parameters)
+            candidates += sorted(more, key=lambda r: r["n"])
+        return head, candidates
+
+    def read_parameters(self, queue: str, limit: int) -> dict[str, Any]:
+        """The read's parameters for a claim of up to `limit` messages."""
         most = limit + EXTRA_CANDIDATES
         parameters = {"ch_queue": queue, "most": most}
         if self.mysql:
             parameters["scan"] = most * SCAN_PER_CANDIDATE
-        result = await conn.execute(self.read, parameters)
-        return result.mappings().all()
+        return parameters
+
+    # -- a claim on SQLAlchemy's connection (SQLite) ------------------------------------
+    async def read_on(
+        self, conn: AsyncConnection, queue: str, limit: int
+    ) -> tuple[QueueRow | None, list[Any]]:
+        """`read_with` on SQLAlchemy's connection."""
+
+        async def run(_name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
+            return (await conn.execute(statement, parameters)).mappings().all()
+
+        return await self.read_with(queue, limit, run)
 
     async def write_on(
         self, conn: AsyncConnection, queue: str, head: QueueRow, planned: Plan
@@ -810,27 +1179,18 @@ class ChannelClaim:
             return None
         for window_row in self.window_parameters(queue, head.now, planned):
             await conn.execute(self.upsert_window(), window_row)
+        for probe_row in self.probe_parameters(queue, head.now, planned):
+            mark, event = self.half_open
+            if (await conn.execute(mark, probe_row)).rowcount != 1:
+                raise ProbeMissed(probe_row["p_channel"])
+            await conn.execute(event, probe_row)
         if planned.shape == (0, False):
             return []  # the rotation moved past channels with no room
-        take = self.statements(planned.shape)
-        if self.dialect.name == "sqlite":
-            marked = self._mark(take).returning(*claimed_columns(self.tables.message))
-            return [tuple(row) for row in await conn.execute(marked, parameters)]
-        # MySQL: no UPDATE ... RETURNING. The rows are read without locks (a locking
-        # read of the keys index would wait for publishers' uncommitted rows), then
-        # marked. Read as they will stand once marked, unless the UPDATE found some no
-        # longer ready (a plain claim took a message without a channel meanwhile):
-        # then what it took is read back (acquired_at is this claim's time, and the
-        # bump keeps other channel claims of the queue out).
-        taken = (await conn.execute(take, parameters)).all()
-        if not taken:
-            return []
-        ids = [row[0] for row in taken]
-        updated = await conn.execute(self._mark_listed, {"ids": ids, "now": head.now})
-        if updated.rowcount == len(ids):
-            return [_as_claimed(row, head.now) for row in taken]
-        rows = await conn.execute(self._read_marked, {"ids": ids, "now": head.now})
-        return [tuple(row) for row in rows]
+        # SQLite (MySQL and PostgreSQL claim on their drivers' connections, in their
+        # dialects): the take marked by an UPDATE ... RETURNING
+        take = self.statements(self.take_shape(planned))
+        marked = self._mark(take).returning(*claimed_columns(self.tables.message))
+        return [tuple(row) for row in await conn.execute(marked, parameters)]
 
 
 _DELIVERIES = CLAIMED_COLUMNS.index("deliveries_count")
@@ -838,7 +1198,7 @@ _CLAIMS = CLAIMED_COLUMNS.index("claims_count")
 _ACQUIRED = CLAIMED_COLUMNS.index("acquired_at")
 
 
-def _as_claimed(row: Sequence[Any], now: datetime) -> tuple[Any, ...]:
+def as_claimed(row: Sequence[Any], now: datetime) -> tuple[Any, ...]:
     """A row read just before its claim's UPDATE, as that UPDATE leaves it."""
     values = list(row)
     values[_DELIVERIES] += 1
@@ -874,12 +1234,18 @@ async def create_queue_row(dialect: Dialect, engine: AsyncEngine, queue: str) ->
 
 
 async def claim_channelled(
-    dialect: Dialect, engine: AsyncEngine, queue: str, limit: int
+    dialect: Dialect,
+    engine: AsyncEngine,
+    queue: str,
+    limit: int,
+    *,
+    channel_breakers: bool = False,
 ) -> list[Sequence[Any]]:
     """Up to `limit` messages of `queue` within its limits and its channels' (see the
-    module), as claimed rows in `schema.CLAIMED_COLUMNS` order."""
+    module), as claimed rows in `schema.CLAIMED_COLUMNS` order; `channel_breakers`:
+    the channels' own breakers hold them too (see `plan`)."""
     for _ in range(CONFLICT_RETRIES):
-        rows = await dialect.claim_channels(engine, queue, limit)
+        rows = await dialect.claim_channels(engine, queue, limit, channel_breakers=channel_breakers)
         if rows is not None:
             return rows
     return []  # others kept claiming: the next round comes soon
@@ -889,10 +1255,13 @@ __all__ = [
     "ChannelClaim",
     "Member",
     "Plan",
+    "ProbeMissed",
     "QueueRow",
+    "as_claimed",
     "claim_channelled",
     "create_queue_row",
     "plan",
     "share_out",
     "split_read",
+    "wraps",
 ]

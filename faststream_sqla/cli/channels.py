@@ -14,6 +14,7 @@ from rich.table import Table
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.admin.channels import channel_name
 from faststream_sqla.admin.models import ChannelStatus, QueueLimits
+from faststream_sqla.channels.groups import is_group
 from faststream_sqla.channels.limits import MAX_CONCURRENCY_LIMIT, Rate, checked_concurrency
 from faststream_sqla.channels.store import UNSET, _Unset
 from faststream_sqla.exceptions import InvalidOptionError
@@ -104,7 +105,8 @@ def _limit(own: object, effective: object = None) -> str:
 
 
 def _where(channel: str, queue: str) -> str:
-    return f"Channel {escape(repr(channel))} of queue {escape(repr(queue))}"
+    kind = "Group of channels" if is_group(channel) else "Channel"
+    return f"{kind} {escape(repr(channel))} of queue {escape(repr(queue))}"
 
 
 @channel_app.command("set")

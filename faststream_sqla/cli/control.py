@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from faststream_sqla.exceptions import InvalidQueueNameError
+from faststream_sqla.admin.channels import channel_name
+from faststream_sqla.exceptions import InvalidOptionError, InvalidQueueNameError
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE, validate_queue_name
 
 from .common import ArchiveTable, MessageTable, Url, app, out, usage_error
@@ -49,6 +50,31 @@ OptionalName = Annotated[
         show_default=False,
     ),
 ]
+
+
+def _optional_channel(value: str | None) -> str | None:
+    try:
+        return None if value is None else channel_name(value)
+    except InvalidOptionError as e:
+        usage_error(str(e))
+
+
+BreakerChannel = Annotated[
+    str | None,
+    typer.Option(
+        "--channel",
+        metavar="NAME",
+        help="The channel's own breaker (subscribers with circuit_breaker_per_channel).",
+        callback=_optional_channel,
+        show_default=False,
+    ),
+]
+
+
+def _breaker_name(queue: str, channel: str | None) -> str:
+    if channel is None:
+        return f"queue {escape(repr(queue))}"
+    return f"channel {escape(repr(channel))} of queue {escape(repr(queue))}"
 
 
 def _set_paused(
@@ -121,15 +147,18 @@ def status(
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
-    """State, consecutive failures, probe holder and recent transitions of the breakers."""
+    """State, consecutive failures, probe holder and recent transitions of the breakers
+    (the queues', and their channels' own)."""
     found = with_admin(url, message_table, archive_table, lambda a: a.breakers(queue))
     if json_output:
         return print_json(found)
     if not found:
         out.print("No circuit breaker has counted a failure.")
         return None
+    channels = any(b.channel is not None for b in found)
     table = listing(
         "queue",
+        *(["channel"] if channels else []),
         "state",
         "failures",
         "since",
@@ -140,6 +169,7 @@ def status(
     for b in found:
         table.add_row(
             escape(b.queue),
+            *([escape(b.channel or "-")] if channels else []),
             b.state,
             str(b.consecutive_failures),
             _time(b.changed_at),
@@ -150,7 +180,7 @@ def status(
     # below the table, one per line: a narrow terminal would fold them into shreds
     for b in found:
         if b.recent:
-            out.print(f"Recent transitions of {escape(repr(b.queue))}, newest first:")
+            out.print(f"Recent transitions of {_breaker_name(b.queue, b.channel)}, newest first:")
         for t in b.recent:
             out.print(f"  {_time(t.at)}  {t.from_state} -> {t.to_state}  ({escape(t.reason)})")
     return None
@@ -160,22 +190,28 @@ def status(
 def reset(
     url: Url,
     queue: Name,
+    channel: BreakerChannel = None,
     json_output: Json = False,
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
-    """Close QUEUE's breaker and forget its failures; consumers claim again within seconds."""
-    changed = with_admin(url, message_table, archive_table, lambda a: a.reset_breaker(queue))
+    """Close QUEUE's breaker (or one channel's) and forget its failures; consumers claim
+    again within seconds."""
+    changed = with_admin(
+        url, message_table, archive_table, lambda a: a.reset_breaker(queue, channel=channel)
+    )
     if json_output:
-        return print_json({"queue": queue, "state": "CLOSED", "changed": changed})
+        return print_json(
+            {"queue": queue, "channel": channel, "state": "CLOSED", "changed": changed}
+        )
     if changed:
         out.print(
-            f"Circuit breaker of queue {escape(repr(queue))} reset: CLOSED, consumers "
+            f"Circuit breaker of {_breaker_name(queue, channel)} reset: CLOSED, consumers "
             "claim again within a few seconds."
         )
     else:
         out.print(
-            f"Circuit breaker of queue {escape(repr(queue))} was already closed, "
+            f"Circuit breaker of {_breaker_name(queue, channel)} was already closed, "
             "with no failures counted."
         )
     return None

@@ -55,6 +55,11 @@ async def driver_transaction(
         lost = error_code(exc) in disconnect_codes
         if lost:
             fairy.invalidate(exc)
+        else:
+            # ended here, not left to the pool's reset on return, which an engine may
+            # turn off (pool_reset_on_return=None): the next user of the connection
+            # would commit what this transaction wrote before it failed
+            reset = await _rolled_back(fairy, driver)
         if isinstance(exc, asyncmy.errors.Error):
             raise sa.exc.DBAPIError.instance(
                 None,
@@ -70,3 +75,13 @@ async def driver_transaction(
         raise
     finally:
         await check_in(fairy, transaction_ended=reset)
+
+
+async def _rolled_back(fairy: Any, driver: Any) -> bool:
+    """Roll back a failed transaction; a connection that cannot is dropped."""
+    try:
+        await driver.rollback()
+    except Exception as exc:
+        fairy.invalidate(exc)
+        return False
+    return True

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Mapping
-from typing import Any
+from typing import Any, overload
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect as SqlDialect
@@ -54,15 +54,54 @@ class DriverStatements:
     def __init__(self) -> None:
         self._compiled: dict[Hashable, DriverStatement] = {}
 
+    @overload
+    def get(self, name: Hashable) -> DriverStatement | None: ...
+
+    @overload
     def get(
         self,
         name: Hashable,
         dialect: SqlDialect,
         build: Callable[[], sa.ClauseElement],
         per_call: Collection[str],
+    ) -> DriverStatement: ...
+
+    def get(
+        self,
+        name: Hashable,
+        dialect: SqlDialect | None = None,
+        build: Callable[[], sa.ClauseElement] | None = None,
+        per_call: Collection[str] = (),
+    ) -> DriverStatement | None:
+        """The statement `name`, compiled from `build()` on first use; without `build`,
+        None if it was not compiled yet."""
+        compiled = self._compiled.get(name)
+        if compiled is None and build is not None:
+            assert dialect is not None
+            compiled = self.add(name, dialect, build(), per_call)
+        return compiled
+
+    def of(
+        self,
+        name: Hashable,
+        dialect: SqlDialect,
+        statement: sa.ClauseElement,
+        per_call: Collection[str],
     ) -> DriverStatement:
-        """The statement `name`, compiled from `build()` on first use."""
+        """The statement `name`, compiled from the already built `statement` on first
+        use."""
         compiled = self._compiled.get(name)
         if compiled is None:
-            compiled = self._compiled[name] = DriverStatement(build(), dialect, per_call)
+            compiled = self.add(name, dialect, statement, per_call)
+        return compiled
+
+    def add(
+        self,
+        name: Hashable,
+        dialect: SqlDialect,
+        statement: sa.ClauseElement,
+        per_call: Collection[str],
+    ) -> DriverStatement:
+        """`statement` compiled and kept as `name`."""
+        compiled = self._compiled[name] = DriverStatement(statement, dialect, per_call)
         return compiled

@@ -414,24 +414,13 @@ class Dialect(abc.ABC):
         statements must see what committed before it began."""
         return self.own_transaction(engine)
 
+    @abc.abstractmethod
     async def claim_channels(
-        self, engine: AsyncEngine, queue: str, limit: int
+        self, engine: AsyncEngine, queue: str, limit: int, *, channel_breakers: bool = False
     ) -> list[Sequence[Any]] | None:
         """One try of the channel claim (channels.claim): a read, then a write in a
-        transaction; None if another claim changed the queue in between."""
-        from faststream_sqla.channels.claim import create_queue_row, plan, split_read
-
-        claim = self.channel_claim
-        async with reading(engine) as conn:
-            head, candidates = split_read(await claim.read_on(conn, queue, limit))
-        if head is None:
-            await create_queue_row(self, engine, queue)
-            return None
-        planned = plan(head, candidates, limit)
-        if planned is None:
-            return []
-        async with self.channel_transaction(engine) as conn:
-            return await claim.write_on(conn, queue, head, planned)
+        transaction; None if another claim changed the queue, or a channel's breaker,
+        in between. Each dialect runs it on its own connection (see theirs)."""
 
     @functools.cached_property
     def channel_claim(self) -> ChannelClaim:

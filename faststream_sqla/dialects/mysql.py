@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -48,6 +48,7 @@ from .base import (
 )
 
 _ACQUIRED = CLAIMED_COLUMNS.index("acquired_at")
+_TOKEN = CLAIMED_COLUMNS.index(TOKEN_COLUMN)
 
 # deadlock, lock wait timeout, "record has changed" (MariaDB optimistic conflicts)
 TRANSIENT_CODES = {1213, 1205, 1020}
@@ -143,6 +144,59 @@ def _mark_processing_sql(table: str, rows: int) -> str:
     )
 
 
+#: the queue row's version checked and counted up, with the rotation and the queue's
+#: rate window, in the order _bump_sql and _mark_and_bump_sql take them
+_BUMP_SET = "version = {c}version + 1, {c}rotation = %s, {c}rate_slot = %s, {c}rate_counts = %s"
+_BUMP_WHERE = "{c}queue = %s AND {c}channel = '' AND {c}version = %s"
+
+
+@functools.lru_cache(maxsize=8)
+def _bump_sql(controls: str) -> str:
+    return f"UPDATE {controls} SET {_BUMP_SET.format(c='')} WHERE {_BUMP_WHERE.format(c='')}"
+
+
+@functools.lru_cache(maxsize=256)
+def _mark_and_bump_sql(controls: str, message: str, known: int, taken: int) -> str:
+    """The channel claim's messages marked PROCESSING and the queue row's version bump,
+    as one UPDATE: it matches nothing once the version moved. The queue row is read
+    first (its primary key), so concurrent claims queue on it.
+
+    A message is marked only if it is still ready and due, and a taken one only if its
+    claim token is still as the take read it: one without a channel may have been
+    claimed by a plain claim and put back meanwhile. The `known` ones, which the read
+    found, are channels' messages: only a channel claim, which would have moved the
+    version, can take those."""
+    counters = ", ".join(f"m.{name} = m.{name} + 1" for name in CLAIM_COUNTERS)
+    which = []
+    if known:
+        which.append(f"m.id IN ({', '.join(['%s'] * known)})")
+    if taken:
+        which.append(f"(m.id, m.{TOKEN_COLUMN}) IN ({', '.join(['(%s, %s)'] * taken)})")
+    return (
+        f"UPDATE {controls} AS c STRAIGHT_JOIN {message} AS m FORCE INDEX (PRIMARY) "
+        f"ON ({' OR '.join(which)}) "
+        "AND m.state IN ('PENDING', 'RETRYABLE') AND m.next_attempt_at <= UTC_TIMESTAMP(6) "
+        f"SET m.state = 'PROCESSING', {counters}, m.acquired_at = %s, "
+        f"c.{_BUMP_SET.format(c='c.')} WHERE {_BUMP_WHERE.format(c='c.')}"
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _read_marked_sql(message: str, rows: int) -> str:
+    """The claimed rows of the listed ids that this claim marked (its acquired_at)."""
+    return (
+        f"SELECT {', '.join(CLAIMED_COLUMNS)} FROM {message} "
+        f"WHERE id IN ({', '.join(['%s'] * rows)}) AND state = 'PROCESSING' "
+        "AND acquired_at = %s"
+    )
+
+
+def _mappings(cursor: Any, rows: Sequence[Sequence[Any]] | None) -> list[dict[str, Any]]:
+    """A driver cursor's rows as mappings of its column names."""
+    names = [column[0] for column in cursor.description or ()]
+    return [dict(zip(names, row, strict=True)) for row in rows or ()]
+
+
 async def _apply_outcome_statements(
     cursor: Any,
     statements: tuple[DriverStatement, DriverStatement, DriverStatement, DriverStatement],
@@ -184,27 +238,137 @@ class MySQLDialect(Dialect):
             await conn.commit()
 
     async def claim_channels(
-        self, engine: AsyncEngine, queue: str, limit: int
+        self, engine: AsyncEngine, queue: str, limit: int, *, channel_breakers: bool = False
     ) -> list[Sequence[Any]] | None:
-        # The read and the write in one transaction at the server's own isolation: its
-        # snapshot starts at the read, the version check (a locking UPDATE by key) sees
-        # the latest row, and the marking UPDATE is by primary key (no gap locks).
-        from faststream_sqla.channels.claim import create_queue_row, plan, split_read
+        # On the driver's connection, in one transaction at the server's own isolation:
+        # the read (its snapshot starts there), the take (a plain read of that snapshot),
+        # then one UPDATE that checks and counts up the queue row's version and marks
+        # the taken messages that are still ready. Four round trips with the commit;
+        # through SQLAlchemy's connection it was six, with the bump apart and the
+        # pool's rollback at check-in.
+        from faststream_sqla.channels.claim import ProbeMissed, create_queue_row, plan
 
         claim = self.channel_claim
-        async with engine.connect() as conn:
-            head, candidates = split_read(await claim.read_on(conn, queue, limit))
-            planned = None if head is None else plan(head, candidates, limit)
-            if head is None or planned is None:
-                await conn.rollback()
-            else:
-                rows = await claim.write_on(conn, queue, head, planned)
-                await conn.commit()
-                return rows
-        if head is None:
-            await create_queue_row(self, engine, queue)
-            return None
-        return []
+        try:
+            async with self._transaction(engine, read_committed=False) as cursor:
+
+                async def run(name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
+                    read = self._on_driver.of(name, engine.dialect, statement, tuple(parameters))
+                    await cursor.execute(read.sql, read.arguments(parameters))
+                    return _mappings(cursor, await cursor.fetchall())
+
+                # every read in the snapshot the first one starts
+                head, candidates = await claim.read_with(queue, limit, run)
+                if head is not None:
+                    planned = plan(head, candidates, limit, channel_breakers=channel_breakers)
+                    if planned is None:
+                        return []
+                    return await self._write_channel_claim(engine, cursor, queue, head, planned)
+        except ProbeMissed:
+            return None  # a channel's breaker changed meanwhile: read again
+        await create_queue_row(self, engine, queue)
+        return None
+
+    async def _write_channel_claim(
+        self, engine: AsyncEngine, cursor: Any, queue: str, head: Any, planned: Any
+    ) -> list[Sequence[Any]] | None:
+        """The channel claim's write in the read's transaction; None if the queue row's
+        version moved since the read (another claim wrote first)."""
+        from faststream_sqla.channels.claim import as_claimed
+
+        claim = self.channel_claim
+        parameters = claim.write_parameters(queue, head, planned)
+        # the channels whose one message the read found; the others' are taken
+        known = claim.known_ids(planned)
+        shape = claim.take_shape(planned)
+        taken: list[Sequence[Any]] = []
+        if shape != (0, False, False):
+            take = self._channel_take(engine, shape, parameters)
+            await cursor.execute(take.sql, take.arguments(parameters))
+            taken = list(await cursor.fetchall() or ())
+        bump_values = (
+            parameters["new_rotation"],
+            parameters["queue_slot"],
+            parameters["queue_counts"],
+            queue,
+            parameters["seen_version"],
+        )
+        marked = 0
+        if known or taken:
+            as_read = [value for row in taken for value in (row[0], row[_TOKEN])]
+            marked = await cursor.execute(
+                _mark_and_bump_sql(
+                    self._q(engine, self.tables.controls),
+                    self._q(engine, self.tables.message),
+                    len(known),
+                    len(taken),
+                ),
+                (*known, *as_read, head.now, *bump_values),
+            )
+            # matched rows, the queue row's among them: none when the version moved (or
+            # when none of the messages is still as read: read again all the same)
+            if not marked:
+                return None
+        else:
+            bump = _bump_sql(self._q(engine, self.tables.controls))
+            if not await cursor.execute(bump, bump_values):
+                return None
+        await self._write_windows_and_probes(engine, cursor, queue, head, planned)
+        if not known and marked == len(taken) + 1:
+            return [as_claimed(row, head.now) for row in taken]
+        if not known and not taken:
+            return []
+        # the rows of the messages the read found, and of the taken ones if a plain
+        # claim took some meanwhile: read back what this claim marked
+        ids = [*known, *(row[0] for row in taken)]
+        read_marked = _read_marked_sql(self._q(engine, self.tables.message), len(ids))
+        await cursor.execute(read_marked, (*ids, head.now))
+        return list(await cursor.fetchall() or ())
+
+    def _channel_take(
+        self, engine: AsyncEngine, shape: tuple[int, bool, bool], parameters: dict[str, Any]
+    ) -> DriverStatement:
+        """The take of a shape, compiled on its first use; a claim of that shape gives
+        it the same parameters every time (those of its channels and of PLAIN)."""
+        take = self._on_driver.get(("channel_take", shape))
+        if take is None:
+            statement = self.channel_claim.statements(shape)
+            compiled = statement.compile(dialect=engine.dialect)
+            given = [name for name in compiled.params if name in parameters]
+            take = self._on_driver.add(("channel_take", shape), engine.dialect, statement, given)
+        return take
+
+    async def _write_windows_and_probes(
+        self, engine: AsyncEngine, cursor: Any, queue: str, head: Any, planned: Any
+    ) -> None:
+        """The channels' rate windows, and the HALF_OPEN marks of the breakers this claim
+        probes (ProbeMissed if one changed since the read): rare, so one statement
+        each."""
+        from faststream_sqla.channels.claim import ProbeMissed
+
+        claim = self.channel_claim
+        windows = claim.window_parameters(queue, head.now, planned)
+        if windows:
+            upsert = self._on_driver.get(
+                "channel_window", engine.dialect, claim.upsert_window, tuple(windows[0])
+            )
+            for window in windows:
+                await cursor.execute(upsert.sql, upsert.arguments(window))
+        probes = claim.probe_parameters(queue, head.now, planned)
+        if probes:
+            mark, event = (
+                self._on_driver.of(
+                    ("channel_probe", step),
+                    engine.dialect,
+                    statement,
+                    tuple(statement.compile().params),  # all given per call
+                )
+                for step, statement in enumerate(claim.half_open)
+            )
+            for probe in probes:
+                if await cursor.execute(mark.sql, mark.arguments(probe)) != 1:
+                    raise ProbeMissed(probe["p_channel"])
+                await cursor.execute(event.sql, event.arguments(probe))
 
     # SET TRANSACTION (READ COMMITTED), the locking SELECT, the UPDATE, COMMIT
     claim_round_trips = 4

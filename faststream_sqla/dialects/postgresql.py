@@ -7,7 +7,7 @@ import contextlib
 import itertools
 import logging
 import operator
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Hashable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -278,43 +278,41 @@ class PostgresDialect(Dialect):
         return rows_from_columns(columns)
 
     async def claim_channels(
-        self, engine: AsyncEngine, queue: str, limit: int
+        self, engine: AsyncEngine, queue: str, limit: int, *, channel_breakers: bool = False
     ) -> list[Sequence[Any]] | None:
         # Two round trips on the driver's connection, in autocommit: the read, then the
         # write as one statement (channels.claim); with rate windows to write, those
-        # two statements in one transaction.
-        from faststream_sqla.channels.claim import (
-            EXTRA_CANDIDATES,
-            create_queue_row,
-            plan,
-            split_read,
-        )
+        # two statements in one transaction. A claim that goes on to the channels from
+        # the start when its read left them out reads them alone in between: the
+        # write's version check still covers both reads.
+        from faststream_sqla.channels.claim import ProbeMissed, create_queue_row, plan
 
         claim = self.channel_claim
-        read = self._on_driver.get(
-            "channel_read", engine.dialect, lambda: claim.read, ("ch_queue", "most")
-        )
         async with driver_connection(engine) as conn:
-            rows = await conn.fetch(
-                read.sql, *read.arguments({"ch_queue": queue, "most": limit + EXTRA_CANDIDATES})
-            )
-            head, candidates = split_read(rows)
+
+            async def run(name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
+                read = self._on_driver.of(name, engine.dialect, statement, tuple(parameters))
+                return await conn.fetch(read.sql, *read.arguments(parameters))
+
+            head, candidates = await claim.read_with(queue, limit, run)
             if head is None:
                 created = None
             else:
-                planned = plan(head, candidates, limit)
+                planned = plan(head, candidates, limit, channel_breakers=channel_breakers)
                 if planned is None:
                     return []
                 parameters = claim.write_parameters(queue, head, planned)
-                shape = planned.shape
+                # one statement text for any number of channels: only PLAIN's share
+                # changes it
+                shape = claim.take_shape(planned)
                 write = self._on_driver.get(
-                    ("channel_write", shape),
+                    ("channel_write", shape[1]),
                     engine.dialect,
                     lambda: claim.statements(shape),
                     tuple(parameters),
                 )
                 arguments = write.arguments(parameters)
-                if not planned.windows:
+                if not planned.windows and not planned.probes:
                     written = await conn.fetch(write.sql, *arguments)
                 else:
                     upsert = self._on_driver.get(
@@ -323,22 +321,47 @@ class PostgresDialect(Dialect):
                         claim.upsert_window,
                         ("ch_queue", "now", "w_channel", "w_slot", "w_counts"),
                     )
-                    async with conn.transaction():
-                        written = await conn.fetch(write.sql, *arguments)
-                        if written[0][0]:
-                            await conn.executemany(
-                                upsert.sql,
-                                [
-                                    upsert.arguments(w)
-                                    for w in claim.window_parameters(queue, head.now, planned)
-                                ],
-                            )
+                    try:
+                        async with conn.transaction():
+                            written = await conn.fetch(write.sql, *arguments)
+                            if written[0][0]:
+                                windows = claim.window_parameters(queue, head.now, planned)
+                                if windows:
+                                    await conn.executemany(
+                                        upsert.sql, [upsert.arguments(w) for w in windows]
+                                    )
+                                await self._mark_probes(conn, engine, queue, head, planned)
+                    except ProbeMissed:
+                        return None  # a channel's breaker changed meanwhile: read again
                 if not written[0][0]:
                     return None  # another claim wrote first: read again
                 return [tuple(row)[1:] for row in written if row[1] is not None]
         if created is None:
             await create_queue_row(self, engine, queue)
         return None
+
+    async def _mark_probes(
+        self, conn: Any, engine: AsyncEngine, queue: str, head: Any, planned: Any
+    ) -> None:
+        """The HALF_OPEN marks of the channels this claim probes (rare: a breaker
+        reopening), each with its history row; ProbeMissed if one no longer applies."""
+        from faststream_sqla.channels.claim import ProbeMissed
+
+        claim = self.channel_claim
+        statements = [
+            self._on_driver.of(
+                ("channel_probe", step),
+                engine.dialect,
+                statement,
+                tuple(statement.compile().params),  # all given per call
+            )
+            for step, statement in enumerate(claim.half_open)
+        ]
+        mark, event = statements
+        for probe in claim.probe_parameters(queue, head.now, planned):
+            if await conn.execute(mark.sql, *mark.arguments(probe)) != "UPDATE 1":
+                raise ProbeMissed(probe["p_channel"])
+            await conn.execute(event.sql, *event.arguments(probe))
 
     def _outcomes_statement(
         self, engine: AsyncEngine, *, archives: bool, requeues: bool

@@ -255,26 +255,31 @@ class SQLiteDialect(Dialect):
         return column.not_in(sa.select(ids.c.value))
 
     async def claim_channels(
-        self, engine: AsyncEngine, queue: str, limit: int
+        self, engine: AsyncEngine, queue: str, limit: int, *, channel_breakers: bool = False
     ) -> list[Sequence[Any]] | None:
         # The read and the write in one transaction: one writer at a time, so the
         # version never moves between them.
-        from faststream_sqla.channels.claim import plan, split_read
+        from faststream_sqla.channels.claim import ProbeMissed, plan
 
         claim = self.channel_claim
-        async with self.own_transaction(engine) as conn:
-            head, candidates = split_read(await claim.read_on(conn, queue, limit))
-            if head is None:
-                await conn.execute(
-                    claim.insert_if_missing().values(
-                        queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now()
+        try:
+            async with self.own_transaction(engine) as conn:
+                head, candidates = await claim.read_on(conn, queue, limit)
+                if head is None:
+                    await conn.execute(
+                        claim.insert_if_missing().values(
+                            queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now()
+                        )
                     )
-                )
-                return None
-            planned = plan(head, candidates, limit)
-            if planned is None:
-                return []
-            return await claim.write_on(conn, queue, head, planned)
+                    return None
+                planned = plan(head, candidates, limit, channel_breakers=channel_breakers)
+                if planned is None:
+                    return []
+                return await claim.write_on(conn, queue, head, planned)
+        except ProbeMissed:
+            # SQLite's time moves between the read's rows: the read saw a reopening
+            # its own `now` had not reached
+            return None
 
     @asynccontextmanager
     async def own_transaction(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:

@@ -29,7 +29,7 @@ from faststream_sqla.schema import validate_queue_name
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from faststream_sqla.admin.models import QueueStats
+    from faststream_sqla.admin.models import BreakerStatus, QueueStats
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +38,18 @@ MIN_INTERVAL, MAX_INTERVAL = 0.1, 86_400.0
 
 #: the states of `queue_depth`: waiting to be handled, each kind apart
 DEPTH_STATES = ("ready", "scheduled", "retrying", "waiting")
+#: the states of `circuit_breaker_state`, one series each (1 for the current one)
+BREAKER_STATES = ("CLOSED", "OPEN", "HALF_OPEN")
 
 
 class QueueStateCollector(Collector):
     """Gauges per queue: messages waiting by state (`<prefix>_queue_depth`), in flight
     (`_queue_in_flight`), failed in the last hour (`_queue_failed_last_hour`), the age of
     the oldest ready message (`_queue_oldest_ready_age_seconds`, 0 when none is ready),
-    and when they were read (`_queue_state_read_timestamp_seconds`).
+    and when they were read (`_queue_state_read_timestamp_seconds`). Per circuit breaker
+    that ever counted a failure, the queue's or a channel's (`channel` "" for the
+    queue's): its state (`_circuit_breaker_state`, 1 for the current one of CLOSED,
+    OPEN, HALF_OPEN) and its consecutive failures (`_circuit_breaker_failures`).
 
     Counts stop at the admin API's cap (`exact_up_to`, 5,000 by default): at the cap a
     figure means "at least this many". Start it inside the application's event loop
@@ -80,6 +85,7 @@ class QueueStateCollector(Collector):
         self.interval = float(interval)
         self.prefix = metrics_prefix
         self._stats: list[QueueStats] = []
+        self._breakers: list[BreakerStatus] = []
         #: time.time() of the last reading, and time.monotonic() to judge its age
         self._read_at: float | None = None
         self._read_monotonic = -math.inf
@@ -113,10 +119,13 @@ class QueueStateCollector(Collector):
         the next scrape after `interval` tries again."""
         try:
             stats = await self.admin.queues(self.queues, unknown_as_empty=True)
+            breakers = await self.admin.breakers()
         except Exception:
             log.warning("could not read the queues' state for Prometheus", exc_info=True)
         else:
             self._stats = stats
+            wanted = None if self.queues is None else set(self.queues)
+            self._breakers = [b for b in breakers if wanted is None or b.queue in wanted]
             self._read_at = time.time()
         self._read_monotonic = time.monotonic()
 
@@ -158,6 +167,16 @@ class QueueStateCollector(Collector):
                 f"{p}_queue_state_read_timestamp_seconds",
                 "When these queue figures were read (Unix time)",
             ),
+            GaugeMetricFamily(
+                f"{p}_circuit_breaker_state",
+                "A circuit breaker's state: 1 for the current one (channel '': the queue's)",
+                labels=("queue", "channel", "state"),
+            ),
+            GaugeMetricFamily(
+                f"{p}_circuit_breaker_failures",
+                "A circuit breaker's consecutive failures (channel '': the queue's)",
+                labels=("queue", "channel"),
+            ),
         )
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
@@ -166,7 +185,7 @@ class QueueStateCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         self._refresh_if_stale()
-        depth, in_flight, failed, oldest, read_at = self._families()
+        depth, in_flight, failed, oldest, read_at, breaker, failures = self._families()
         for stats in self._stats:
             for state in DEPTH_STATES:
                 depth.add_metric((stats.queue, state), getattr(stats, state).value)
@@ -175,4 +194,9 @@ class QueueStateCollector(Collector):
             oldest.add_metric((stats.queue,), stats.oldest_ready_age or 0.0)
         if self._read_at is not None:
             read_at.add_metric((), self._read_at)
-        yield from (depth, in_flight, failed, oldest, read_at)
+        for status in self._breakers:
+            channel = status.channel or ""
+            for state in BREAKER_STATES:
+                breaker.add_metric((status.queue, channel, state), float(status.state == state))
+            failures.add_metric((status.queue, channel), status.consecutive_failures)
+        yield from (depth, in_flight, failed, oldest, read_at, breaker, failures)

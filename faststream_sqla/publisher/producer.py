@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from typing_extensions import override
 
 from faststream_sqla import idempotency, ordering
+from faststream_sqla.channels.groups import checked_message_channel
 from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import NewMessage, reading, with_retries
 from faststream_sqla.durations import seconds_of
@@ -172,7 +173,7 @@ def row_options(options: DeliveryOptions) -> tuple[Any, ...]:
         checked_priority(options.priority),
         checked_key(options.ordering_key, "ordering_key"),
         checked_key(options.idempotency_key, "idempotency_key"),
-        checked_key(options.channel, "channel"),
+        checked_message_channel(checked_key(options.channel, "channel")),
     )
 
 

@@ -7,6 +7,13 @@ closes the breaker and whose failure opens it again. What counts, and the decisi
 pure functions here (`attempt_kind`, `Tally`, `decide`); `Breakers` is one subscriber's
 view of its queues' breakers, kept by its outcome flusher and its ControlWatcher, and
 asked by its fetcher and workers. The statements are in admin/controls.py.
+
+Per channel (`per_channel`: the channel's own control row): the same states, counted
+here the same way (`decide_channel`), but enforced by the channel claim itself
+(channels.claim): an OPEN channel gets no share; once its reopening is due, one claim
+gets room for one message, the probe, whichever process makes it, and marks the
+breaker HALF_OPEN with the probe's claim time. A settled attempt is the probe's if it
+was claimed then.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -106,6 +114,38 @@ def decide(
     return None  # OPEN: late outcomes of handlers that ran before it opened
 
 
+def decide_channel(
+    current: BreakerRecord,
+    attempts: Sequence[tuple[Attempt, datetime | None]],
+    *,
+    threshold: int,
+    cooldown: float,
+) -> BreakerChange | None:
+    """What a batch's attempts on one channel, (kind, claimed at) in order, change in
+    the channel's breaker as stored, or None. While it is HALF_OPEN only the probe
+    counts: the attempt claimed when the breaker became HALF_OPEN (the claim that let
+    it through wrote its own time there); earlier ones ran before the breaker opened,
+    and an OPEN breaker has no probe out."""
+    if current.state is CLOSED:
+        tally = Tally()
+        for kind, _ in attempts:
+            tally.add(kind, is_probe=False)
+        return decide(current, tally, threshold=threshold, cooldown=cooldown, me="")
+    since = current.changed_at
+    if current.state is not HALF_OPEN or since is None:
+        return None
+    probes = [
+        kind for kind, claimed_at in attempts if claimed_at is not None and claimed_at >= since
+    ]
+    if not probes:
+        return None
+    if probes[0] is Attempt.SUCCEEDED:
+        return BreakerChange(CLOSED, 0, reason="probe succeeded")
+    return BreakerChange(
+        OPEN, current.failures + 1, opens=True, cooldown=cooldown, reason="probe failed"
+    )
+
+
 class Admission(enum.Enum):
     RUN = "run"
     #: back to the queue unstarted: its breaker is open, or half-open for another probe
@@ -150,6 +190,8 @@ class Breakers:
     on_opened: Callable[[str], None]
     #: wakes the fetcher (a breaker closed, or this process got a probe)
     wake: asyncio.Event
+    #: a channel's messages count toward the channel's own breaker, not the queue's
+    per_channel: bool = False
     me: str = field(default_factory=instance_id)
     views: dict[str, QueueBreaker] = field(init=False)
     _changed: asyncio.Event = field(init=False, default_factory=asyncio.Event)
@@ -171,13 +213,24 @@ class Breakers:
             return 1
         return 0
 
+    def _own_breaker(self, raw: ClaimedMessage) -> bool:
+        """Whether `raw` counts toward its channel's breaker rather than the queue's."""
+        return self.per_channel and raw.channel is not None
+
     def claimed(self, queue: str, messages: Sequence[ClaimedMessage]) -> None:
         view = self.views[queue]
-        if messages and view.state is HALF_OPEN and view.probe == self.me:
-            view.probe_message = messages[0].id
+        if view.state is HALF_OPEN and view.probe == self.me:
+            counted = [raw for raw in messages if not self._own_breaker(raw)]
+            if counted:
+                view.probe_message = counted[0].id
 
     def admits(self, raw: ClaimedMessage) -> Admission:
         view = self.views[raw.queue]
+        if self._own_breaker(raw):
+            # its channel's breaker let the claim take it (a HALF_OPEN queue breaker's
+            # probe claims may bring such messages: they run, and are not its probe);
+            # an open queue breaker gives back what the buffer holds (on_opened)
+            return Admission.GIVE_BACK if view.state is OPEN else Admission.RUN
         if view.state is CLOSED:
             if view.failures + view.uncounted >= self.threshold:
                 return Admission.WAIT
@@ -199,17 +252,25 @@ class Breakers:
 
     def handed(self, raw: ClaimedMessage, outcome: Outcome) -> None:
         """An outcome goes to the flusher: a failure is uncounted until written."""
-        if attempt_kind(raw, outcome) is Attempt.FAILED:
+        if not self._own_breaker(raw) and attempt_kind(raw, outcome) is Attempt.FAILED:
             self.views[raw.queue].uncounted += 1
 
     # -- after each written batch of outcomes (OutcomeFlusher.after_write) ------------
     async def count(self, outcomes: Sequence[Outcome], held: dict[int, ClaimedMessage]) -> None:
         tallies: dict[str, Tally] = {}
+        by_channel: dict[tuple[str, str], list[tuple[Attempt, datetime | None]]] = {}
         for outcome in outcomes:
             raw = held.get(outcome.id)
             if raw is None or raw.queue not in self.views:
                 continue
             kind = attempt_kind(raw, outcome)
+            if self._own_breaker(raw):
+                if kind is not None:
+                    assert raw.channel is not None
+                    by_channel.setdefault((raw.queue, raw.channel), []).append(
+                        (kind, raw.acquired_at)
+                    )
+                continue
             view = self.views[raw.queue]
             is_probe = raw.id == view.probe_message
             if kind is None and not is_probe:
@@ -219,6 +280,78 @@ class Breakers:
             async with self._counting:
                 await self._count(tallies)
             self._notify()
+        if by_channel:
+            await self._count_channels(by_channel)
+
+    async def _count_channels(
+        self, by_channel: dict[tuple[str, str], list[tuple[Attempt, datetime | None]]]
+    ) -> None:
+        """Write what the batch changes in its channels' breakers. Successes change
+        something only where a breaker counts failures or is not CLOSED: one read
+        finds those, so a healthy batch costs that one read and no lock."""
+        quiet: dict[str, list[str]] = {}
+        for (queue, channel), attempts in by_channel.items():
+            if all(kind is Attempt.SUCCEEDED for kind, _ in attempts):
+                quiet.setdefault(queue, []).append(channel)
+        counting: set[tuple[str, str]] = set()
+        for queue, names in quiet.items():
+            try:
+                found = await with_retries(
+                    self.dialect,
+                    partial(controls.channels_counting, self.dialect, self.engine, queue, names),
+                )
+            except Exception as exc:
+                self.log(logging.WARNING, f"reading channels' circuit breakers failed: {exc!r}")
+                continue
+            counting.update((queue, name) for name in found)
+        for (queue, channel), attempts in by_channel.items():
+            if channel in quiet.get(queue, ()) and (queue, channel) not in counting:
+                continue
+            try:
+                await self._count_channel(queue, channel, attempts)
+            except Exception as exc:
+                self.log(
+                    logging.WARNING,
+                    f"counting failures for the circuit breaker of channel {channel!r} of "
+                    f"queue {queue!r} failed: {exc!r}",
+                )
+
+    async def _count_channel(
+        self, queue: str, channel: str, attempts: list[tuple[Attempt, datetime | None]]
+    ) -> None:
+        def judge(current: BreakerRecord) -> BreakerChange | None:
+            return decide_channel(
+                current, attempts, threshold=self.threshold, cooldown=self.cooldown
+            )
+
+        changed = await with_retries(
+            self.dialect,
+            lambda: controls.change_breaker(
+                self.dialect, self.engine, queue, judge, channel=channel
+            ),
+        )
+        assert changed is not None  # the row is inserted when missing
+        before, after = changed
+        if after.state is before.state:
+            return
+        if after.state is OPEN:
+            reason = (
+                "its probe failed"
+                if before.state is not CLOSED
+                else f"{after.failures} consecutive failures"
+            )
+            self.log(
+                logging.WARNING,
+                f"circuit breaker of channel {channel!r} of queue {queue!r} is OPEN after "
+                f"{reason}: none of its messages are claimed for {self.cooldown:g}s, "
+                "then one probe",
+            )
+        else:
+            self.log(
+                logging.INFO,
+                f"circuit breaker of channel {channel!r} of queue {queue!r} is "
+                f"{after.state.value}: its probe succeeded",
+            )
 
     async def _count(self, tallies: dict[str, Tally]) -> None:
         for queue, tally in tallies.items():

@@ -66,6 +66,8 @@ class ConsumeOptions:
     circuit_breaker_threshold: int | None = None
     #: seconds an open breaker lets no claim through before one probe
     circuit_breaker_cooldown: float = 30.0
+    #: each channel has its own breaker (the queue's counts messages without one)
+    circuit_breaker_per_channel: bool = False
 
     def __post_init__(self) -> None:
         # Every option has bounds: a value that cannot work (a claim size past the
@@ -127,6 +129,16 @@ class ConsumeOptions:
                 "circuit_breaker_threshold", self.circuit_breaker_threshold, MAX_BREAKER_THRESHOLD
             )
         seconds("circuit_breaker_cooldown", self.circuit_breaker_cooldown, 0.1, DAY)
+        if not isinstance(self.circuit_breaker_per_channel, bool):
+            raise InvalidOptionError(
+                "circuit_breaker_per_channel must be True or False, got "
+                f"{self.circuit_breaker_per_channel!r}"
+            )
+        if self.circuit_breaker_per_channel and self.circuit_breaker_threshold is None:
+            raise InvalidOptionError(
+                "circuit_breaker_per_channel needs circuit_breaker_threshold: the "
+                "failures that open each channel's breaker"
+            )
         if not isinstance(self.permanent_exceptions, tuple) or not all(
             isinstance(t, type) and issubclass(t, BaseException) for t in self.permanent_exceptions
         ):

@@ -347,7 +347,14 @@ class Fetcher:
 
             async def claim(queue: str = queue, remaining: int = remaining) -> list:
                 if queue in self.channelled:
-                    return await claim_channelled(self.dialect, self.engine, queue, remaining)
+                    breakers = self.breakers
+                    return await claim_channelled(
+                        self.dialect,
+                        self.engine,
+                        queue,
+                        remaining,
+                        channel_breakers=breakers is not None and breakers.per_channel,
+                    )
                 return await self.dialect.claim(self.engine, queue, remaining)
 
             async with self.claiming:

@@ -116,6 +116,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._flusher: OutcomeFlusher | None = None
         #: the circuit breakers of the queues, when circuit_breaker_threshold is set
         self._breakers: Breakers | None = None
+        #: per queue, what get_one() last read of its controls: (when, paused, channelled)
+        self._pulled_controls: dict[str, tuple[float, bool, bool]] = {}
         self._loops: list[StoppableLoop] = []
         #: the message each worker task is delivering, for the stall watch
         self._running: dict[asyncio.Task[Any], ClaimedMessage] = {}
@@ -239,6 +241,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 log=self._log,
                 on_opened=self._give_back_buffered,
                 wake=self._wake,
+                per_channel=opts.circuit_breaker_per_channel,
             )
         releaser = StuckReleaser(
             engine=engine,
@@ -730,19 +733,45 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             raw,
         )
 
+    async def _pull_controls(self, queue: str, *, fresh: bool = False) -> tuple[bool, bool]:
+        """Whether `queue` is paused and whether the channel claim serves it, as a
+        pull sees them: read at most once per CONTROL_INTERVAL, as consumers with
+        handlers read them (ControlWatcher), unless `fresh`."""
+        now = time.monotonic()
+        seen = self._pulled_controls.get(queue)
+        if not fresh and seen is not None and now - seen[0] < CONTROL_INTERVAL:
+            return seen[1], seen[2]
+        dialect, engine = self._outer_config.dialect, self._outer_config.engine
+        async with reading(engine) as conn:
+            paused = bool(await controls.paused_among(conn, dialect.tables, [queue]))
+            channelled = bool(await controls.channelled_among(conn, dialect.tables, [queue]))
+        self._pulled_controls[queue] = (now, paused, channelled)
+        return paused, channelled
+
     async def _claim_one(self) -> ClaimedMessage | None:
         dialect, engine, opts = self._outer_config.dialect, self._outer_config.engine, self.options
         for queue in self.queues:
 
             async def claim(queue: str = queue) -> list[Any]:
-                rows = await dialect.claim(engine, queue, 1)
-                if rows:
-                    return rows
-                # a queue with channels: its channelled messages, within their limits
-                async with reading(engine) as conn:
-                    if not await controls.channelled_among(conn, dialect.tables, [queue]):
+                paused, channelled = await self._pull_controls(queue)
+                if paused:
+                    return []
+                if not channelled:
+                    rows = await dialect.claim(engine, queue, 1)
+                    if rows:
+                        return rows
+                    # nothing without a channel: it may have channelled messages now
+                    paused, channelled = await self._pull_controls(queue, fresh=True)
+                    if paused or not channelled:
                         return []
-                return await claim_channelled(dialect, engine, queue, 1)
+                # within the queue's limits and its channels', in their turns
+                return await claim_channelled(
+                    dialect,
+                    engine,
+                    queue,
+                    1,
+                    channel_breakers=opts.circuit_breaker_per_channel,
+                )
 
             while rows := await with_retries(dialect, claim):
                 raw = claimed_from_row(rows[0], time.monotonic())

@@ -14,9 +14,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from faststream_sqla.clock import utc_now
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import Dialect, NewMessage, with_retries
-from faststream_sqla.schema import QueueTables
+from faststream_sqla.schema import BreakerState, QueueTables
 
 FAST = {
     "min_fetch_interval": 0.0,
@@ -222,3 +223,29 @@ def captured_logger(name: str) -> tuple[logging.Logger, LogLines]:
     lines = LogLines()
     logger.addHandler(lines)
     return logger, lines
+
+
+async def due_channel_breaker(
+    engine: AsyncEngine,
+    tables: QueueTables,
+    queue: str,
+    channel: str,
+    state: BreakerState,
+    *,
+    failures: int,
+    changed_ago: float = 10,
+) -> None:
+    """A channel's control row whose circuit breaker is `state` and whose cooldown
+    ended a second ago: its next channel claim may probe it."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            tables.controls.insert().values(
+                queue=queue,
+                channel=channel,
+                updated_at=utc_now(),
+                breaker_state=state.value,
+                breaker_failures=failures,
+                breaker_changed_at=utc_now(-changed_ago),
+                breaker_reopens_at=utc_now(-1),
+            )
+        )

@@ -117,14 +117,14 @@ def test_quick_benchmark_reports_positive_figures(tmp_path: Path) -> None:
 
 
 CHANNELS_TINY = [
-    "--size", "200", "--channels", "20",
+    "--size", "200", "--channels", "20", "--keys", "10",
     "--hot", "300", "--small-channels", "5", "--small-size", "4",
-    "--repeats", "1",
+    "--repeats", "1", "--scenarios", "many", "hot", "keys",
 ]
 
 
 @pytest.mark.timeout(300)
-def test_channel_benchmark_reports_both_scenarios(database_url: str, tmp_path: Path) -> None:
+def test_channel_benchmark_reports_its_scenarios(database_url: str, tmp_path: Path) -> None:
     # benchmarks.channels, tiny, on the test's own database (--url keeps its schema)
     out = tmp_path / "channels.json"
     proc = subprocess.run(
@@ -155,3 +155,8 @@ def test_channel_benchmark_reports_both_scenarios(database_url: str, tmp_path: P
     # end, the channels' turns well before the hot backlog is through.
     assert hot["plain_handled_by_then"] == 320
     assert hot["channels_handled_by_then"] < 300
+    assert "Ordering keys beside channels of one: 200 messages over 10 ordering keys" in (
+        proc.stdout
+    )
+    for kind in ("ordering_keys", "channels_of_one"):
+        assert found["keys"][kind]["ratio"] > 0 and len(found["keys"][kind]["pair_ratios"]) == 1

@@ -223,7 +223,7 @@ async def test_breaker_commands(database_url, engine, tables):
         assert await got.wait_for(2) == ["one", "one"]
         await wait_until(lambda: all_completed(engine, tables, 1))
         again = json.loads((await cli(database_url, "breaker", "reset", "flaky", "--json")).stdout)
-        assert again == {"queue": "flaky", "state": "CLOSED", "changed": False}
+        assert again == {"queue": "flaky", "channel": None, "state": "CLOSED", "changed": False}
         assert (await transitions(admin, "flaky"))[-1] == ("OPEN", "CLOSED")
         assert (await admin.breaker_history("flaky", limit=1))[0].reason == "manual reset"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -125,25 +126,41 @@ async def test_a_small_channel_is_served_beside_a_big_one(database_url, engine, 
     assert last_b < 100, order[: last_b + 1]
 
 
-async def test_a_rate_limited_channel_starts_at_most_its_rate(database_url, engine, dialect):
-    await set_limits(dialect, engine, "work", "slow", rate="5/s")
+async def claim_times(
+    database_url: str, publish: Callable[[SqlaBroker], Awaitable[None]], count: int
+) -> list[Any]:
+    """When each of `count` messages `publish` sends to "work" was claimed (the
+    claim's time, database clock), in order."""
     broker = SqlaBroker(database_url)
     claimed_at = []
     got = Recorder()
 
     async def handle(body: Any, msg: SqlaMessage) -> None:
-        claimed_at.append(msg.raw_message.acquired_at)  # the claim's time, database clock
+        claimed_at.append(msg.raw_message.acquired_at)
         got.record(body)
 
     broker.subscriber("work", max_workers=8, **FAST)(handle)
     async with broker:
         await broker.start()
+        await publish(broker)
+        await got.wait_for(count, timeout=60)
+    return sorted(claimed_at)
+
+
+def assert_at_most_per_second(times: list[Any], rate: int) -> None:
+    for i, start in enumerate(times):
+        in_window = [t for t in times[i:] if t - start < timedelta(seconds=1)]
+        assert len(in_window) <= rate, times
+
+
+async def test_a_rate_limited_channel_starts_at_most_its_rate(database_url, engine, dialect):
+    await set_limits(dialect, engine, "work", "slow", rate="5/s")
+
+    async def publish(broker: SqlaBroker) -> None:
         await broker.publish_batch(*range(12), queue="work", channel="slow")
-        await got.wait_for(12, timeout=60)
-    claimed_at.sort()
-    for i, start in enumerate(claimed_at):
-        in_window = [t for t in claimed_at[i:] if t - start < timedelta(seconds=1)]
-        assert len(in_window) <= 5, claimed_at
+
+    claimed_at = await claim_times(database_url, publish, 12)
+    assert_at_most_per_second(claimed_at, 5)
     # the rate is a ceiling, not a stall: 12 starts took a little over two periods
     assert claimed_at[-1] - claimed_at[0] >= timedelta(seconds=2)
 
@@ -312,6 +329,44 @@ async def test_get_one_takes_channelled_messages_within_their_limits(database_ur
             await subscriber.stop()
 
 
+async def test_get_one_follows_the_queue_limit_and_pause(database_url, engine, dialect):
+    """A pull claims as consumers with handlers do: on a queue with limits, within them
+    (messages without a channel too), and nothing from a paused queue."""
+    from faststream_sqla.admin import QueueAdmin
+
+    await set_limits(dialect, engine, "work", max_concurrency=1)
+    async with SqlaBroker(database_url) as broker, QueueAdmin(engine) as admin:
+        await broker.publish_batch("p1", "p2", queue="work")  # no channel
+        pulling = broker.subscriber("work")
+        await pulling.start()
+        try:
+            first = await pulling.get_one(timeout=5)
+            assert first is not None and first.channel is None
+            # the queue's one slot is taken until the first is settled
+            assert await pulling.get_one(timeout=0.2) is None
+            await first.ack()
+        finally:
+            await pulling.stop()
+
+        await admin.pause_queue("work")
+        paused = broker.subscriber("work")
+        await paused.start()
+        try:
+            assert await paused.get_one(timeout=0.2) is None
+        finally:
+            await paused.stop()
+
+        await admin.resume_queue("work")
+        resumed = broker.subscriber("work")
+        await resumed.start()
+        try:
+            second = await resumed.get_one(timeout=5)
+            assert second is not None and await second.decode() == "p2"
+            await second.ack()
+        finally:
+            await resumed.stop()
+
+
 async def test_the_test_client_carries_the_channel() -> None:
     from faststream_sqla import TestSqlaBroker
 
@@ -354,3 +409,29 @@ async def test_a_queue_goes_back_to_the_plain_claim_when_its_limits_go(engine, d
     await set_limits(dialect, engine, "work", channel_rate=None)
     async with engine.connect() as conn:
         assert await controls.channelled_among(conn, tables, ["work"]) == set()
+
+
+async def test_claims_go_round_many_channels_and_wrap(database_url, engine, dialect):
+    """More channels than one claim reads, one of them longer than the read's range of
+    entries: successive claims go round them in order, each channel's oldest message
+    first, wrap to the start, and never exceed a channel's limit of one."""
+    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    names = [f"c{i:02}" for i in range(30)]
+    async with SqlaBroker(database_url) as broker:
+        for name in names:
+            count = 300 if name == "c07" else 3  # c07 runs past the read's range
+            await broker.publish_batch(
+                *(f"{name}-{n}" for n in range(count)), queue="work", channel=name
+            )
+        await broker.publish_batch("p0", "p1", queue="work")
+    claimed: list[tuple[str | None, bytes]] = []
+    for _ in range(30):
+        rows_ = await claim_channelled(dialect, engine, "work", 4)
+        if not rows_:
+            break
+        # a claim's rows come in no particular order; its channels are the next ones
+        claimed += sorted(((row[17], bytes(row[3])) for row in rows_), key=str)
+    channelled = [(channel, body) for channel, body in claimed if channel is not None]
+    # each channel once (its one slot stays taken), its oldest message, in name order
+    assert channelled == [(name, f"{name}-0".encode()) for name in names]
+    assert sorted(body for channel, body in claimed if channel is None) == [b"p0", b"p1"]

@@ -4,17 +4,25 @@ trip it saves."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from faststream_sqla.schema import PRIORITIES
+from faststream_sqla import SqlaBroker
+from faststream_sqla.channels.claim import claim_channelled
+from faststream_sqla.channels.store import set_limits
+from faststream_sqla.clock import utc_now
+from faststream_sqla.schema import PRIORITIES, MessageState
 
+from ..conftest import on_servers
 from .helpers import (
     claim_after_losing_the_connection,
     one_connection_engine,
     plain_message,
     prepared_dialect,
+    wait_until,
 )
 
 
@@ -39,7 +47,7 @@ async def test_a_committed_transaction_is_checked_in_without_a_rollback(my_engin
     with pytest.raises(sa.exc.ProgrammingError) as missing:
         async with dialect._transaction(my_engine) as cursor:
             await cursor.execute("SELECT * FROM no_such_table", ())
-    assert resets == [False]  # after a failure, the pool's rollback ends it
+    assert resets == [True]  # after a failure, rolled back before it went back
     assert missing.value.orig.args[0] == 1146 and not missing.value.connection_invalidated
     with pytest.raises(sa.exc.IntegrityError):
         async with dialect._transaction(my_engine) as cursor:
@@ -141,3 +149,48 @@ async def test_mysql_claim_round_trips_counts_the_statements_a_claim_sends(my_en
     assert len(await dialect.claim(my_engine, "q", 10)) == 3
     after = await statements_so_far()
     assert after - before - reading == dialect.claim_round_trips == 4
+
+
+@pytest.mark.parametrize("dialect_name", on_servers("mysql"))
+async def test_a_channel_claim_reads_back_what_it_marked_when_another_took_some(
+    database_url, engine, dialect, tables
+):
+    """MariaDB's channel claim takes (a plain read) and then marks, with no UPDATE ...
+    RETURNING: when a plain claim takes one of the taken messages without a channel in
+    between, the marking leaves it alone and the claim returns what it did mark."""
+    await set_limits(dialect, engine, "work", channel_max_concurrency=5)
+    async with SqlaBroker(database_url) as broker:
+        await broker.publish_batch("a1", "a2", queue="work", channel="a")
+        await broker.publish("p1", queue="work")
+    m = tables.message
+
+    async def marking_waits() -> bool:
+        async with engine.connect() as conn:
+            running = await conn.exec_driver_sql(
+                "SELECT count(*) FROM information_schema.processlist "
+                "WHERE info LIKE 'UPDATE message_controls AS c STRAIGHT_JOIN message%%'"
+            )
+            return bool(running.scalar())
+
+    async with engine.connect() as conn:
+        p1 = await conn.scalar(sa.select(m.c.id).where(m.c.channel.is_(None)))
+    async with engine.connect() as other:
+        # another claimer holds the message without a channel (its row alone, by
+        # primary key): the marking, which the take's plain read did not stop, waits
+        await other.execute(sa.select(m.c.id).where(m.c.id == p1).with_for_update())
+        claim = asyncio.create_task(claim_channelled(dialect, engine, "work", 10))
+        await wait_until(marking_waits)
+        await other.execute(
+            sa.update(m)
+            .where(m.c.id == p1)
+            .values(state=MessageState.PROCESSING, acquired_at=utc_now())
+        )
+        await other.commit()
+        claimed = await claim
+    assert sorted(bytes(row[3]) for row in claimed) == [b"a1", b"a2"]
+    assert {(row[5], row[12]) for row in claimed} == {(1, 1)}  # deliveries, claims counted
+    async with engine.connect() as conn:
+        states = dict(
+            (await conn.execute(sa.select(m.c.payload, m.c.deliveries_count))).all()
+        )
+    assert states == {b"a1": 1, b"a2": 1, b"p1": 0}  # p1 is the other claimer's

@@ -187,3 +187,46 @@ async def test_collector_rejects_bad_options(engine):
         QueueStateCollector(engine, metrics_prefix="no spaces")
     with pytest.raises(InvalidOptionError):
         QueueStateCollector(engine, queues=[""])
+
+
+async def test_collector_reports_circuit_breakers(database_url, engine):
+    """A queue's breaker and a channel's, as gauges: one series per state, 1 for the
+    current one."""
+    broker = SqlaBroker(database_url)
+    failed = Recorder()
+
+    @broker.subscriber(
+        "calls", circuit_breaker_threshold=1, circuit_breaker_cooldown=3600,
+        circuit_breaker_per_channel=True,
+        retry_strategy=ConstantRetryStrategy(delay_seconds=3600), **FAST,
+    )
+    async def calls(body: str) -> None:
+        failed.record(body)
+        raise RuntimeError("down")
+
+    registry = CollectorRegistry()
+    async with QueueAdmin(engine) as admin, broker:
+        await broker.start()
+        # the channel's first: once the queue's own breaker opens, nothing more is claimed
+        await broker.publish("tenant", queue="calls", channel="acme")
+        await failed.wait_for(1)
+        await broker.publish("plain", queue="calls")
+        await failed.wait_for(2)
+
+        async def both_open() -> bool:
+            return [b.state for b in await admin.breakers("calls")] == ["OPEN", "OPEN"]
+
+        await wait_until(both_open)
+        async with QueueStateCollector(admin, queues=["calls"], interval=3600, registry=registry):
+            for channel in ("", "acme"):
+                assert gauge(
+                    registry, "circuit_breaker_state", queue="calls", channel=channel,
+                    state="OPEN",
+                ) == 1
+                assert gauge(
+                    registry, "circuit_breaker_state", queue="calls", channel=channel,
+                    state="CLOSED",
+                ) == 0
+                assert gauge(
+                    registry, "circuit_breaker_failures", queue="calls", channel=channel
+                ) == 1

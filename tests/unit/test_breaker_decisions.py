@@ -14,7 +14,13 @@ from faststream_sqla.admin.controls import BreakerChange, BreakerRecord
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.retry import ConstantRetryStrategy
 from faststream_sqla.schema import BreakerState, MessageState
-from faststream_sqla.subscriber.breaker import Attempt, Tally, attempt_kind, decide
+from faststream_sqla.subscriber.breaker import (
+    Attempt,
+    Tally,
+    attempt_kind,
+    decide,
+    decide_channel,
+)
 
 T0 = datetime(2026, 1, 1, 12, 0, 0)
 RETRY = ConstantRetryStrategy(delay_seconds=1, max_attempts=3)
@@ -108,3 +114,40 @@ def test_half_open_is_decided_by_its_probe_alone(holder) -> None:
     )
     # a probe that settles without a verdict (deferred, expired) decides nothing
     assert judge(record, tally(None, probe_at=0)) is None
+
+
+FAILED_, SUCCEEDED = Attempt.FAILED, Attempt.SUCCEEDED
+
+
+def channel(current: BreakerRecord, *attempts: tuple[Attempt, datetime | None]):
+    return decide_channel(current, attempts, threshold=3, cooldown=5)
+
+
+def test_a_channel_breaker_counts_consecutive_failures_like_a_queue_breaker() -> None:
+    closed = BreakerRecord(BreakerState.CLOSED, 1)
+    assert channel(closed, (FAILED_, T0)) == BreakerChange(BreakerState.CLOSED, 2)
+    assert channel(closed, (FAILED_, T0), (FAILED_, T0)) == BreakerChange(
+        BreakerState.OPEN, 3, opens=True, cooldown=5, reason="3 consecutive failures"
+    )
+    assert channel(closed, (FAILED_, T0), (SUCCEEDED, T0)) == BreakerChange(
+        BreakerState.CLOSED, 0
+    )
+    assert channel(BreakerRecord(), (SUCCEEDED, T0)) is None
+
+
+def test_only_the_probe_decides_a_half_open_channel_breaker() -> None:
+    """The probe is the attempt claimed when the breaker became HALF_OPEN; attempts
+    claimed before it ran before the breaker opened and change nothing."""
+    since = T0 + timedelta(seconds=10)
+    half_open = BreakerRecord(BreakerState.HALF_OPEN, 3, changed_at=since)
+    before = T0
+    assert channel(half_open, (SUCCEEDED, before), (FAILED_, before)) is None
+    assert channel(half_open, (FAILED_, before), (SUCCEEDED, since)) == BreakerChange(
+        BreakerState.CLOSED, 0, reason="probe succeeded"
+    )
+    assert channel(half_open, (FAILED_, since)) == BreakerChange(
+        BreakerState.OPEN, 4, opens=True, cooldown=5, reason="probe failed"
+    )
+    # OPEN: no probe is out, whatever settles now ran before it opened
+    opened = BreakerRecord(BreakerState.OPEN, 3, changed_at=T0, reopens_at=since)
+    assert channel(opened, (FAILED_, since), (SUCCEEDED, since)) is None

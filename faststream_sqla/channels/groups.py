@@ -1,0 +1,78 @@
+"""Groups of channels: the channels whose names start with `tenant/` belong to the
+group `tenant/`, whose own limits (a control row named after the group) hold across
+all of them, and which takes one turn per round of the claim however many of its
+channels have messages ready (docs/flow-control.md#groups-of-channels).
+
+The group is part of the name, so every process agrees on it without a lookup, and a
+tenant cannot leave its group by opening channels. A channel without a `/` is in no
+group. A name ending in `/` is the group's own: limits and pause may be set on it, no
+message may be published to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+
+from faststream_sqla.exceptions import InvalidOptionError
+
+#: what ends a group's part of a channel's name
+SEPARATOR = "/"
+
+
+def group_of(channel: str | None) -> str | None:
+    """The group `channel` belongs to (its name up to and with the first `/`), or
+    None."""
+    if channel is None:
+        return None
+    at = channel.find(SEPARATOR)
+    return None if at < 0 else channel[: at + 1]
+
+
+def is_group(name: str) -> bool:
+    return name.endswith(SEPARATOR)
+
+
+def checked_message_channel(channel: str | None) -> str | None:
+    """A published message's channel: a group's name is not one."""
+    if channel is not None and is_group(channel):
+        msg = (
+            f"channel {channel!r} ends with {SEPARATOR!r}: such a name is a group of "
+            f"channels, whose limits hold across the channels named {channel}<name>; "
+            "publish to one of those"
+        )
+        raise InvalidOptionError(msg)
+    return channel
+
+
+class _separator_at(FunctionElement[int]):
+    """The 1-based position of the first `/` in a text (0: none)."""
+
+    type = sa.Integer()
+    inherit_cache = True
+    name = "separator_at"
+
+
+@compiles(_separator_at, "postgresql")
+def _pg(element: _separator_at, compiler: Any, **kw: Any) -> str:
+    (text,) = element.clauses
+    return f"strpos({compiler.process(text, **kw)}, '{SEPARATOR}')"
+
+
+@compiles(_separator_at)
+def _instr(element: _separator_at, compiler: Any, **kw: Any) -> str:
+    # SQLite's and MySQL's instr(text, what)
+    (text,) = element.clauses
+    return f"instr({compiler.process(text, **kw)}, '{SEPARATOR}')"
+
+
+def group_key(channel: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+    """`group_of` in SQL: the group's name, or '' (the queue's own row's key: callers
+    must tell the two apart) for a channel in no group."""
+    return sa.func.substr(channel, 1, _separator_at(channel))
+
+
+__all__ = ["SEPARATOR", "checked_message_channel", "group_key", "group_of", "is_group"]
