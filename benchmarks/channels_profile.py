@@ -2,7 +2,8 @@
 channels" scenario under cProfile, with its statements counted per claim.
 
     python -m benchmarks.channels_profile [--database postgresql] [--size 20000] \
-        [--channels 1000] [--limit 2] [--workers 8] [--top 30] [--plain] [--hot]
+        [--channels 1000] [--limit 2] [--workers 8] [--top 30] [--plain] [--hot] \
+        [--sort tottime]
 
 Prints the drain's rate, the channel claims it made (calls, messages per claim, the
 claims' share of the drain's wall time), the statements the broker's engine ran by
@@ -55,7 +56,7 @@ def statement_kind(sql: str) -> str:
 
 
 async def profiled_drain(url: str, n: int, channels: int, limit: int, plain: bool,
-                         top: int, hot: bool = False) -> None:
+                         top: int, hot: bool = False, sort: str = "cumulative") -> None:
     await clear_all(url)
     broker = SqlaBroker(url, logger=None)
     countdown = CountDown(n)
@@ -143,7 +144,7 @@ async def profiled_drain(url: str, n: int, channels: int, limit: int, plain: boo
     if profile is None:
         return
     out = io.StringIO()
-    pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(top)
+    pstats.Stats(profile, stream=out).sort_stats(sort).print_stats(top)
     print(out.getvalue())
 
 
@@ -159,6 +160,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30,
                         help="functions to list by cumulative time; 0: no cProfile")
     parser.add_argument("--plain", action="store_true", help="profile the plain drain")
+    parser.add_argument("--sort", default="cumulative",
+                        help="the functions' order (pstats: cumulative, tottime, ...)")
     parser.add_argument("--hot", action="store_true",
                         help="all messages on one channel without limits (the hot channel)")
     args = parser.parse_args()
@@ -170,7 +173,7 @@ def main() -> None:
             await ensure_database(args.database)
             await reset_our_schema(target.url)
             await profiled_drain(target.url, args.size, args.channels, args.limit,
-                                 args.plain, args.top, args.hot)
+                                 args.plain, args.top, args.hot, args.sort)
             await clear_all(target.url)
 
     asyncio.run(run())

@@ -30,7 +30,7 @@ import json
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
@@ -63,6 +63,8 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
     from faststream_sqla.dialects import Dialect
+
+    from .read_ahead import ReadAhead
 
 #: channels read per claim beyond its limit: room to pass over full or paused ones
 EXTRA_CANDIDATES = 8
@@ -1159,16 +1161,6 @@ class ChannelClaim:
         return parameters
 
     # -- a claim on SQLAlchemy's connection (SQLite) ------------------------------------
-    async def read_on(
-        self, conn: AsyncConnection, queue: str, limit: int
-    ) -> tuple[QueueRow | None, list[Any]]:
-        """`read_with` on SQLAlchemy's connection."""
-
-        async def run(_name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
-            return (await conn.execute(statement, parameters)).mappings().all()
-
-        return await self.read_with(queue, limit, run)
-
     async def write_on(
         self, conn: AsyncConnection, queue: str, head: QueueRow, planned: Plan
     ) -> list[Sequence[Any]] | None:
@@ -1191,6 +1183,36 @@ class ChannelClaim:
         take = self.statements(self.take_shape(planned))
         marked = self._mark(take).returning(*claimed_columns(self.tables.message))
         return [tuple(row) for row in await conn.execute(marked, parameters)]
+
+
+class ChannelSession(Protocol):
+    """A channel claim on one connection (Dialect.channel_session): its read, then its
+    write, which changes nothing if the queue row's version moved since the read."""
+
+    async def read(self, queue: str, limit: int) -> tuple[QueueRow | None, list[Any]]:
+        """`ChannelClaim.read_with` on this connection."""
+
+    async def write(self, queue: str, head: QueueRow, planned: Plan) -> list[Sequence[Any]] | None:
+        """The claimed rows; None if the version moved (or ProbeMissed)."""
+
+
+class ConnectionSession:
+    """A channel claim's session on SQLAlchemy's connection, in the caller's
+    transaction (SQLite)."""
+
+    def __init__(self, claim: ChannelClaim, conn: AsyncConnection) -> None:
+        self.claim, self.conn = claim, conn
+
+    async def read(self, queue: str, limit: int) -> tuple[QueueRow | None, list[Any]]:
+        conn = self.conn
+
+        async def run(_name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
+            return (await conn.execute(statement, parameters)).mappings().all()
+
+        return await self.claim.read_with(queue, limit, run)
+
+    async def write(self, queue: str, head: QueueRow, planned: Plan) -> list[Sequence[Any]] | None:
+        return await self.claim.write_on(self.conn, queue, head, planned)
 
 
 _DELIVERIES = CLAIMED_COLUMNS.index("deliveries_count")
@@ -1233,6 +1255,41 @@ async def create_queue_row(dialect: Dialect, engine: AsyncEngine, queue: str) ->
         )
 
 
+async def write_planned(
+    session: ChannelSession,
+    queue: str,
+    read: tuple[QueueRow, list[Any]],
+    limit: int,
+    *,
+    channel_breakers: bool,
+) -> list[Sequence[Any]] | None:
+    """Plan a claim of up to `limit` from its read and write it; [] if the read leaves
+    nothing to claim, None if the version moved."""
+    head, candidates = read
+    planned = plan(head, candidates, limit, channel_breakers=channel_breakers)
+    if planned is None:
+        return []
+    return await session.write(queue, head, planned)
+
+
+async def claim_once(
+    dialect: Dialect, engine: AsyncEngine, queue: str, limit: int, *, channel_breakers: bool
+) -> list[Sequence[Any]] | None:
+    """One try of the claim: a read, then a write in its session; None if another
+    claim changed the queue, or a channel's breaker, in between."""
+    try:
+        async with dialect.channel_session(engine) as session:
+            head, candidates = await session.read(queue, limit)
+            if head is not None:
+                return await write_planned(
+                    session, queue, (head, candidates), limit, channel_breakers=channel_breakers
+                )
+    except ProbeMissed:
+        return None  # rolled back: read again
+    await create_queue_row(dialect, engine, queue)
+    return None
+
+
 async def claim_channelled(
     dialect: Dialect,
     engine: AsyncEngine,
@@ -1240,12 +1297,18 @@ async def claim_channelled(
     limit: int,
     *,
     channel_breakers: bool = False,
+    ahead: ReadAhead | None = None,
 ) -> list[Sequence[Any]]:
     """Up to `limit` messages of `queue` within its limits and its channels' (see the
     module), as claimed rows in `schema.CLAIMED_COLUMNS` order; `channel_breakers`:
-    the channels' own breakers hold them too (see `plan`)."""
+    the channels' own breakers hold them too (see `plan`). `ahead`: this claim's read,
+    made while the workers were busy (read_ahead), used if it still may be."""
+    if ahead is not None:
+        rows = await ahead.claim(limit, channel_breakers=channel_breakers)
+        if rows:
+            return rows
     for _ in range(CONFLICT_RETRIES):
-        rows = await dialect.claim_channels(engine, queue, limit, channel_breakers=channel_breakers)
+        rows = await claim_once(dialect, engine, queue, limit, channel_breakers=channel_breakers)
         if rows is not None:
             return rows
     return []  # others kept claiming: the next round comes soon
@@ -1253,15 +1316,19 @@ async def claim_channelled(
 
 __all__ = [
     "ChannelClaim",
+    "ChannelSession",
+    "ConnectionSession",
     "Member",
     "Plan",
     "ProbeMissed",
     "QueueRow",
     "as_claimed",
     "claim_channelled",
+    "claim_once",
     "create_queue_row",
     "plan",
     "share_out",
     "split_read",
     "wraps",
+    "write_planned",
 ]

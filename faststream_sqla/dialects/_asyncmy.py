@@ -11,8 +11,7 @@ driver's PEP 249 class, as SQLAlchemy itself does.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection
-from contextlib import asynccontextmanager
+from collections.abc import Collection
 from typing import Any
 
 import asyncmy.errors
@@ -29,52 +28,94 @@ def error_code(exc: BaseException) -> int | None:
     return args[0] if args and isinstance(args[0], int) else None
 
 
-@asynccontextmanager
-async def driver_transaction(
-    engine: AsyncEngine, *, read_committed: bool, disconnect_codes: Collection[int]
-) -> AsyncIterator[Any]:
-    """An asyncmy cursor in a transaction of its own, committed on exit.
+class DriverTransaction:
+    """An asyncmy cursor in a transaction of its own, committed on exit
+    (`async with DriverTransaction(engine, ...) as transaction`).
 
-    `read_committed` sets that level for this transaction only. A connection lost
-    (an error numbered in `disconnect_codes`) or interrupted mid-statement by
-    cancellation is invalidated, so the pool never hands it out again.
+    `read_committed` sets that level for this transaction only. A statement packet that
+    ends with its own COMMIT saves the round trip of the commit on exit: the caller then
+    sets `ended`. A connection lost (an error numbered in `disconnect_codes`) or
+    interrupted mid-statement by cancellation is invalidated, so the pool never hands
+    it out again. It may be entered in one task and left in another (a claim's read
+    ahead of its write).
     """
-    fairy = await engine.raw_connection()
-    driver = fairy.driver_connection
-    if driver is None:  # only on a connection SQLAlchemy has already closed
-        raise sa.exc.ResourceClosedError("the pool handed out a closed connection")
-    reset = False  # the transaction is over: no rollback needed at check-in
-    try:
-        async with driver.cursor() as cursor:
-            if read_committed:
-                await cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            yield cursor
-        await driver.commit()
-        reset = True
-    except Exception as exc:
-        lost = error_code(exc) in disconnect_codes
-        if lost:
+
+    def __init__(
+        self, engine: AsyncEngine, *, read_committed: bool, disconnect_codes: Collection[int]
+    ) -> None:
+        self.engine = engine
+        self.read_committed = read_committed
+        self.disconnect_codes = disconnect_codes
+        #: the cursor, once entered
+        self.cursor: Any = None
+        #: set by a caller whose last statement packet committed the transaction
+        self.ended = False
+        self._fairy: Any = None
+        self._driver: Any = None
+
+    async def __aenter__(self) -> DriverTransaction:
+        fairy = await self.engine.raw_connection()
+        driver = fairy.driver_connection
+        if driver is None:  # only on a connection SQLAlchemy has already closed
+            raise sa.exc.ResourceClosedError("the pool handed out a closed connection")
+        self._fairy, self._driver = fairy, driver
+        try:
+            self.cursor = driver.cursor()
+            if self.read_committed:
+                await self.cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        fairy, driver = self._fairy, self._driver
+        reset = False  # the transaction is over: no rollback needed at check-in
+        try:
+            if exc is None:
+                try:
+                    await self.cursor.close()
+                    if not self.ended:
+                        await driver.commit()
+                    reset = True
+                except BaseException as failed:
+                    reset = await self._failed(failed)
+                    raise self._translated(failed) from failed
+            else:
+                reset = await self._failed(exc)
+                translated = self._translated(exc)
+                if translated is not exc:
+                    raise translated from exc
+        finally:
+            await check_in(fairy, transaction_ended=reset)
+
+    async def _failed(self, exc: BaseException) -> bool:
+        """End a failed transaction; whether the connection may be reused as reset."""
+        fairy, driver = self._fairy, self._driver
+        if not isinstance(exc, Exception):  # cancelled mid-statement: state unknown
+            fairy.invalidate()
+            return False
+        if error_code(exc) in self.disconnect_codes:
             fairy.invalidate(exc)
-        else:
-            # ended here, not left to the pool's reset on return, which an engine may
-            # turn off (pool_reset_on_return=None): the next user of the connection
-            # would commit what this transaction wrote before it failed
-            reset = await _rolled_back(fairy, driver)
-        if isinstance(exc, asyncmy.errors.Error):
-            raise sa.exc.DBAPIError.instance(
-                None,
-                None,
-                exc,
-                asyncmy.errors.Error,
-                connection_invalidated=lost,
-                dialect=engine.dialect,
-            ) from exc
-        raise
-    except BaseException:
-        fairy.invalidate()
-        raise
-    finally:
-        await check_in(fairy, transaction_ended=reset)
+            return False
+        # ended here, not left to the pool's reset on return, which an engine may turn
+        # off (pool_reset_on_return=None): the next user of the connection would commit
+        # what this transaction wrote before it failed
+        return await _rolled_back(fairy, driver)
+
+    def _translated(self, exc: BaseException) -> BaseException:
+        """A driver error as SQLAlchemy's exception, classed by the driver's PEP 249
+        class, as SQLAlchemy itself does; anything else as it is."""
+        if not isinstance(exc, asyncmy.errors.Error):
+            return exc
+        return sa.exc.DBAPIError.instance(
+            None,
+            None,
+            exc,
+            asyncmy.errors.Error,
+            connection_invalidated=error_code(exc) in self.disconnect_codes,
+            dialect=self.engine.dialect,
+        )
 
 
 async def _rolled_back(fairy: Any, driver: Any) -> bool:

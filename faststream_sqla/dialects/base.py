@@ -414,13 +414,16 @@ class Dialect(abc.ABC):
         statements must see what committed before it began."""
         return self.own_transaction(engine)
 
+    #: whether a channel claim's read may be made ahead of its write, while the
+    #: workers handle what the claim before took (channels.read_ahead): not where the
+    #: claim's session holds the database's one writer lock
+    reads_channels_ahead = True
+
     @abc.abstractmethod
-    async def claim_channels(
-        self, engine: AsyncEngine, queue: str, limit: int, *, channel_breakers: bool = False
-    ) -> list[Sequence[Any]] | None:
-        """One try of the channel claim (channels.claim): a read, then a write in a
-        transaction; None if another claim changed the queue, or a channel's breaker,
-        in between. Each dialect runs it on its own connection (see theirs)."""
+    def channel_session(self, engine: AsyncEngine) -> AbstractAsyncContextManager[Any]:
+        """A channel claim's session (channels.claim.ChannelSession): its read, then its
+        write, on one connection. Each dialect runs them on its own connection (see
+        theirs); the write's version check covers whatever happened in between."""
 
     @functools.cached_property
     def channel_claim(self) -> ChannelClaim:

@@ -25,7 +25,7 @@ from faststream_sqla.schema import (
     exact_collation,
 )
 
-from ._asyncmy import driver_transaction, error_code
+from ._asyncmy import DriverTransaction, error_code
 from ._claim import (
     CLAIM_PARAMETERS,
     claim_limit,
@@ -237,46 +237,31 @@ class MySQLDialect(Dialect):
             yield conn
             await conn.commit()
 
-    async def claim_channels(
-        self, engine: AsyncEngine, queue: str, limit: int, *, channel_breakers: bool = False
-    ) -> list[Sequence[Any]] | None:
+    @asynccontextmanager
+    async def channel_session(self, engine: AsyncEngine) -> AsyncIterator[Any]:
         # On the driver's connection, in one transaction at the server's own isolation:
-        # the read (its snapshot starts there), the take (a plain read of that snapshot),
-        # then one UPDATE that checks and counts up the queue row's version and marks
-        # the taken messages that are still ready. Four round trips with the commit;
-        # through SQLAlchemy's connection it was six, with the bump apart and the
-        # pool's rollback at check-in.
-        from faststream_sqla.channels.claim import ProbeMissed, create_queue_row, plan
-
-        claim = self.channel_claim
-        try:
-            async with self._transaction(engine, read_committed=False) as cursor:
-
-                async def run(name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
-                    read = self._on_driver.of(name, engine.dialect, statement, tuple(parameters))
-                    await cursor.execute(read.sql, read.arguments(parameters))
-                    return _mappings(cursor, await cursor.fetchall())
-
-                # every read in the snapshot the first one starts
-                head, candidates = await claim.read_with(queue, limit, run)
-                if head is not None:
-                    planned = plan(head, candidates, limit, channel_breakers=channel_breakers)
-                    if planned is None:
-                        return []
-                    return await self._write_channel_claim(engine, cursor, queue, head, planned)
-        except ProbeMissed:
-            return None  # a channel's breaker changed meanwhile: read again
-        await create_queue_row(self, engine, queue)
-        return None
+        # the read (its snapshot starts there), the take if a share is larger than the
+        # message the read found (a plain read of that snapshot), then one packet: the
+        # UPDATE that checks and counts up the queue row's version and marks the
+        # messages that are still ready, the read-back of what it marked, and the
+        # COMMIT. Two round trips for most claims; a read made ahead of its write
+        # keeps the transaction open in between, which holds no lock.
+        async with self._transaction(engine, read_committed=False) as transaction:
+            yield _ChannelSession(self, engine, transaction)
 
     async def _write_channel_claim(
-        self, engine: AsyncEngine, cursor: Any, queue: str, head: Any, planned: Any
+        self,
+        engine: AsyncEngine,
+        transaction: DriverTransaction,
+        queue: str,
+        head: Any,
+        planned: Any,
     ) -> list[Sequence[Any]] | None:
         """The channel claim's write in the read's transaction; None if the queue row's
         version moved since the read (another claim wrote first)."""
         from faststream_sqla.channels.claim import as_claimed
 
-        claim = self.channel_claim
+        claim, cursor = self.channel_claim, transaction.cursor
         parameters = claim.write_parameters(queue, head, planned)
         # the channels whose one message the read found; the others' are taken
         known = claim.known_ids(planned)
@@ -293,36 +278,50 @@ class MySQLDialect(Dialect):
             queue,
             parameters["seen_version"],
         )
-        marked = 0
-        if known or taken:
-            as_read = [value for row in taken for value in (row[0], row[_TOKEN])]
-            marked = await cursor.execute(
-                _mark_and_bump_sql(
-                    self._q(engine, self.tables.controls),
-                    self._q(engine, self.tables.message),
-                    len(known),
-                    len(taken),
-                ),
-                (*known, *as_read, head.now, *bump_values),
-            )
-            # matched rows, the queue row's among them: none when the version moved (or
-            # when none of the messages is still as read: read again all the same)
-            if not marked:
-                return None
-        else:
+        if not known and not taken:
             bump = _bump_sql(self._q(engine, self.tables.controls))
             if not await cursor.execute(bump, bump_values):
                 return None
-        await self._write_windows_and_probes(engine, cursor, queue, head, planned)
+            await self._write_windows_and_probes(engine, cursor, queue, head, planned)
+            return []
+        message = self._q(engine, self.tables.message)
+        as_read = [value for row in taken for value in (row[0], row[_TOKEN])]
+        mark = _mark_and_bump_sql(
+            self._q(engine, self.tables.controls), message, len(known), len(taken)
+        )
+        mark_values = (*known, *as_read, head.now, *bump_values)
+        ids = [*known, *(row[0] for row in taken)]
+        read_back = _read_marked_sql(message, len(ids))
+        rows: list[Sequence[Any]] | None = None
+        if planned.windows or planned.probes:  # rare: a statement each, then the commit
+            marked = await cursor.execute(mark, mark_values)
+            if not marked:
+                return None
+            await self._write_windows_and_probes(engine, cursor, queue, head, planned)
+        elif known:
+            marked = await cursor.execute(
+                f"{mark}; {read_back}; COMMIT", (*mark_values, *ids, head.now)
+            )
+            await cursor.nextset()
+            rows = list(await cursor.fetchall() or ())
+            await cursor.nextset()
+            transaction.ended = True
+        else:
+            marked = await cursor.execute(f"{mark}; COMMIT", mark_values)
+            await cursor.nextset()
+            transaction.ended = True
+        # matched rows, the queue row's among them: none when the version moved (or
+        # when none of the messages is still as read: read again all the same)
+        if not marked:
+            return None
+        if rows is not None:
+            return rows
         if not known and marked == len(taken) + 1:
             return [as_claimed(row, head.now) for row in taken]
-        if not known and not taken:
-            return []
-        # the rows of the messages the read found, and of the taken ones if a plain
-        # claim took some meanwhile: read back what this claim marked
-        ids = [*known, *(row[0] for row in taken)]
-        read_marked = _read_marked_sql(self._q(engine, self.tables.message), len(ids))
-        await cursor.execute(read_marked, (*ids, head.now))
+        # the rows this claim marked, if a plain claim took some of the taken ones
+        # meanwhile (after the packet's COMMIT: in a transaction of their own)
+        await cursor.execute(read_back, (*ids, head.now))
+        transaction.ended = False
         return list(await cursor.fetchall() or ())
 
     def _channel_take(
@@ -477,7 +476,8 @@ class MySQLDialect(Dialect):
         self, engine: AsyncEngine, rows: Sequence[NewMessage], *, relaxed: bool = False
     ) -> list[int]:
         # A publish outside the caller's transaction: on the driver (see _asyncmy).
-        async with self._transaction(engine, read_committed=False) as cursor:
+        async with self._transaction(engine, read_committed=False) as transaction:
+            cursor = transaction.cursor
 
             async def run(sql: str, params: tuple[Any, ...]) -> Sequence[Sequence[Any]]:
                 await cursor.execute(sql, params)
@@ -576,8 +576,10 @@ class MySQLDialect(Dialect):
         first = (await run("SELECT LAST_INSERT_ID()", ()))[0][0]
         return list(range(first, first + len(rows)))
 
-    def _transaction(self, engine: AsyncEngine, *, read_committed: bool = True) -> Any:
-        return driver_transaction(
+    def _transaction(
+        self, engine: AsyncEngine, *, read_committed: bool = True
+    ) -> DriverTransaction:
+        return DriverTransaction(
             engine, read_committed=read_committed, disconnect_codes=DISCONNECT_CODES
         )
 
@@ -585,7 +587,8 @@ class MySQLDialect(Dialect):
         stmt = self._on_driver.get(
             "claim", engine.dialect, lambda: self._lock_ready, CLAIM_PARAMETERS
         )
-        async with self._transaction(engine) as cursor:
+        async with self._transaction(engine) as transaction:
+            cursor = transaction.cursor
             await cursor.execute(
                 stmt.sql, stmt.arguments({"claim_queue": queue, "claim_limit": limit})
             )
@@ -667,7 +670,8 @@ WHERE {_REQUEUED}"""
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         statements = self._statements(engine)
-        async with self._transaction(engine) as cursor:
+        async with self._transaction(engine) as transaction:
+            cursor = transaction.cursor
             return await _apply_outcome_statements(cursor, statements, outcomes)
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
@@ -683,7 +687,8 @@ WHERE {_REQUEUED}"""
             ),
             ("leases",),
         )
-        async with self._transaction(engine) as cursor:
+        async with self._transaction(engine) as transaction:
+            cursor = transaction.cursor
             args = renew.arguments({"leases": leases_document(leases)})
             return await cursor.execute(renew.sql, args) or 0
 
@@ -693,4 +698,30 @@ WHERE {_REQUEUED}"""
     def is_disconnect(self, exc: BaseException) -> bool:
         return bool(getattr(exc, "connection_invalidated", False)) or (
             error_code(exc) in DISCONNECT_CODES
+        )
+
+
+class _ChannelSession:
+    """The channel claim's read and write in one transaction on an asyncmy connection
+    (channels.claim)."""
+
+    def __init__(
+        self, dialect: MySQLDialect, engine: AsyncEngine, transaction: DriverTransaction
+    ) -> None:
+        self.dialect, self.engine, self.transaction = dialect, engine, transaction
+
+    async def read(self, queue: str, limit: int) -> tuple[Any, list[Any]]:
+        dialect, engine, cursor = self.dialect, self.engine, self.transaction.cursor
+
+        async def run(name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
+            read = dialect._on_driver.of(name, engine.dialect, statement, tuple(parameters))
+            await cursor.execute(read.sql, read.arguments(parameters))
+            return _mappings(cursor, await cursor.fetchall())
+
+        # every read in the snapshot the first one starts
+        return await dialect.channel_claim.read_with(queue, limit, run)
+
+    async def write(self, queue: str, head: Any, planned: Any) -> list[Sequence[Any]] | None:
+        return await self.dialect._write_channel_claim(
+            self.engine, self.transaction, queue, head, planned
         )

@@ -277,68 +277,50 @@ class PostgresDialect(Dialect):
             columns.append([shared[name]] * count if name in shared else next(arrays_left))
         return rows_from_columns(columns)
 
-    async def claim_channels(
-        self, engine: AsyncEngine, queue: str, limit: int, *, channel_breakers: bool = False
-    ) -> list[Sequence[Any]] | None:
+    @asynccontextmanager
+    async def channel_session(self, engine: AsyncEngine) -> AsyncIterator[Any]:
         # Two round trips on the driver's connection, in autocommit: the read, then the
         # write as one statement (channels.claim); with rate windows to write, those
         # two statements in one transaction. A claim that goes on to the channels from
         # the start when its read left them out reads them alone in between: the
-        # write's version check still covers both reads.
-        from faststream_sqla.channels.claim import ProbeMissed, create_queue_row, plan
-
-        claim = self.channel_claim
+        # write's version check still covers both reads, as it covers a read made
+        # ahead of its write.
         async with driver_connection(engine) as conn:
+            yield _ChannelSession(self, engine, conn)
 
-            async def run(name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
-                read = self._on_driver.of(name, engine.dialect, statement, tuple(parameters))
-                return await conn.fetch(read.sql, *read.arguments(parameters))
-
-            head, candidates = await claim.read_with(queue, limit, run)
-            if head is None:
-                created = None
-            else:
-                planned = plan(head, candidates, limit, channel_breakers=channel_breakers)
-                if planned is None:
-                    return []
-                parameters = claim.write_parameters(queue, head, planned)
-                # one statement text for any number of channels: only PLAIN's share
-                # changes it
-                shape = claim.take_shape(planned)
-                write = self._on_driver.get(
-                    ("channel_write", shape[1]),
-                    engine.dialect,
-                    lambda: claim.statements(shape),
-                    tuple(parameters),
-                )
-                arguments = write.arguments(parameters)
-                if not planned.windows and not planned.probes:
-                    written = await conn.fetch(write.sql, *arguments)
-                else:
-                    upsert = self._on_driver.get(
-                        "channel_window",
-                        engine.dialect,
-                        claim.upsert_window,
-                        ("ch_queue", "now", "w_channel", "w_slot", "w_counts"),
-                    )
-                    try:
-                        async with conn.transaction():
-                            written = await conn.fetch(write.sql, *arguments)
-                            if written[0][0]:
-                                windows = claim.window_parameters(queue, head.now, planned)
-                                if windows:
-                                    await conn.executemany(
-                                        upsert.sql, [upsert.arguments(w) for w in windows]
-                                    )
-                                await self._mark_probes(conn, engine, queue, head, planned)
-                    except ProbeMissed:
-                        return None  # a channel's breaker changed meanwhile: read again
-                if not written[0][0]:
-                    return None  # another claim wrote first: read again
-                return [tuple(row)[1:] for row in written if row[1] is not None]
-        if created is None:
-            await create_queue_row(self, engine, queue)
-        return None
+    async def _write_channel_claim(
+        self, engine: AsyncEngine, conn: Any, queue: str, head: Any, planned: Any
+    ) -> list[Sequence[Any]] | None:
+        claim = self.channel_claim
+        parameters = claim.write_parameters(queue, head, planned)
+        # one statement text for any number of channels: only PLAIN's share changes it
+        shape = claim.take_shape(planned)
+        write = self._on_driver.get(
+            ("channel_write", shape[1]),
+            engine.dialect,
+            lambda: claim.statements(shape),
+            tuple(parameters),
+        )
+        arguments = write.arguments(parameters)
+        if not planned.windows and not planned.probes:
+            written = await conn.fetch(write.sql, *arguments)
+        else:
+            upsert = self._on_driver.get(
+                "channel_window",
+                engine.dialect,
+                claim.upsert_window,
+                ("ch_queue", "now", "w_channel", "w_slot", "w_counts"),
+            )
+            async with conn.transaction():
+                written = await conn.fetch(write.sql, *arguments)
+                if written[0][0]:
+                    windows = claim.window_parameters(queue, head.now, planned)
+                    if windows:
+                        await conn.executemany(upsert.sql, [upsert.arguments(w) for w in windows])
+                    await self._mark_probes(conn, engine, queue, head, planned)
+        if not written[0][0]:
+            return None  # another claim wrote first: read again
+        return [tuple(row)[1:] for row in written if row[1] is not None]
 
     async def _mark_probes(
         self, conn: Any, engine: AsyncEngine, queue: str, head: Any, planned: Any
@@ -787,3 +769,22 @@ class PostgresListener(NotificationListener):
                 raw.invalidate()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+
+class _ChannelSession:
+    """The channel claim's read and write on one asyncpg connection (channels.claim)."""
+
+    def __init__(self, dialect: PostgresDialect, engine: AsyncEngine, conn: Any) -> None:
+        self.dialect, self.engine, self.conn = dialect, engine, conn
+
+    async def read(self, queue: str, limit: int) -> tuple[Any, list[Any]]:
+        dialect, engine, conn = self.dialect, self.engine, self.conn
+
+        async def run(name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
+            read = dialect._on_driver.of(name, engine.dialect, statement, tuple(parameters))
+            return await conn.fetch(read.sql, *read.arguments(parameters))
+
+        return await dialect.channel_claim.read_with(queue, limit, run)
+
+    async def write(self, queue: str, head: Any, planned: Any) -> list[Sequence[Any]] | None:
+        return await self.dialect._write_channel_claim(self.engine, self.conn, queue, head, planned)

@@ -22,7 +22,6 @@ from faststream_sqla.schema import (
     CLAIMED_COLUMNS,
     INSERTED_COLUMNS,
     PRIORITIES,
-    WHOLE_QUEUE,
     Initial,
     QueueTables,
     Timestamp,
@@ -254,32 +253,17 @@ class SQLiteDialect(Dialect):
         ids = sa.func.json_each(sa.bindparam(name)).table_valued("value")
         return column.not_in(sa.select(ids.c.value))
 
-    async def claim_channels(
-        self, engine: AsyncEngine, queue: str, limit: int, *, channel_breakers: bool = False
-    ) -> list[Sequence[Any]] | None:
+    #: the claim's session holds the writer lock from its read to its write
+    reads_channels_ahead = False
+
+    @asynccontextmanager
+    async def channel_session(self, engine: AsyncEngine) -> AsyncIterator[Any]:
         # The read and the write in one transaction: one writer at a time, so the
         # version never moves between them.
-        from faststream_sqla.channels.claim import ProbeMissed, plan
+        from faststream_sqla.channels.claim import ConnectionSession
 
-        claim = self.channel_claim
-        try:
-            async with self.own_transaction(engine) as conn:
-                head, candidates = await claim.read_on(conn, queue, limit)
-                if head is None:
-                    await conn.execute(
-                        claim.insert_if_missing().values(
-                            queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now()
-                        )
-                    )
-                    return None
-                planned = plan(head, candidates, limit, channel_breakers=channel_breakers)
-                if planned is None:
-                    return []
-                return await claim.write_on(conn, queue, head, planned)
-        except ProbeMissed:
-            # SQLite's time moves between the read's rows: the read saw a reopening
-            # its own `now` had not reached
-            return None
+        async with self.own_transaction(engine) as conn:
+            yield ConnectionSession(self.channel_claim, conn)
 
     @asynccontextmanager
     async def own_transaction(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from faststream_sqla import ordering
 from faststream_sqla.admin import controls
 from faststream_sqla.channels.claim import claim_channelled
+from faststream_sqla.channels.read_ahead import ReadsAhead
 from faststream_sqla.dialects.base import Outcome, reading, with_retries
 from faststream_sqla.message import KEEP_STATE
 from faststream_sqla.parser import claimed_from_row
@@ -235,6 +236,8 @@ class Fetcher:
         self.controls_read = asyncio.Event()
         #: the circuit breakers of the queues, if the subscriber has them
         self.breakers: Breakers | None = None
+        #: the channelled queues' next claims, read while the workers are busy
+        self.reads_ahead = ReadsAhead(dialect, engine)
 
     def _apply_size(self) -> None:
         self.batch_size = self.sizer.size
@@ -275,6 +278,12 @@ class Fetcher:
         return min(room, self.max_unsettled - self.unsettled())
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            await self.reads_ahead.close()
+
+    async def _run(self) -> None:
         backoff = Backoff()
         await self.controls_read.wait()
         while not self.stopping:
@@ -345,15 +354,23 @@ class Fetcher:
                 if remaining <= 0:
                     continue
 
-            async def claim(queue: str = queue, remaining: int = remaining) -> list:
-                if queue in self.channelled:
+            channelled = queue in self.channelled
+            ahead = self.reads_ahead.take(queue) if channelled else None
+
+            async def claim(
+                queue: str = queue, remaining: int = remaining, channelled: bool = channelled
+            ) -> list:
+                nonlocal ahead
+                if channelled:
                     breakers = self.breakers
+                    used, ahead = ahead, None  # a retry reads afresh
                     return await claim_channelled(
                         self.dialect,
                         self.engine,
                         queue,
                         remaining,
                         channel_breakers=breakers is not None and breakers.per_channel,
+                        ahead=used,
                     )
                 return await self.dialect.claim(self.engine, queue, remaining)
 
@@ -365,6 +382,8 @@ class Fetcher:
                 if self.breakers is not None:
                     self.breakers.claimed(queue, claimed)
             self.buffer.put_all(claimed)
+            if channelled and rows:
+                self.reads_ahead.claimed(queue, self.options.max_workers * self.per_worker)
             got += len(rows)
         return got
 

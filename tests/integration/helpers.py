@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -249,3 +250,31 @@ async def due_channel_breaker(
                 breaker_reopens_at=utc_now(-1),
             )
         )
+
+
+async def holds_a_transaction(engine, dialect_name: str, database_url: str) -> bool:
+    """Whether another client of this test's database is inside a transaction (or, on
+    SQLite, holds the write lock): a process stopped there would block everyone else."""
+    if dialect_name == "sqlite":
+        probe = sqlite3.connect(sa.make_url(database_url).database, timeout=0)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.rollback()
+            return False
+        except sqlite3.OperationalError:
+            return True
+        finally:
+            probe.close()
+    if dialect_name == "postgresql":
+        sql = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND (state = 'active' OR xact_start IS NOT NULL)"
+        )
+    else:
+        sql = (
+            "SELECT count(*) FROM information_schema.innodb_trx t "
+            "JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id "
+            "WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()"
+        )
+    async with engine.connect() as conn:
+        return bool(await conn.scalar(sa.text(sql)))

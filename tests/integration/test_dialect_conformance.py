@@ -273,7 +273,8 @@ async def test_mysql_own_transactions_read_committed_and_leave_the_session_alone
 
     try:
         # the broker's own transactions run on the driver (dialects/_asyncmy.py)
-        async with d._transaction(engine) as cursor:
+        async with d._transaction(engine) as transaction:
+            cursor = transaction.cursor
 
             async def on_driver() -> int:
                 await cursor.execute(

@@ -45,12 +45,14 @@ async def test_a_committed_transaction_is_checked_in_without_a_rollback(my_engin
     assert resets == [True]  # already reset: no ROLLBACK sent
     resets.clear()
     with pytest.raises(sa.exc.ProgrammingError) as missing:
-        async with dialect._transaction(my_engine) as cursor:
+        async with dialect._transaction(my_engine) as transaction:
+            cursor = transaction.cursor
             await cursor.execute("SELECT * FROM no_such_table", ())
     assert resets == [True]  # after a failure, rolled back before it went back
     assert missing.value.orig.args[0] == 1146 and not missing.value.connection_invalidated
     with pytest.raises(sa.exc.IntegrityError):
-        async with dialect._transaction(my_engine) as cursor:
+        async with dialect._transaction(my_engine) as transaction:
+            cursor = transaction.cursor
             await cursor.execute(  # the same id again: a duplicate key
                 "INSERT INTO message (id, queue, payload, state, attempts_count, "
                 "deliveries_count, created_at, next_attempt_at) VALUES (%s, 'q', 'p', "
@@ -65,7 +67,8 @@ async def test_a_committed_transaction_is_checked_in_without_a_rollback(my_engin
 async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(my_engine):
     dialect = await prepared_dialect(my_engine)
     await dialect.insert_committed(my_engine, [plain_message()])
-    async with dialect._transaction(my_engine) as cursor:  # the one pooled connection
+    async with dialect._transaction(my_engine) as transaction:  # the one pooled connection
+        cursor = transaction.cursor
         await cursor.execute("SELECT CONNECTION_ID()", ())
         doomed = (await cursor.fetchall())[0][0]
     admin = create_async_engine(my_engine.url.render_as_string(hide_password=False))
@@ -99,7 +102,8 @@ async def test_claim_and_release_stuck_each_read_their_own_range_of_the_ready_in
 
     assert await dialect.release_stuck(my_engine, ["q"], 300.0) == 0  # none is that old
     ((release_sql, release_args),) = [s for s in statements if s[0].startswith("UPDATE")]
-    async with dialect._transaction(my_engine) as cursor:
+    async with dialect._transaction(my_engine) as transaction:
+        cursor = transaction.cursor
         await cursor.execute("ANALYZE TABLE message", ())
         await cursor.fetchall()
         await cursor.execute(

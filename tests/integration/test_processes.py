@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sqlite3
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -14,11 +13,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from faststream_sqla import MessageState, SqlaBroker, SqlaMessage
 
-from .helpers import FAST, Recorder, rows, wait_until
+from .helpers import FAST, Recorder, holds_a_transaction, rows, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -143,40 +141,12 @@ async def test_sigkilled_worker_message_is_delivered_again(database_url, engine,
     assert await rows(engine, tables.message) == []
 
 
-async def _holds_a_transaction(engine, dialect_name: str, database_url: str) -> bool:
-    """Whether another client of this test's database is inside a transaction (or, on
-    SQLite, holds the write lock): a process stopped there would block everyone else."""
-    if dialect_name == "sqlite":
-        probe = sqlite3.connect(make_url(database_url).database, timeout=0)
-        try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.rollback()
-            return False
-        except sqlite3.OperationalError:
-            return True
-        finally:
-            probe.close()
-    if dialect_name == "postgresql":
-        sql = (
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid() AND (state = 'active' OR xact_start IS NOT NULL)"
-        )
-    else:
-        sql = (
-            "SELECT count(*) FROM information_schema.innodb_trx t "
-            "JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id "
-            "WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()"
-        )
-    async with engine.connect() as conn:
-        return bool(await conn.scalar(sa.text(sql)))
-
-
 async def _stop_between_statements(proc, engine, dialect_name: str, database_url: str) -> None:
     """SIGSTOP `proc` at a moment it holds no transaction open (resuming and stopping it
     again until so)."""
 
     async def between_statements() -> bool:
-        return not await _holds_a_transaction(engine, dialect_name, database_url)
+        return not await holds_a_transaction(engine, dialect_name, database_url)
 
     async def stopped_quietly() -> bool:
         # Running, it finishes what it began (on a busy host stopping it again at once

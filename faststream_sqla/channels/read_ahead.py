@@ -1,0 +1,184 @@
+"""A channel claim's read, made while the workers handle what the claim before took.
+
+A channelled subscriber claims only for idle workers (no prefetch), so without this its
+claims and its handlers take turns: the workers wait through the claim's read and its
+write, and the database waits while they work. So once a claim has handed its
+messages to the workers, the fetcher starts the next claim's read (`ReadsAhead`); when
+workers go idle, the claim plans from that read and only writes.
+
+The write's version check is what makes an older read safe: a claim or a change of
+limits in any process moves the queue row's version, and the write then changes
+nothing. Without such a move, a message can only have settled since the read, so a
+plan from it may leave room unused but never exceeds a limit.
+
+A read is not used, and the claim reads afresh, when it is older than
+`READ_AHEAD_MAX_AGE` (a queue's pause or an opened breaker, which move no version, is
+then seen at most that much later than without reading ahead), when its plan charges a rate
+window (a rate is charged at the read's clock) or sends a breaker's probe, and when it
+leaves nothing to claim (a publish since may have brought more). Reading ahead
+starts only while the claims come at most half that age apart, so slow handlers
+waste no reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+from .claim import ChannelSession, QueueRow, plan
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from faststream_sqla.dialects import Dialect
+
+#: the oldest read a claim still writes from (seconds); also how long an unused one
+#: holds its connection
+READ_AHEAD_MAX_AGE = 0.05
+#: weight of the newest gap between claims in their running average
+_GAP_WEIGHT = 0.2
+
+
+class ReadAhead:
+    """One queue's next claim read in a task of its own, its session held open for the
+    write (`claim`), and closed unused once too old. `closing` collects the tasks that
+    close expired ones in the background, for their owner to wait on."""
+
+    def __init__(
+        self,
+        dialect: Dialect,
+        engine: AsyncEngine,
+        queue: str,
+        limit: int,
+        closing: set[asyncio.Task[None]] | None = None,
+    ) -> None:
+        self.queue, self.limit = queue, limit
+        self._stack = AsyncExitStack()
+        self._started = time.monotonic()
+        #: claimed, discarded or expired: its session is someone's to close
+        self._taken = False
+        self._closing = set() if closing is None else closing
+        self._task = asyncio.create_task(self._read(dialect, engine))
+        self._expiry = asyncio.get_running_loop().call_later(READ_AHEAD_MAX_AGE, self.expire)
+
+    async def _read(
+        self, dialect: Dialect, engine: AsyncEngine
+    ) -> tuple[ChannelSession, QueueRow | None, list[Any]]:
+        try:
+            session = await self._stack.enter_async_context(dialect.channel_session(engine))
+            head, candidates = await session.read(self.queue, self.limit)
+        except BaseException as exc:
+            await self._stack.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return session, head, candidates
+
+    @property
+    def age(self) -> float:
+        return time.monotonic() - self._started
+
+    async def read_made(self) -> None:
+        """Wait until the read is made (or has failed)."""
+        await asyncio.wait([self._task])
+
+    async def claim(self, limit: int, *, channel_breakers: bool) -> list[Sequence[Any]] | None:
+        """Up to `limit` messages claimed from this read; None if it may not be used
+        (see the module) or its write found the version moved: claim afresh."""
+        if self._taken:
+            return None
+        self._taken = True
+        self._expiry.cancel()
+        try:
+            session, head, candidates = await self._task
+        except Exception:
+            return None  # closed as it failed; a fresh claim meets the error and reports it
+        except BaseException:
+            await self._close()  # cancelled while waiting for the read
+            raise
+        async with self._stack:  # the session ends with the write, or without one
+            if head is None or self.age > READ_AHEAD_MAX_AGE:
+                return None
+            planned = plan(
+                head, candidates, min(limit, self.limit), channel_breakers=channel_breakers
+            )
+            if (
+                planned is None
+                or planned.shape == (0, False)
+                or planned.windows
+                or planned.queue_window is not None
+                or planned.probes
+            ):
+                return None
+            return await session.write(self.queue, head, planned)
+
+    def expire(self) -> None:
+        """Close it unused, in the background (a task in `closing` until done)."""
+        if not self._taken:
+            self._taken = True
+            closing = asyncio.create_task(self._close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
+    async def discard(self) -> None:
+        """Close it unused, now."""
+        self._expiry.cancel()
+        if not self._taken:
+            self._taken = True
+            await self._close()
+
+    async def _close(self) -> None:
+        if not self._task.done():
+            self._task.cancel()
+        try:
+            await self._task
+        except BaseException:
+            return  # its session was closed as it failed
+        await self._stack.aclose()
+
+
+class ReadsAhead:
+    """A fetcher's reads ahead, one per channelled queue, and whether its claims come
+    close enough together for reading ahead to pay."""
+
+    def __init__(self, dialect: Dialect, engine: AsyncEngine) -> None:
+        self.dialect, self.engine = dialect, engine
+        self.pending: dict[str, ReadAhead] = {}
+        #: reads closing unused in the background (the loop keeps only weak references)
+        self._closing: set[asyncio.Task[None]] = set()
+        #: running average of the time from a claim's end to the next one's start
+        self._gap = 0.0
+        self._claimed_at: float | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.dialect.reads_channels_ahead
+
+    def take(self, queue: str) -> ReadAhead | None:
+        """The read made ahead for `queue`'s claim about to start, if any."""
+        now = time.monotonic()
+        if self._claimed_at is not None:
+            gap = now - self._claimed_at
+            self._gap += _GAP_WEIGHT * (gap - self._gap)
+            self._claimed_at = None
+        return self.pending.pop(queue, None)
+
+    def claimed(self, queue: str, limit: int) -> None:
+        """A claim of `queue` handed messages to the workers: read for the next one,
+        of up to `limit`, if claims come close enough together."""
+        self._claimed_at = time.monotonic()
+        if not self.enabled or self._gap > READ_AHEAD_MAX_AGE / 2:
+            return
+        stale = self.pending.pop(queue, None)
+        if stale is not None:
+            stale.expire()
+        self.pending[queue] = ReadAhead(self.dialect, self.engine, queue, limit, self._closing)
+
+    async def close(self) -> None:
+        """Close every read not used, and wait for those closing in the background."""
+        pending, self.pending = list(self.pending.values()), {}
+        for ahead in pending:
+            await ahead.discard()
+        while self._closing:
+            await asyncio.wait(set(self._closing))

@@ -1,0 +1,156 @@
+"""A channel claim's read made while the workers are busy (channels.read_ahead): used
+only while the queue row's version and the read's age allow, never past a limit, and
+its connection always given back."""
+
+from __future__ import annotations
+
+import asyncio
+
+import sqlalchemy as sa
+
+from faststream_sqla import SqlaBroker
+from faststream_sqla.channels import read_ahead
+from faststream_sqla.channels.claim import claim_channelled, create_queue_row
+from faststream_sqla.channels.read_ahead import ReadAhead, ReadsAhead
+from faststream_sqla.channels.store import set_limits
+from faststream_sqla.schema import CLAIMED_COLUMNS, MessageState
+
+from .helpers import holds_a_transaction
+
+PAYLOAD = CLAIMED_COLUMNS.index("payload")
+
+
+async def publish(database_url: str, *channels: str) -> None:
+    async with SqlaBroker(database_url) as broker:
+        for i, channel in enumerate(channels):
+            await broker.publish(f"{channel}{i}", queue="work", channel=channel)
+
+
+def checked_out(engine) -> int:
+    return engine.sync_engine.pool.checkedout()
+
+
+async def states(engine, tables) -> list[str]:
+    m = tables.message
+    async with engine.connect() as conn:
+        found = await conn.execute(sa.select(m.c.state).order_by(m.c.id))
+        return [MessageState(state).value for state in found.scalars()]
+
+
+async def test_a_claim_writes_from_the_read_made_ahead(database_url, engine, dialect):
+    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await publish(database_url, "a", "b", "c")
+    ahead = ReadAhead(dialect, engine, "work", 10)
+    claimed = await ahead.claim(10, channel_breakers=False)
+    assert sorted(bytes(row[PAYLOAD]) for row in claimed or ()) == [b"a0", b"b1", b"c2"]
+    assert checked_out(engine) == 0  # its session ended with the write
+
+
+async def test_a_read_made_before_another_claim_hands_out_nothing_past_a_limit(
+    database_url, engine, dialect, tables
+):
+    """The read sees channel a with room for one; another claim takes that one before
+    the write: the version moved, so the read's plan writes nothing, and the claim that
+    reads afresh sees a full."""
+    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await publish(database_url, "a", "a", "a")
+    ahead = ReadAhead(dialect, engine, "work", 10)
+    await ahead.read_made()
+    assert len(await claim_channelled(dialect, engine, "work", 10)) == 1
+    assert await ahead.claim(10, channel_breakers=False) is None
+    assert await claim_channelled(dialect, engine, "work", 10) == []
+    assert await states(engine, tables) == ["PROCESSING", "PENDING", "PENDING"]
+    assert checked_out(engine) == 0
+
+
+async def test_an_old_read_is_closed_unused_and_the_claim_reads_afresh(
+    database_url, engine, dialect, monkeypatch
+):
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_MAX_AGE", 0.0)
+    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await publish(database_url, "a", "b")
+    closing: set[asyncio.Task[None]] = set()
+    # expires at the loop's next turn, and closes in the background
+    ahead = ReadAhead(dialect, engine, "work", 10, closing)
+    claimed = await claim_channelled(dialect, engine, "work", 10, ahead=ahead)
+    assert len(claimed) == 2  # from the fresh read
+    while closing:
+        await asyncio.wait(set(closing))
+    assert checked_out(engine) == 0
+
+
+async def test_a_read_that_saw_nothing_leaves_a_later_publish_to_a_fresh_read(
+    database_url, engine, dialect
+):
+    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await create_queue_row(dialect, engine, "work")
+    ahead = ReadAhead(dialect, engine, "work", 10)
+    await ahead.read_made()
+    await publish(database_url, "a")
+    claimed = await claim_channelled(dialect, engine, "work", 10, ahead=ahead)
+    assert [bytes(row[PAYLOAD]) for row in claimed] == [b"a0"]
+    assert checked_out(engine) == 0
+
+
+async def test_a_rate_is_charged_only_from_a_fresh_read(database_url, engine, dialect, tables):
+    """A rate window is charged at the read's clock: a read made earlier is not used."""
+    await set_limits(dialect, engine, "work", "a", rate="5/s")
+    await publish(database_url, "a", "a")
+    ahead = ReadAhead(dialect, engine, "work", 10)
+    assert await ahead.claim(10, channel_breakers=False) is None
+    assert await states(engine, tables) == ["PENDING", "PENDING"]
+    assert len(await claim_channelled(dialect, engine, "work", 10)) == 2
+    assert checked_out(engine) == 0
+
+
+async def test_reads_ahead_are_made_where_the_session_holds_no_writer_lock(
+    database_url, engine, dialect
+):
+    """SQLite's claim session holds the one writer lock from its read to its write: a
+    read made ahead would hold it while the workers run. Elsewhere a claim that handed
+    out messages reads for the next, and a fetcher stopping gives its read's
+    connection back."""
+    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await publish(database_url, "a")
+    reads = ReadsAhead(dialect, engine)
+    assert reads.take("work") is None
+    reads.claimed("work", 8)
+    assert ("work" in reads.pending) == (dialect.name != "sqlite")
+    await reads.close()
+    assert reads.pending == {} and checked_out(engine) == 0
+
+
+async def test_a_channelled_drain_with_reads_ahead_keeps_every_limit(database_url, engine, dialect):
+    """The subscriber reads ahead between its claims; handlers count what runs at once
+    per channel, which never passes its limit, and every message is handled once."""
+    await set_limits(dialect, engine, "work", channel_max_concurrency=2)
+    channels = [f"c{i}" for i in range(10)]
+    expected = sorted(f"{c}:{n}" for n in range(6) for c in channels)
+    async with SqlaBroker(database_url) as broker:
+        for n in range(6):
+            for c in channels:
+                await broker.publish(f"{c}:{n}", queue="work", channel=c)
+    running: dict[str, int] = {}
+    most: dict[str, int] = {}
+    handled: list[str] = []
+    done = asyncio.Event()
+    broker = SqlaBroker(database_url)
+
+    @broker.subscriber("work", max_workers=16)
+    async def handle(body: str) -> None:
+        channel = body.split(":")[0]
+        running[channel] = running.get(channel, 0) + 1
+        most[channel] = max(most.get(channel, 0), running[channel])
+        await asyncio.sleep(0)  # other workers start meanwhile
+        running[channel] -= 1
+        handled.append(body)
+        if len(handled) == len(expected):
+            done.set()
+
+    async with broker:
+        await broker.start()
+        await asyncio.wait_for(done.wait(), 60)
+    assert sorted(handled) == expected
+    assert max(most.values()) <= 2
+    # the reads made ahead ended with the subscriber: none holds a transaction open
+    assert not await holds_a_transaction(engine, dialect.name, database_url)
