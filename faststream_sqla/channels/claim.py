@@ -60,9 +60,11 @@ from .groups import group_key, group_of
 from .limits import Rate
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Dialect as SqlDialect
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
     from faststream_sqla.dialects import Dialect
+    from faststream_sqla.dialects._compiled import DriverStatement, DriverStatements
 
     from .read_ahead import ReadAhead
 
@@ -1012,6 +1014,19 @@ class ChannelClaim:
         return my.on_duplicate_key_update(
             rate_slot=my.inserted.rate_slot, rate_counts=my.inserted.rate_counts
         )
+
+    def half_open_on_driver(
+        self, statements: DriverStatements, dialect: SqlDialect
+    ) -> tuple[DriverStatement, DriverStatement]:
+        """`half_open` compiled for a driver's connection, every parameter given per
+        call, kept in the dialect's `statements`."""
+        mark, event = (
+            statements.of(
+                ("channel_probe", step), dialect, statement, tuple(statement.compile().params)
+            )
+            for step, statement in enumerate(self.half_open)
+        )
+        return mark, event
 
     @functools.cached_property
     def half_open(self) -> tuple[sa.Update, sa.Insert]:

@@ -355,15 +355,7 @@ class MySQLDialect(Dialect):
                 await cursor.execute(upsert.sql, upsert.arguments(window))
         probes = claim.probe_parameters(queue, head.now, planned)
         if probes:
-            mark, event = (
-                self._on_driver.of(
-                    ("channel_probe", step),
-                    engine.dialect,
-                    statement,
-                    tuple(statement.compile().params),  # all given per call
-                )
-                for step, statement in enumerate(claim.half_open)
-            )
+            mark, event = claim.half_open_on_driver(self._on_driver, engine.dialect)
             for probe in probes:
                 if await cursor.execute(mark.sql, mark.arguments(probe)) != 1:
                     raise ProbeMissed(probe["p_channel"])

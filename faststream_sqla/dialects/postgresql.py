@@ -330,16 +330,7 @@ class PostgresDialect(Dialect):
         from faststream_sqla.channels.claim import ProbeMissed
 
         claim = self.channel_claim
-        statements = [
-            self._on_driver.of(
-                ("channel_probe", step),
-                engine.dialect,
-                statement,
-                tuple(statement.compile().params),  # all given per call
-            )
-            for step, statement in enumerate(claim.half_open)
-        ]
-        mark, event = statements
+        mark, event = claim.half_open_on_driver(self._on_driver, engine.dialect)
         for probe in claim.probe_parameters(queue, head.now, planned):
             if await conn.execute(mark.sql, *mark.arguments(probe)) != "UPDATE 1":
                 raise ProbeMissed(probe["p_channel"])
