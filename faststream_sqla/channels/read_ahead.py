@@ -16,8 +16,10 @@ A read is not used, and the claim reads afresh, when it is older than
 then seen at most that much later than without reading ahead), when its plan charges a rate
 window (a rate is charged at the read's clock) or sends a breaker's probe, and when it
 leaves nothing to claim (a publish since may have brought more). Reading ahead
-starts only while the claims come at most half that age apart, so slow handlers
-waste no reads.
+happens only while the claims come at most half that age apart, so slow handlers
+waste no reads, and at least READ_AHEAD_MIN_GAP apart: workers that go idle a few at
+a time (a claim of a few messages right after another) leave no time to overlap,
+and a read in a task of its own would only come later.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ if TYPE_CHECKING:
 #: the oldest read a claim still writes from (seconds); also how long an unused one
 #: holds its connection
 READ_AHEAD_MAX_AGE = 0.05
+#: the least time between claims (seconds, a running average) for reading ahead to
+#: pay: a read made ahead starts, and its result reaches the claim, a turn of the
+#: event loop later than a read made by the claim itself, and a turn with busy
+#: workers is a good part of this
+READ_AHEAD_MIN_GAP = 0.001
 #: weight of the newest gap between claims in their running average
 _GAP_WEIGHT = 0.2
 
@@ -148,7 +155,7 @@ class ReadsAhead:
         #: reads closing unused in the background (the loop keeps only weak references)
         self._closing: set[asyncio.Task[None]] = set()
         #: running average of the time from a claim's end to the next one's start
-        self._gap = 0.0
+        self._gap: float | None = None
         self._claimed_at: float | None = None
 
     @property
@@ -160,7 +167,7 @@ class ReadsAhead:
         now = time.monotonic()
         if self._claimed_at is not None:
             gap = now - self._claimed_at
-            self._gap += _GAP_WEIGHT * (gap - self._gap)
+            self._gap = gap if self._gap is None else self._gap + _GAP_WEIGHT * (gap - self._gap)
             self._claimed_at = None
         return self.pending.pop(queue, None)
 
@@ -168,7 +175,12 @@ class ReadsAhead:
         """A claim of `queue` handed messages to the workers: read for the next one,
         of up to `limit`, if claims come close enough together."""
         self._claimed_at = time.monotonic()
-        if not self.enabled or self._gap > READ_AHEAD_MAX_AGE / 2:
+        gap = self._gap
+        if (
+            not self.enabled
+            or gap is None
+            or not READ_AHEAD_MIN_GAP <= gap <= READ_AHEAD_MAX_AGE / 2
+        ):
             return
         stale = self.pending.pop(queue, None)
         if stale is not None:

@@ -104,15 +104,18 @@ async def test_a_rate_is_charged_only_from_a_fresh_read(database_url, engine, di
 
 
 async def test_reads_ahead_are_made_where_the_session_holds_no_writer_lock(
-    database_url, engine, dialect
+    database_url, engine, dialect, monkeypatch
 ):
     """SQLite's claim session holds the one writer lock from its read to its write: a
-    read made ahead would hold it while the workers run. Elsewhere a claim that handed
-    out messages reads for the next, and a fetcher stopping gives its read's
-    connection back."""
+    read made ahead would hold it while the workers run. Elsewhere, once claims have
+    come far enough apart, a claim that handed out messages reads for the next, and a
+    fetcher stopping gives its read's connection back."""
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_MIN_GAP", 0.0)
     await set_limits(dialect, engine, "work", channel_max_concurrency=1)
     await publish(database_url, "a")
     reads = ReadsAhead(dialect, engine)
+    reads.claimed("work", 8)  # no gap between claims seen yet: no read
+    assert reads.pending == {}
     assert reads.take("work") is None
     reads.claimed("work", 8)
     assert ("work" in reads.pending) == (dialect.name != "sqlite")
