@@ -62,6 +62,10 @@ class ReadAhead:
         limit: int,
         closing: set[asyncio.Task[None]] | None = None,
     ) -> None:
+        if not dialect.reads_channels_ahead:
+            # its session would hold the database's one writer lock until the write
+            msg = f"{dialect.name} claims do not read ahead: their session holds the writer lock"
+            raise ValueError(msg)
         self.queue, self.limit = queue, limit
         self._stack = AsyncExitStack()
         self._started = time.monotonic()
