@@ -90,10 +90,7 @@ class DriverStatements:
     ) -> DriverStatement:
         """The statement `name`, compiled from the already built `statement` on first
         use."""
-        compiled = self._compiled.get(name)
-        if compiled is None:
-            compiled = self.add(name, dialect, statement, per_call)
-        return compiled
+        return self.get(name, dialect, lambda: statement, per_call)
 
     def add(
         self,
