@@ -2,9 +2,11 @@
 
 A channelled subscriber claims only for idle workers (no prefetch), so without this its
 claims and its handlers take turns: the workers wait through the claim's read and its
-write, and the database waits while they work. So once a claim has handed its
-messages to the workers, the fetcher starts the next claim's read (`ReadsAhead`); when
-workers go idle, the claim plans from that read and only writes.
+write, and the database waits while they work. So once a claim has its messages, the
+fetcher starts the next claim's read (`ReadsAhead`) and only then hands them to the
+workers: the read's task runs first and sends its statement, and the database reads
+while the workers run. When workers go idle, the claim plans from that read and only
+writes.
 
 The write's version check is what makes an older read safe: a claim or a change of
 limits in any process moves the queue row's version, and the write then changes
@@ -69,6 +71,8 @@ class ReadAhead:
         self.queue, self.limit = queue, limit
         self._stack = AsyncExitStack()
         self._started = time.monotonic()
+        #: its task has begun: the read is on its way to the database
+        self.began = False
         #: claimed, discarded or expired: its session is someone's to close
         self._taken = False
         self._closing = set() if closing is None else closing
@@ -78,6 +82,7 @@ class ReadAhead:
     async def _read(
         self, dialect: Dialect, engine: AsyncEngine
     ) -> tuple[ChannelSession, QueueRow | None, list[Any]]:
+        self.began = True
         try:
             session = await self._stack.enter_async_context(dialect.channel_session(engine))
             head, candidates = await session.read(self.queue, self.limit)

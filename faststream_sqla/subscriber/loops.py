@@ -381,9 +381,12 @@ class Fetcher:
                 self.on_claimed(claimed)
                 if self.breakers is not None:
                     self.breakers.claimed(queue, claimed)
-            self.buffer.put_all(claimed)
             if channelled and rows:
+                # before the hand-out: the read's task then runs, and sends its
+                # statement, ahead of the workers it wakes, so the database reads while
+                # they work; after it, the read went out only once they had all run
                 self.reads_ahead.claimed(queue, self.options.max_workers * self.per_worker)
+            self.buffer.put_all(claimed)
             got += len(rows)
         return got
 

@@ -176,3 +176,40 @@ async def test_a_channelled_drain_with_reads_ahead_keeps_every_limit(database_ur
     assert max(most.values()) <= 2
     # the reads made ahead ended with the subscriber: none holds a transaction open
     assert not await holds_a_transaction(engine, dialect.name, database_url)
+
+
+@pytest.mark.parametrize("dialect_name", on_servers())
+async def test_the_next_read_is_on_its_way_before_the_workers_start(
+    database_url, engine, dialect, monkeypatch
+):
+    """A claim starts the next one's read before it hands its messages out, so the
+    database reads while the workers run them: every handler that runs while a read is
+    pending finds it begun."""
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_MIN_GAP", 0.0)
+    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    channels = [f"c{i}" for i in range(8)]
+    async with SqlaBroker(database_url) as broker:
+        for n in range(5):
+            for c in channels:
+                await broker.publish(f"{c}:{n}", queue="work", channel=c)
+    seen: list[bool] = []  # per handler with a read pending: had it begun?
+    handled = 0
+    done = asyncio.Event()
+    broker = SqlaBroker(database_url)
+    subscriber = broker.subscriber("work", max_workers=4)
+
+    @subscriber
+    async def handle(body: str) -> None:
+        nonlocal handled
+        pending = subscriber._fetcher.reads_ahead.pending.get("work")
+        if pending is not None:
+            seen.append(pending.began)
+        handled += 1
+        if handled == 40:
+            done.set()
+
+    async with broker:
+        await broker.start()
+        await asyncio.wait_for(done.wait(), 60)
+    assert seen, "no claim read ahead"
+    assert all(seen)
