@@ -10,6 +10,7 @@ import asyncio
 import functools
 import logging
 import random
+import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -53,13 +54,23 @@ class Backoff:
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> None:
-    """Wait until `event` is set or `timeout` passes, whichever is first."""
-    if timeout <= 0:
+    """Wait until `event` is set or `timeout` passes, whichever is first; always lets
+    the loop turn at least once, as a caller that loops on a set event relies on."""
+    if timeout <= 0 or event.is_set():
         await asyncio.sleep(0)
         return
+    if sys.version_info < (3, 11):
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        return
+    # in this task, not one of wait_for's: the waiter resumes one turn of the loop
+    # after the event is set, not three (a channelled claim waits for idle workers so)
     try:
-        await asyncio.wait_for(event.wait(), timeout)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
         pass
 
 
@@ -294,8 +305,9 @@ class Fetcher:
                     self.buffer.worker_idle.clear()
                     await wait_event(self.buffer.worker_idle, self.options.max_fetch_interval)
                     # the workers finishing in this turn of the loop go idle together:
-                    # one claim for all of them, not one each
-                    await asyncio.sleep(0)
+                    # one claim for all of them, not one each (unless none is busy)
+                    if self.buffer.idle_workers < self.options.max_workers:
+                        await asyncio.sleep(0)
                     continue
             elif self.free_slots() < batch:
                 # Cleared once the fetcher runs again, not when its claim ends: left set
