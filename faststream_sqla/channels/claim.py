@@ -74,8 +74,20 @@ EXTRA_CANDIDATES = 8
 SCAN_PER_CANDIDATE = 20
 #: MySQL: the most live messages of a channel its take reads whole (ChannelClaim._whole_channels)
 WHOLE_AT_MOST = 2 * SCAN_PER_CANDIDATE
+#: MariaDB: rows a streamed read may examine per keys-index entry its bounded walk
+#: would read, and per message in flight, before the server cuts it short
+#: (ChannelClaim.read_with)
+EXAMINED_PER_SCANNED = 10
+EXAMINED_PER_IN_FLIGHT = 10
+#: MariaDB: reads of a queue made with the bounded walk after a streamed read was cut
+#: short (a channel with a long backlog in its range), doubled for each cut in a row
+#: up to BOUNDED_AFTER_CUTS times as many
+BOUNDED_AFTER_CUT = 64
+BOUNDED_AFTER_CUTS = 64
 #: the rotation's name for the messages without a channel
 PLAIN = ""
+#: the part of a streamed read's last row: a read without it was cut short
+_COMPLETE = 4
 #: reads a claim makes when other claims keep moving the queue's version meanwhile
 CONFLICT_RETRIES = 4
 #: a take's statement: channels with a branch of their own, whether PLAIN has one, and
@@ -155,6 +167,9 @@ class QueueRow:
     #: in flight, per channel (None: without one)
     busy: dict[str | None, int] = field(default_factory=dict)
     now: datetime = field(default_factory=lambda: datetime(1970, 1, 1))
+    #: MariaDB: the read's walks streamed (ChannelClaim._mysql_walk): they end only at
+    #: their number of channels, so a part that lists fewer reached its end
+    streamed: bool = False
 
 
 @dataclass
@@ -263,7 +278,7 @@ def plan(
     # The messages without a channel and the channels from the start (up to where this
     # turn began: the read keeps to those) take their turn only once this round has
     # reached its last channel; a full list may have more after it.
-    if wraps(candidates, limit):
+    if wraps(candidates, limit, streamed=head.streamed):
         seen = {row["channel"] for row in after}
         members.append(Member(PLAIN, paused=not head.plain_waiting))
         members += [
@@ -301,12 +316,15 @@ def plan(
     return Plan(members, last, queue_window, windows, probes)
 
 
-def wraps(candidates: Sequence[Any], limit: int) -> bool:
+def wraps(candidates: Sequence[Any], limit: int, *, streamed: bool = False) -> bool:
     """Whether a claim of `limit` goes on to the channels from the start (the read's
     part 2), and to the messages without a channel: only once the channels after the
-    rotation ran out before the read's bounds did."""
+    rotation ran out before the read's bounds did (`streamed`: a read whose walk
+    had no bound but its number of channels)."""
     after = [row for row in candidates if row["part"] == 1]
     most = limit + EXTRA_CANDIDATES
+    if streamed:
+        return len(after) < most
     entries = sum(row["in_flight"] or 0 for row in after)  # MySQL: keys read
     return len(after) < most and entries < most * SCAN_PER_CANDIDATE
 
@@ -426,8 +444,21 @@ class ChannelClaim:
         # claim reads it alone when it turns out to be needed after all (`read_with`).
         self.read_after_rotation = self._build_read(wrapped=False)
         self.read_from_start = self._build_read(wrapped=True, alone=True)
+        #: MariaDB's reads with streamed walks (`_mysql_walk`), by `wrapped`
+        self.streamed_reads = (
+            {wrapped: self._build_read(wrapped=wrapped, streamed=True) for wrapped in (True, False)}
+            if self.mysql
+            else {}
+        )
         #: per queue: whether its last claim here went on to the channels from the start
         self._claims_wrap: dict[str, bool] = {}
+        #: MariaDB, per queue: reads left to make bounded since a streamed one was cut,
+        #: and how many were cut in a row
+        self._bounded_reads: dict[str, int] = {}
+        self._cuts: dict[str, int] = {}
+        #: per queue: the messages in flight its last read counted (a streamed read's
+        #: allowance of rows to examine grows with them)
+        self._in_flight_seen: dict[str, int] = {}
         self._by_shape: dict[TakeShape, Any] = {}
         self.bump = self._build_bump()
 
@@ -496,7 +527,12 @@ class ChannelClaim:
         return found.limit(1).scalar_subquery().isnot(None)
 
     def _walk(
-        self, name: str, start: sa.ColumnElement[str], stop: sa.ColumnElement[str] | None
+        self,
+        name: str,
+        start: sa.ColumnElement[str],
+        stop: sa.ColumnElement[str] | None,
+        *,
+        streamed: bool = False,
     ) -> Any:
         """The channels after `start` (and up to `stop`) with live (PostgreSQL, SQLite:
         ready) messages, in order, at most :most, as (channel, n, entries): one index
@@ -505,7 +541,7 @@ class ChannelClaim:
         collation, as it orders the channels."""
         tables = self.tables
         if tables.keys is not None:
-            return self._mysql_walk(name, start, stop)
+            return self._mysql_walk(name, start, stop, streamed=streamed)
         source = tables.message
 
         def ready(alias: Any) -> list[sa.ColumnElement[bool]]:
@@ -553,18 +589,44 @@ class ChannelClaim:
         )
 
     def _mysql_walk(
-        self, name: str, start: sa.ColumnElement[str], stop: sa.ColumnElement[str] | None
+        self,
+        name: str,
+        start: sa.ColumnElement[str],
+        stop: sa.ColumnElement[str] | None,
+        *,
+        streamed: bool = False,
     ) -> Any:
         """MariaDB evaluates the recursive walk's step as a walk of the queue's whole
         key range (no range access on a correlated bound), so there the channels come
         from one range of the keys index after `start`, read no further than :scan
         entries; `entries` counts what was read of each, so the plan can tell a range
-        cut short (the rotation then stops at its end) from the end of the queue."""
+        cut short (the rotation then stops at its end) from the end of the queue.
+
+        `streamed`: the range grouped as the index yields it, up to :most channels, with
+        no bound on the entries read. It saves the bounded walk's two temporary tables
+        (the range copied, then grouped), but reads every entry of a channel with a long
+        backlog: the whole read is made with the server's own bound on the rows it
+        examines (ChannelClaim.read_with)."""
         k = self.tables.keys
         assert k is not None
         bounds = [k.c.queue == _bind("ch_queue"), k.c.channel > start]
         if stop is not None:
             bounds.append(k.c.channel <= stop)
+        if streamed:
+            grouped = (
+                sa.select(k.c.channel, sa.func.count().label("entries"))
+                .with_hint(k, f"FORCE INDEX (ix_{self.tables.message.name}_channel)")
+                .where(*bounds)
+                .group_by(k.c.channel)
+                .order_by(k.c.channel)
+                .limit(_bind("most", sa.Integer()))
+                .subquery(f"{name}_channels")
+            )
+            return sa.select(
+                grouped.c.channel,
+                sa.func.row_number().over(order_by=grouped.c.channel).label("n"),
+                grouped.c.entries,
+            ).subquery(name)
         head = (
             sa.select(k.c.channel)
             .with_hint(k, f"FORCE INDEX (ix_{self.tables.message.name}_channel)")
@@ -587,12 +649,20 @@ class ChannelClaim:
             distinct.c.entries,
         ).subquery(name)
 
-    def _build_read(self, *, wrapped: bool = True, alone: bool = False) -> Any:
+    def _build_read(
+        self, *, wrapped: bool = True, alone: bool = False, streamed: bool = False
+    ) -> Any:
         """Part 0: the queue's row; parts 1 and 2: the channels after the rotation and
         from the start, each with its control row; part 3: the messages in flight, per
         channel (`n`; the channel NULL for those without one). The in-flight counts
         come as rows of their own, not joined: MariaDB computed a shared CTE once per
-        use. Without `wrapped`, no part 2; `alone`, part 2 only."""
+        use. Without `wrapped`, no part 2; `alone`, part 2 only.
+
+        `streamed` (MariaDB): the walks stream (`_mysql_walk`), and the read ends with
+        part 4, one constant row, and `LIMIT ROWS EXAMINED :examined`: the server stops
+        a read that examines more and returns what it has so far, which then lacks
+        part 4. A `DO 0` after it keeps the driver from asking for the warning that the
+        cut leaves, and from logging it."""
         c, m = self.tables.controls, self.tables.message
         queue_row = c.alias("queue_row")
         is_queue_row = (queue_row.c.queue == _bind("ch_queue"), queue_row.c.channel == WHOLE_QUEUE)
@@ -688,11 +758,14 @@ class ChannelClaim:
                 .where(walk.c.channel.isnot(None))
             )
 
-        after = self._walk("after_rotation", sa.func.coalesce(rotation, WHOLE_QUEUE), None)
+        after = self._walk(
+            "after_rotation", sa.func.coalesce(rotation, WHOLE_QUEUE), None, streamed=streamed
+        )
         from_start = self._walk(
             "from_start",
             sa.literal(WHOLE_QUEUE, m.c.channel.type),
             sa.func.coalesce(rotation, WHOLE_QUEUE),
+            streamed=streamed,
         )
         nothing = [sa.null()] * 26
         busy = (
@@ -715,6 +788,12 @@ class ChannelClaim:
                 )
             )
         parts = [head, channels(1, after), *([channels(2, from_start)] if wrapped else []), busy]
+        if streamed:
+            parts.append(
+                sa.select(sa.literal_column(str(_COMPLETE)), *[sa.null()] * 28).suffix_with(
+                    sa.text("LIMIT ROWS EXAMINED :examined; DO 0")
+                )
+            )
         return sa.union_all(*parts)
 
     # -- the write ----------------------------------------------------------------------
@@ -904,6 +983,12 @@ class ChannelClaim:
     @functools.cached_property
     def _joins_whole(self) -> bool:
         return self.mysql and bool(getattr(self.dialect, "json_table", False))
+
+    @functools.cached_property
+    def _streams(self) -> bool:
+        """MariaDB: reads walk the channels streamed, bounded by `LIMIT ROWS EXAMINED`
+        (known once the dialect has met its server)."""
+        return self.mysql and bool(getattr(self.dialect, "limits_rows_examined", False))
 
     def statements(self, shape: TakeShape) -> Any:
         """The write for a shape, built once: PostgreSQL's single statement (the bump
@@ -1161,11 +1246,38 @@ class ChannelClaim:
         claim here did not need it, and read alone when this one turns out to."""
         parameters = self.read_parameters(queue, limit)
         wrapped = self._claims_wrap.get(queue, True)
-        statement = self.read if wrapped else self.read_after_rotation
-        head, candidates = split_read(await run(("channel_read", wrapped), statement, parameters))
+        rows = None
+        if self._streams and self._bounded_reads.get(queue, 0) <= 0:
+            walks = 2 if wrapped else 1
+            examined = int(
+                walks * parameters["scan"] * EXAMINED_PER_SCANNED
+                + self._in_flight_seen.get(queue, 0) * EXAMINED_PER_IN_FLIGHT
+            )
+            streamed = {"ch_queue": queue, "most": parameters["most"], "examined": examined}
+            rows = await run(
+                ("channel_read_streamed", wrapped), self.streamed_reads[wrapped], streamed
+            )
+            if any(row["part"] == _COMPLETE for row in rows):
+                self._cuts.pop(queue, None)
+            else:
+                # a channel with a long backlog in the walk's range: bounded reads
+                # for a while, from this one on (in the same snapshot)
+                cuts = self._cuts[queue] = self._cuts.get(queue, 0) + 1
+                self._bounded_reads[queue] = BOUNDED_AFTER_CUT * min(
+                    2 ** (cuts - 1), BOUNDED_AFTER_CUTS
+                )
+                rows = None
+        if rows is None:
+            if queue in self._bounded_reads:
+                self._bounded_reads[queue] -= 1
+            statement = self.read if wrapped else self.read_after_rotation
+            rows = await run(("channel_read", wrapped), statement, parameters)
+        head, candidates = split_read(rows)
         if head is None or head.paused:  # nothing is claimed: nothing to learn either
             return head, candidates
-        needed = wraps(candidates, limit)
+        head.streamed = rows is not None and any(row["part"] == _COMPLETE for row in rows)
+        self._in_flight_seen[queue] = head.in_flight
+        needed = wraps(candidates, limit, streamed=head.streamed)
         self._claims_wrap[queue] = needed
         if needed and not wrapped:
             more = await run("channel_read_from_start", self.read_from_start, parameters)

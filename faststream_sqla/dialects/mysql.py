@@ -405,6 +405,9 @@ class MySQLDialect(Dialect):
         self.max_packet = DEFAULT_MAX_PACKET
         self.insert_returning = True
         self.consecutive_ids = True
+        #: MariaDB's `LIMIT ROWS EXAMINED`, which the channel claim's reads bound
+        #: themselves with (channels.claim, ChannelClaim._mysql_walk)
+        self.limits_rows_examined = False
 
     def latest_rows(self, stmt: sa.Select) -> sa.Select:
         # InnoDB's plain reads keep the transaction's first snapshot under REPEATABLE
@@ -435,6 +438,7 @@ class MySQLDialect(Dialect):
         # (migration 0007): a JSON_TABLE column would otherwise compare case-blind.
         self.json_table = version >= ((10, 6) if mariadb else (8, 0, 4))
         self.key_collation = exact_collation(mariadb)
+        self.limits_rows_examined = mariadb
 
     async def first_of_keys(
         self, conn: AsyncConnection, queue: str, keys: Sequence[str]
@@ -708,7 +712,9 @@ class _ChannelSession:
         async def run(name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
             read = dialect._on_driver.of(name, engine.dialect, statement, tuple(parameters))
             await cursor.execute(read.sql, read.arguments(parameters))
-            return _mappings(cursor, await cursor.fetchall())
+            rows = _mappings(cursor, await cursor.fetchall())
+            await cursor.nextset()  # a streamed read's DO 0
+            return rows
 
         # every read in the snapshot the first one starts
         return await dialect.channel_claim.read_with(queue, limit, run)
