@@ -1243,30 +1243,14 @@ class ChannelClaim:
         """The read of a claim of up to `limit` messages, split (`split_read`): `run(name,
         statement, parameters)` runs one statement on the caller's connection and
         returns its rows as mappings. Part 2 is left out while the queue's previous
-        claim here did not need it, and read alone when this one turns out to."""
+        claim here did not need it, and read alone when this one turns out to. On
+        MariaDB the walks are streamed, unless a recent streamed read of the queue was
+        cut short (`_read_streamed`)."""
         parameters = self.read_parameters(queue, limit)
         wrapped = self._claims_wrap.get(queue, True)
         rows = None
         if self._streams and self._bounded_reads.get(queue, 0) <= 0:
-            walks = 2 if wrapped else 1
-            examined = int(
-                walks * parameters["scan"] * EXAMINED_PER_SCANNED
-                + self._in_flight_seen.get(queue, 0) * EXAMINED_PER_IN_FLIGHT
-            )
-            streamed = {"ch_queue": queue, "most": parameters["most"], "examined": examined}
-            rows = await run(
-                ("channel_read_streamed", wrapped), self.streamed_reads[wrapped], streamed
-            )
-            if any(row["part"] == _COMPLETE for row in rows):
-                self._cuts.pop(queue, None)
-            else:
-                # a channel with a long backlog in the walk's range: bounded reads
-                # for a while, from this one on (in the same snapshot)
-                cuts = self._cuts[queue] = self._cuts.get(queue, 0) + 1
-                self._bounded_reads[queue] = BOUNDED_AFTER_CUT * min(
-                    2 ** (cuts - 1), BOUNDED_AFTER_CUTS
-                )
-                rows = None
+            rows = await self._read_streamed(queue, wrapped, parameters, run)
         if rows is None:
             if queue in self._bounded_reads:
                 self._bounded_reads[queue] -= 1
@@ -1275,7 +1259,7 @@ class ChannelClaim:
         head, candidates = split_read(rows)
         if head is None or head.paused:  # nothing is claimed: nothing to learn either
             return head, candidates
-        head.streamed = rows is not None and any(row["part"] == _COMPLETE for row in rows)
+        head.streamed = any(row["part"] == _COMPLETE for row in rows)
         self._in_flight_seen[queue] = head.in_flight
         needed = wraps(candidates, limit, streamed=head.streamed)
         self._claims_wrap[queue] = needed
@@ -1283,6 +1267,32 @@ class ChannelClaim:
             more = await run("channel_read_from_start", self.read_from_start, parameters)
             candidates += sorted(more, key=lambda r: r["n"])
         return head, candidates
+
+    async def _read_streamed(
+        self,
+        queue: str,
+        wrapped: bool,
+        parameters: dict[str, Any],
+        run: Callable[[Hashable, Any, dict[str, Any]], Awaitable[Sequence[Any]]],
+    ) -> Sequence[Any] | None:
+        """MariaDB: the read with streamed walks; None if the server cut it short (a
+        channel with a long backlog in a walk's range), and the queue's next reads are
+        then bounded, from the caller's one on (in the same snapshot)."""
+        examined = int(
+            (2 if wrapped else 1) * parameters["scan"] * EXAMINED_PER_SCANNED
+            + self._in_flight_seen.get(queue, 0) * EXAMINED_PER_IN_FLIGHT
+        )
+        rows = await run(
+            ("channel_read_streamed", wrapped),
+            self.streamed_reads[wrapped],
+            {"ch_queue": queue, "most": parameters["most"], "examined": examined},
+        )
+        if any(row["part"] == _COMPLETE for row in rows):
+            self._cuts.pop(queue, None)
+            return rows
+        cuts = self._cuts[queue] = self._cuts.get(queue, 0) + 1
+        self._bounded_reads[queue] = BOUNDED_AFTER_CUT * min(2 ** (cuts - 1), BOUNDED_AFTER_CUTS)
+        return None
 
     def read_parameters(self, queue: str, limit: int) -> dict[str, Any]:
         """The read's parameters for a claim of up to `limit` messages."""
