@@ -612,33 +612,26 @@ class ChannelClaim:
         bounds = [k.c.queue == _bind("ch_queue"), k.c.channel > start]
         if stop is not None:
             bounds.append(k.c.channel <= stop)
+        hint = f"FORCE INDEX (ix_{self.tables.message.name}_channel)"
+        channel: sa.ColumnElement[str]
         if streamed:
-            grouped = (
-                sa.select(k.c.channel, sa.func.count().label("entries"))
-                .with_hint(k, f"FORCE INDEX (ix_{self.tables.message.name}_channel)")
+            channel = k.c.channel
+            ranged = sa.select(channel).with_hint(k, hint).where(*bounds)
+        else:
+            head = (
+                sa.select(k.c.channel)
+                .with_hint(k, hint)
                 .where(*bounds)
-                .group_by(k.c.channel)
                 .order_by(k.c.channel)
-                .limit(_bind("most", sa.Integer()))
-                .subquery(f"{name}_channels")
+                .limit(_bind("scan", sa.Integer()))
+                .subquery(f"{name}_head")
             )
-            return sa.select(
-                grouped.c.channel,
-                sa.func.row_number().over(order_by=grouped.c.channel).label("n"),
-                grouped.c.entries,
-            ).subquery(name)
-        head = (
-            sa.select(k.c.channel)
-            .with_hint(k, f"FORCE INDEX (ix_{self.tables.message.name}_channel)")
-            .where(*bounds)
-            .order_by(k.c.channel)
-            .limit(_bind("scan", sa.Integer()))
-            .subquery(f"{name}_head")
-        )
+            channel = head.c.channel
+            ranged = sa.select(channel)
         distinct = (
-            sa.select(head.c.channel, sa.func.count().label("entries"))
-            .group_by(head.c.channel)
-            .order_by(head.c.channel)
+            ranged.add_columns(sa.func.count().label("entries"))
+            .group_by(channel)
+            .order_by(channel)
             .limit(_bind("most", sa.Integer()))
             .subquery(f"{name}_channels")
         )
