@@ -1244,6 +1244,7 @@ class ChannelClaim:
         rows = None
         if self._streams and self._bounded_reads.get(queue, 0) <= 0:
             rows = await self._read_streamed(queue, wrapped, parameters, run)
+        streamed = rows is not None
         if rows is None:
             if queue in self._bounded_reads:
                 self._bounded_reads[queue] -= 1
@@ -1252,7 +1253,7 @@ class ChannelClaim:
         head, candidates = split_read(rows)
         if head is None or head.paused:  # nothing is claimed: nothing to learn either
             return head, candidates
-        head.streamed = any(row["part"] == _COMPLETE for row in rows)
+        head.streamed = streamed
         self._in_flight_seen[queue] = head.in_flight
         needed = wraps(candidates, limit, streamed=head.streamed)
         self._claims_wrap[queue] = needed
