@@ -205,8 +205,13 @@ class Fetcher:
         claiming: asyncio.Lock,
         log: Log,
         health: DatabaseHealth,
+        on_short_claim: Callable[[], None] | None = None,
     ) -> None:
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
+        #: called when a channelled claim took less than its idle workers' room: the
+        #: channels' slots may be held by handled messages whose outcomes wait to be
+        #: written
+        self.on_short_claim = on_short_claim
         self.options, self.buffer, self.wake, self.log = options, buffer, wake, log
         self.health = health
         #: held while a claim is in flight (see StuckReleaser)
@@ -335,6 +340,8 @@ class Fetcher:
             backoff.reset()
             if not self.channelled:
                 self._resize()
+            elif got < batch and self.on_short_claim is not None:
+                self.on_short_claim()
             # with channels, a claim that took anything may have left limits with room
             full = got > 0 if self.channelled else got >= batch
             if full and self.options.min_fetch_interval <= 0:

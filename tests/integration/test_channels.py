@@ -435,3 +435,29 @@ async def test_claims_go_round_many_channels_and_wrap(database_url, engine, dial
     # each channel once (its one slot stays taken), its oldest message, in name order
     assert channelled == [(name, f"{name}-0".encode()) for name in names]
     assert sorted(body for channel, body in claimed if channel is None) == [b"p0", b"p1"]
+
+
+async def test_a_handled_message_frees_its_channel_slot_without_waiting_for_the_flush(
+    database_url, engine, dialect
+):
+    """Until its outcome is written, a handled message counts in flight and holds its
+    channel's slot. A claim that comes back short of its idle workers has the outcomes
+    waiting in the flusher written at once, and claims again once they are: with a
+    minute's flush_interval and fetch interval, a channel of one message at a time
+    still drains its backlog, in order."""
+    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    async with SqlaBroker(database_url) as publisher:
+        await publisher.publish_batch(*(f"a{i}" for i in range(4)), queue="work", channel="a")
+    broker = SqlaBroker(database_url)
+    got = Recorder()
+
+    @broker.subscriber(
+        "work", max_workers=4, min_fetch_interval=0, max_fetch_interval=60, flush_interval=60
+    )
+    async def handle(body: str) -> None:
+        got.record(body)
+
+    async with broker:
+        await broker.start()
+        await got.wait_for(4, timeout=30)
+    assert got.calls == ["a0", "a1", "a2", "a3"]
