@@ -22,6 +22,14 @@ happens only while the claims come at most half that age apart, so slow handlers
 waste no reads, and at least READ_AHEAD_MIN_GAP apart: workers that go idle a few at
 a time (a claim of a few messages right after another) leave no time to overlap,
 and a read in a task of its own would only come later.
+
+A read made ahead reads for two claims (`CLAIMS_PER_READ`): the first plans from the
+channels it needs, and if its write moved the version, the channels the read found
+after that claim's rotation serve the next claim with no read of its own (`leftover`),
+brought up to date with what the write did, which is known exactly: the version and
+rotation it stored, and its shares counted in flight. The next claim's write checks
+that version as any other, so a claim from any process in between makes it claim
+afresh. What the read found in flight can only have settled since.
 """
 
 from __future__ import annotations
@@ -30,9 +38,10 @@ import asyncio
 import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .claim import ChannelSession, QueueRow, plan
+from .claim import EXTRA_CANDIDATES, PLAIN, ChannelSession, Plan, QueueRow, plan
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -47,8 +56,44 @@ READ_AHEAD_MAX_AGE = 0.05
 #: event loop later than a read made by the claim itself, and a turn with busy
 #: workers is a good part of this
 READ_AHEAD_MIN_GAP = 0.001
+#: claims a read made ahead reads for: those after the first plan from what it left
+CLAIMS_PER_READ = 2
 #: weight of the newest gap between claims in their running average
 _GAP_WEIGHT = 0.2
+
+
+def leftover(
+    head: QueueRow, candidates: list[Any], planned: Plan, limit: int
+) -> tuple[QueueRow, list[Any]] | None:
+    """What a read leaves for the claim after the one that wrote `planned` from it
+    (its write moved the version): the channels after that claim's rotation, with the
+    queue row as that write left it; None if they would not fill a claim of `limit`
+    without the channels from the start, or if the write charged rates or sent
+    probes, which the read does not know the result of."""
+    if planned.windows or planned.queue_window is not None or planned.probes:
+        return None
+    after = [row for row in candidates if row["part"] == 1]
+    names = [row["channel"] for row in after]
+    if planned.rotation not in names:  # the claim went on to the channels from the start
+        return None
+    rest = after[names.index(planned.rotation) + 1 :]
+    if len(rest) < limit + EXTRA_CANDIDATES:
+        return None
+    busy = dict(head.busy)
+    in_flight = head.in_flight
+    for member in planned.members:
+        if member.share:
+            channel = None if member.name == PLAIN else member.name
+            busy[channel] = busy.get(channel, 0) + member.share
+            in_flight += member.share
+    written = replace(
+        head,
+        version=head.version + 1,
+        rotation=planned.rotation,
+        busy=busy,
+        in_flight=in_flight,
+    )
+    return written, rest
 
 
 class ReadAhead:
@@ -63,14 +108,23 @@ class ReadAhead:
         queue: str,
         limit: int,
         closing: set[asyncio.Task[None]] | None = None,
+        *,
+        left: tuple[QueueRow, list[Any], float] | None = None,
     ) -> None:
         if not dialect.reads_channels_ahead:
             # its session would hold the database's one writer lock until the write
             msg = f"{dialect.name} claims do not read ahead: their session holds the writer lock"
             raise ValueError(msg)
         self.queue, self.limit = queue, limit
+        #: a read made for an earlier claim, left to this one (`leftover`), and when it
+        #: was made: no read of its own
+        self._left = left
+        #: it makes a read of its own
+        self.reads = left is None
+        #: what this one's read leaves to the claim after it, once its write is made
+        self.left: tuple[QueueRow, list[Any], float] | None = None
         self._stack = AsyncExitStack()
-        self._started = time.monotonic()
+        self._started = time.monotonic() if left is None else left[2]
         #: its task has begun: the read is on its way to the database
         self.began = False
         #: claimed, discarded or expired: its session is someone's to close
@@ -85,7 +139,10 @@ class ReadAhead:
         self.began = True
         try:
             session = await self._stack.enter_async_context(dialect.channel_session(engine))
-            head, candidates = await session.read(self.queue, self.limit)
+            if self._left is not None:
+                head, candidates, _ = self._left
+                return session, head, candidates
+            head, candidates = await session.read(self.queue, self.limit * CLAIMS_PER_READ)
         except BaseException as exc:
             await self._stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -127,7 +184,12 @@ class ReadAhead:
                 or planned.probes
             ):
                 return None
-            return await session.write(self.queue, head, planned)
+            rows = await session.write(self.queue, head, planned)
+            if rows is not None:
+                left = leftover(head, candidates, planned, self.limit)
+                if left is not None:
+                    self.left = (*left, self._started)
+            return rows
 
     def expire(self) -> None:
         """Close it unused, in the background (a task in `closing` until done)."""
@@ -166,6 +228,8 @@ class ReadsAhead:
         #: running average of the time from a claim's end to the next one's start
         self._gap: float | None = None
         self._claimed_at: float | None = None
+        #: per queue: the read ahead its claim in progress took
+        self._used: dict[str, ReadAhead] = {}
 
     @property
     def enabled(self) -> bool:
@@ -178,11 +242,16 @@ class ReadsAhead:
             gap = now - self._claimed_at
             self._gap = gap if self._gap is None else self._gap + _GAP_WEIGHT * (gap - self._gap)
             self._claimed_at = None
-        return self.pending.pop(queue, None)
+        ahead = self.pending.pop(queue, None)
+        if ahead is not None:
+            self._used[queue] = ahead
+        return ahead
 
     def claimed(self, queue: str, limit: int) -> None:
         """A claim of `queue` handed messages to the workers: read for the next one,
-        of up to `limit`, if claims come close enough together."""
+        of up to `limit`, if claims come close enough together (or leave it what the
+        read this claim used left)."""
+        used = self._used.pop(queue, None)
         self._claimed_at = time.monotonic()
         gap = self._gap
         if (
@@ -194,7 +263,10 @@ class ReadsAhead:
         stale = self.pending.pop(queue, None)
         if stale is not None:
             stale.expire()
-        self.pending[queue] = ReadAhead(self.dialect, self.engine, queue, limit, self._closing)
+        left = None if used is None or used.limit != limit else used.left
+        self.pending[queue] = ReadAhead(
+            self.dialect, self.engine, queue, limit, self._closing, left=left
+        )
 
     async def close(self) -> None:
         """Close every read not used, and wait for those closing in the background."""

@@ -213,3 +213,107 @@ async def test_the_next_read_is_on_its_way_before_the_workers_start(
         await asyncio.wait_for(done.wait(), 60)
     assert seen, "no claim read ahead"
     assert all(seen)
+
+
+def payloads(rows) -> list[str]:
+    return sorted(bytes(row[PAYLOAD]).decode() for row in rows or ())
+
+
+@pytest.fixture
+def reads_counted(dialect, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The queues of the channel reads made, in order."""
+    made: list[str] = []
+    claim = dialect.channel_claim
+    read_with = claim.read_with
+
+    async def counted(queue, limit, run):
+        made.append(queue)
+        return await read_with(queue, limit, run)
+
+    monkeypatch.setattr(claim, "read_with", counted)
+    return made
+
+
+@pytest.mark.parametrize("dialect_name", on_servers())
+async def test_a_read_made_ahead_serves_the_claim_after_it_too(
+    database_url, engine, dialect, reads_counted
+):
+    """It reads for two claims: the second writes from the channels the first left,
+    those after its rotation, with no read of its own."""
+    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    channels = [f"c{i:02d}" for i in range(24)]
+    await publish(database_url, *channels)
+    first = ReadAhead(dialect, engine, "work", 4)
+    assert payloads(await first.claim(4, channel_breakers=False)) == [
+        f"c{i:02d}{i}" for i in range(4)
+    ]
+    assert first.left is not None
+    second = ReadAhead(dialect, engine, "work", 4, left=first.left)
+    assert not second.reads
+    assert payloads(await second.claim(4, channel_breakers=False)) == [
+        f"c{i:02d}{i}" for i in range(4, 8)
+    ]
+    assert reads_counted == ["work"]
+    assert checked_out(engine) == 0
+
+
+@pytest.mark.parametrize("dialect_name", on_servers())
+async def test_the_claim_from_what_a_read_left_counts_the_claim_before_in_flight(
+    database_url, engine, dialect
+):
+    """The read saw nothing in flight; the claim after the one it served knows that
+    claim's four are, and the queue's limit of six leaves it two."""
+    await set_limits(dialect, engine, "work", max_concurrency=6)
+    await publish(database_url, *(f"c{i:02d}" for i in range(24)))
+    first = ReadAhead(dialect, engine, "work", 4)
+    assert len(await first.claim(4, channel_breakers=False) or ()) == 4
+    assert first.left is not None
+    second = ReadAhead(dialect, engine, "work", 4, left=first.left)
+    assert len(await second.claim(4, channel_breakers=False) or ()) == 2
+    assert await claim_channelled(dialect, engine, "work", 4) == []
+
+
+@pytest.mark.parametrize("dialect_name", on_servers())
+async def test_what_a_read_left_is_not_used_after_another_claim(database_url, engine, dialect):
+    """Another claim between moves the version past the one the first claim wrote: the
+    claim from what the read left writes nothing, and the next claim reads afresh."""
+    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await publish(database_url, *(f"c{i:02d}" for i in range(24)))
+    first = ReadAhead(dialect, engine, "work", 4)
+    assert len(await first.claim(4, channel_breakers=False) or ()) == 4
+    assert first.left is not None
+    assert payloads(await claim_channelled(dialect, engine, "work", 4)) == [
+        f"c{i:02d}{i}" for i in range(4, 8)
+    ]
+    second = ReadAhead(dialect, engine, "work", 4, left=first.left)
+    assert await second.claim(4, channel_breakers=False) is None
+    assert payloads(await claim_channelled(dialect, engine, "work", 4)) == [
+        f"c{i:02d}{i}" for i in range(8, 12)
+    ]
+    assert checked_out(engine) == 0
+
+
+@pytest.mark.parametrize("dialect_name", on_servers())
+async def test_reads_ahead_hand_what_a_read_left_to_the_next_claim(
+    database_url, engine, dialect, monkeypatch, reads_counted
+):
+    """A fetcher's reads: after a claim from a read made ahead, the next claim's read
+    ahead is what that read left, and after that one a read of its own again."""
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_MIN_GAP", 0.0)
+    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await publish(database_url, *(f"c{i:02d}" for i in range(40)))
+    reads = ReadsAhead(dialect, engine)
+    reads.claimed("work", 4)  # the gap between claims is known from the next one on
+    assert reads.take("work") is None
+    reads.claimed("work", 4)
+    taken = []
+    for _ in range(3):
+        ahead = reads.take("work")
+        assert ahead is not None
+        taken.append(ahead.reads)
+        assert len(await ahead.claim(4, channel_breakers=False) or ()) == 4
+        reads.claimed("work", 4)
+    assert taken == [True, False, True]
+    assert reads_counted == ["work", "work"]
+    await reads.close()
+    assert checked_out(engine) == 0
