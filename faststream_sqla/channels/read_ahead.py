@@ -23,13 +23,16 @@ waste no reads, and at least READ_AHEAD_MIN_GAP apart: workers that go idle a fe
 a time (a claim of a few messages right after another) leave no time to overlap,
 and a read in a task of its own would only come later.
 
-A read made ahead reads for two claims (`CLAIMS_PER_READ`): the first plans from the
+A read made ahead may read for two claims (`CLAIMS_PER_READ`): the first plans from the
 channels it needs, and if its write moved the version, the channels the read found
 after that claim's rotation serve the next claim with no read of its own (`leftover`),
 brought up to date with what the write did, which is known exactly: the version and
 rotation it stored, and its shares counted in flight. The next claim's write checks
 that version as any other, so a claim from any process in between makes it claim
-afresh. What the read found in flight can only have settled since.
+afresh. What the read found in flight can only have settled since. A queue's read
+lists channels for two claims only while its last one found as many as it asked for:
+a queue of few channels, or one long one, would pay for a longer read and be left
+nothing.
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ class ReadAhead:
         closing: set[asyncio.Task[None]] | None = None,
         *,
         left: tuple[QueueRow, list[Any], float] | None = None,
+        claims: int = 1,
     ) -> None:
         if not dialect.reads_channels_ahead:
             # its session would hold the database's one writer lock until the write
@@ -119,8 +123,12 @@ class ReadAhead:
         #: a read made for an earlier claim, left to this one (`leftover`), and when it
         #: was made: no read of its own
         self._left = left
-        #: it makes a read of its own
+        #: it makes a read of its own, of channels for this many claims
         self.reads = left is None
+        self.claims = claims
+        #: its read listed as many channels as it asked for (known once claimed): more
+        #: may follow
+        self.filled = False
         #: what this one's read leaves to the claim after it, once its write is made
         self.left: tuple[QueueRow, list[Any], float] | None = None
         self._stack = AsyncExitStack()
@@ -142,7 +150,7 @@ class ReadAhead:
             if self._left is not None:
                 head, candidates, _ = self._left
                 return session, head, candidates
-            head, candidates = await session.read(self.queue, self.limit * CLAIMS_PER_READ)
+            head, candidates = await session.read(self.queue, self.limit * self.claims)
         except BaseException as exc:
             await self._stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -171,6 +179,8 @@ class ReadAhead:
             await self._close()  # cancelled while waiting for the read
             raise
         async with self._stack:  # the session ends with the write, or without one
+            listed = sum(1 for row in candidates if row["part"] == 1)
+            self.filled = listed >= self.limit * self.claims + EXTRA_CANDIDATES
             if head is None or self.age > READ_AHEAD_MAX_AGE:
                 return None
             planned = plan(
@@ -230,6 +240,8 @@ class ReadsAhead:
         self._claimed_at: float | None = None
         #: per queue: the read ahead its claim in progress took
         self._used: dict[str, ReadAhead] = {}
+        #: per queue: whether its next read lists channels for CLAIMS_PER_READ claims
+        self._wide: dict[str, bool] = {}
 
     @property
     def enabled(self) -> bool:
@@ -264,8 +276,11 @@ class ReadsAhead:
         if stale is not None:
             stale.expire()
         left = None if used is None or used.limit != limit else used.left
+        if used is not None and used.reads:
+            self._wide[queue] = used.filled
+        claims = CLAIMS_PER_READ if self._wide.get(queue, True) else 1
         self.pending[queue] = ReadAhead(
-            self.dialect, self.engine, queue, limit, self._closing, left=left
+            self.dialect, self.engine, queue, limit, self._closing, left=left, claims=claims
         )
 
     async def close(self) -> None:

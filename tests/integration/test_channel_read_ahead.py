@@ -243,7 +243,7 @@ async def test_a_read_made_ahead_serves_the_claim_after_it_too(
     await set_limits(dialect, engine, "work", channel_max_concurrency=1)
     channels = [f"c{i:02d}" for i in range(24)]
     await publish(database_url, *channels)
-    first = ReadAhead(dialect, engine, "work", 4)
+    first = ReadAhead(dialect, engine, "work", 4, claims=2)
     assert payloads(await first.claim(4, channel_breakers=False)) == [
         f"c{i:02d}{i}" for i in range(4)
     ]
@@ -265,7 +265,7 @@ async def test_the_claim_from_what_a_read_left_counts_the_claim_before_in_flight
     claim's four are, and the queue's limit of six leaves it two."""
     await set_limits(dialect, engine, "work", max_concurrency=6)
     await publish(database_url, *(f"c{i:02d}" for i in range(24)))
-    first = ReadAhead(dialect, engine, "work", 4)
+    first = ReadAhead(dialect, engine, "work", 4, claims=2)
     assert len(await first.claim(4, channel_breakers=False) or ()) == 4
     assert first.left is not None
     second = ReadAhead(dialect, engine, "work", 4, left=first.left)
@@ -279,7 +279,7 @@ async def test_what_a_read_left_is_not_used_after_another_claim(database_url, en
     claim from what the read left writes nothing, and the next claim reads afresh."""
     await set_limits(dialect, engine, "work", channel_max_concurrency=1)
     await publish(database_url, *(f"c{i:02d}" for i in range(24)))
-    first = ReadAhead(dialect, engine, "work", 4)
+    first = ReadAhead(dialect, engine, "work", 4, claims=2)
     assert len(await first.claim(4, channel_breakers=False) or ()) == 4
     assert first.left is not None
     assert payloads(await claim_channelled(dialect, engine, "work", 4)) == [
@@ -315,5 +315,40 @@ async def test_reads_ahead_hand_what_a_read_left_to_the_next_claim(
         reads.claimed("work", 4)
     assert taken == [True, False, True]
     assert reads_counted == ["work", "work"]
+    await reads.close()
+    assert checked_out(engine) == 0
+
+
+@pytest.mark.parametrize("dialect_name", on_servers())
+async def test_a_queue_of_few_channels_reads_for_one_claim_at_a_time(
+    database_url, engine, dialect, monkeypatch
+):
+    """A read for two claims that lists fewer channels than it asked for leaves the
+    next claim nothing: the queue's next reads list channels for one claim, and go
+    back to two once one of them finds as many as it asked for."""
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_MIN_GAP", 0.0)
+    await set_limits(dialect, engine, "work", channel_max_concurrency=100)
+    await publish(database_url, *[f"c{i}" for i in range(6)] * 3)
+    reads = ReadsAhead(dialect, engine)
+    reads.claimed("work", 4)
+    assert reads.take("work") is None
+    reads.claimed("work", 4)
+    widths = []
+    for _ in range(3):
+        ahead = reads.take("work")
+        assert ahead is not None
+        widths.append(ahead.claims)
+        assert len(await ahead.claim(4, channel_breakers=False) or ()) == 4
+        reads.claimed("work", 4)
+    assert widths == [2, 1, 1]
+    # the next read was made before these: the one after it finds them
+    await publish(database_url, *(f"d{i:02d}" for i in range(20)))
+    for _ in range(3):
+        ahead = reads.take("work")
+        assert ahead is not None
+        widths.append(ahead.claims)
+        assert len(await ahead.claim(4, channel_breakers=False) or ()) == 4
+        reads.claimed("work", 4)
+    assert widths[3:] == [1, 1, 2]
     await reads.close()
     assert checked_out(engine) == 0
