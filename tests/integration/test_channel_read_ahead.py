@@ -293,6 +293,29 @@ async def test_what_a_read_left_is_not_used_after_another_claim(database_url, en
     assert checked_out(engine) == 0
 
 
+def reads_under_way(dialect, engine) -> ReadsAhead:
+    """A fetcher's reads ahead after two claims: the gap between claims is known, and
+    the next claim's read is on its way."""
+    reads = ReadsAhead(dialect, engine)
+    reads.claimed("work", 4)
+    assert reads.take("work") is None
+    reads.claimed("work", 4)
+    return reads
+
+
+async def claims_of_four(reads: ReadsAhead, n: int) -> list[ReadAhead]:
+    """`n` claims of four, each from the read ahead made for it, as a fetcher makes
+    them; the reads they used."""
+    used = []
+    for _ in range(n):
+        ahead = reads.take("work")
+        assert ahead is not None
+        used.append(ahead)
+        assert len(await ahead.claim(4, channel_breakers=False) or ()) == 4
+        reads.claimed("work", 4)
+    return used
+
+
 @pytest.mark.parametrize("dialect_name", on_servers())
 async def test_reads_ahead_hand_what_a_read_left_to_the_next_claim(
     database_url, engine, dialect, monkeypatch, reads_counted
@@ -302,18 +325,9 @@ async def test_reads_ahead_hand_what_a_read_left_to_the_next_claim(
     monkeypatch.setattr(read_ahead, "READ_AHEAD_MIN_GAP", 0.0)
     await set_limits(dialect, engine, "work", channel_max_concurrency=1)
     await publish(database_url, *(f"c{i:02d}" for i in range(40)))
-    reads = ReadsAhead(dialect, engine)
-    reads.claimed("work", 4)  # the gap between claims is known from the next one on
-    assert reads.take("work") is None
-    reads.claimed("work", 4)
-    taken = []
-    for _ in range(3):
-        ahead = reads.take("work")
-        assert ahead is not None
-        taken.append(ahead.reads)
-        assert len(await ahead.claim(4, channel_breakers=False) or ()) == 4
-        reads.claimed("work", 4)
-    assert taken == [True, False, True]
+    reads = reads_under_way(dialect, engine)
+    used = await claims_of_four(reads, 3)
+    assert [ahead.reads for ahead in used] == [True, False, True]
     assert reads_counted == ["work", "work"]
     await reads.close()
     assert checked_out(engine) == 0
@@ -329,26 +343,10 @@ async def test_a_queue_of_few_channels_reads_for_one_claim_at_a_time(
     monkeypatch.setattr(read_ahead, "READ_AHEAD_MIN_GAP", 0.0)
     await set_limits(dialect, engine, "work", channel_max_concurrency=100)
     await publish(database_url, *[f"c{i}" for i in range(6)] * 3)
-    reads = ReadsAhead(dialect, engine)
-    reads.claimed("work", 4)
-    assert reads.take("work") is None
-    reads.claimed("work", 4)
-    widths = []
-    for _ in range(3):
-        ahead = reads.take("work")
-        assert ahead is not None
-        widths.append(ahead.claims)
-        assert len(await ahead.claim(4, channel_breakers=False) or ()) == 4
-        reads.claimed("work", 4)
-    assert widths == [2, 1, 1]
+    reads = reads_under_way(dialect, engine)
+    assert [ahead.claims for ahead in await claims_of_four(reads, 3)] == [2, 1, 1]
     # the next read was made before these: the one after it finds them
     await publish(database_url, *(f"d{i:02d}" for i in range(20)))
-    for _ in range(3):
-        ahead = reads.take("work")
-        assert ahead is not None
-        widths.append(ahead.claims)
-        assert len(await ahead.claim(4, channel_breakers=False) or ()) == 4
-        reads.claimed("work", 4)
-    assert widths[3:] == [1, 1, 2]
+    assert [ahead.claims for ahead in await claims_of_four(reads, 3)] == [1, 1, 2]
     await reads.close()
     assert checked_out(engine) == 0
