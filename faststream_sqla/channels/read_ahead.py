@@ -122,9 +122,8 @@ class ReadAhead:
         self.queue, self.limit = queue, limit
         #: a read made for an earlier claim, left to this one (`leftover`), and when it
         #: was made: no read of its own
-        self._left = left
-        #: it makes a read of its own, of channels for this many claims
-        self.reads = left is None
+        self._inherited = left
+        #: its read lists channels for this many claims
         self.claims = claims
         #: its read listed as many channels as it asked for (known once claimed): more
         #: may follow
@@ -147,14 +146,19 @@ class ReadAhead:
         self.began = True
         try:
             session = await self._stack.enter_async_context(dialect.channel_session(engine))
-            if self._left is not None:
-                head, candidates, _ = self._left
+            if self._inherited is not None:
+                head, candidates, _ = self._inherited
                 return session, head, candidates
             head, candidates = await session.read(self.queue, self.limit * self.claims)
         except BaseException as exc:
             await self._stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         return session, head, candidates
+
+    @property
+    def reads(self) -> bool:
+        """It makes a read of its own (not one an earlier claim left)."""
+        return self._inherited is None
 
     @property
     def age(self) -> float:

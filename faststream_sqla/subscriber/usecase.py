@@ -112,8 +112,6 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._held: dict[int, ClaimedMessage] = {}
         #: whether a message with an ordering key was ever claimed here
         self._keyed = False
-        #: wake the fetcher once outcomes are written (`_free_held_slots`)
-        self._claim_after_write = False
         self._fetcher: Fetcher | None = None
         self._flusher: OutcomeFlusher | None = None
         #: the circuit breakers of the queues, when circuit_breaker_threshold is set
@@ -201,7 +199,6 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._held = {}
-        self._claim_after_write = False
         claiming = asyncio.Lock()
         self._fetcher = Fetcher(
             engine=engine,
@@ -356,11 +353,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         """A channelled claim came back short of its idle workers: handled messages
         whose outcomes wait for the flusher still count in flight, and may hold the
         slots of the channels it could not serve. Write them now, not at the end of
-        flush_interval, and claim again once they are written."""
-        flusher = self._flusher
-        if flusher is not None and (flusher.pending or flusher.in_flight):
-            self._claim_after_write = True
-            flusher.write_soon()
+        flush_interval (once written, `_release_held` wakes the fetcher)."""
+        if self._flusher is not None:
+            self._flusher.write_soon()
 
     def _release_held(self, outcomes: Sequence[Outcome]) -> None:
         held, freed_key = self._held, False
@@ -368,9 +363,6 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             raw = held.pop(outcome.id, None)
             if raw is not None and raw.ordering_key is not None and outcome.archives:
                 freed_key = True
-        if self._claim_after_write:
-            self._claim_after_write = False
-            self._wake.set()
         if freed_key:
             # The next message of the key is claimable now, and no publish will say so:
             # claim again instead of waiting for max_fetch_interval.
