@@ -11,6 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.durations import seconds_of
 from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.options import DeliveryOptions
+from faststream_sqla.publisher.producer import row_options
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
 from .common import ArchiveTable, MessageTable, Url, app, names_of, out, run, usage_error
@@ -46,6 +48,24 @@ def publish(
         str | None,
         typer.Option(help="Hold the message back: seconds (30) or a duration (5s, 1m, 2h)."),
     ] = None,
+    ttl: Annotated[
+        str | None,
+        typer.Option(help="Expire the message unhandled after this long: seconds or 5m, 2h."),
+    ] = None,
+    priority: Annotated[
+        int | None, typer.Option(help="0-10, higher first (default 0).", show_default=False)
+    ] = None,
+    channel: Annotated[
+        str | None,
+        typer.Option(help="The channel whose limits it waits for (docs/flow-control.md)."),
+    ] = None,
+    ordering_key: Annotated[
+        str | None, typer.Option(help="Handled one at a time per key, in publish order.")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(help="One waiting message per key: a second publish returns its id."),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")] = False,
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
@@ -55,12 +75,23 @@ def publish(
 
     names = names_of(message_table, archive_table)
     headers = parse_headers(header or [])
-    seconds = None
-    if delay is not None:
-        try:
-            seconds = seconds_of(delay, "--delay")
-        except InvalidOptionError as e:
-            usage_error(str(e))
+    given = {
+        "delay": delay,
+        "ttl": ttl,
+        "priority": priority,
+        "channel": channel,
+        "ordering_key": ordering_key,
+        "idempotency_key": idempotency_key,
+    }
+    options: dict[str, Any] = {name: value for name, value in given.items() if value is not None}
+    try:
+        for name in ("delay", "ttl"):
+            if name in options:
+                options[name] = seconds_of(options[name], f"--{name}")
+        # the publish's own checks, made here so that bad input is a usage error
+        row_options(DeliveryOptions(**options))
+    except InvalidOptionError as e:
+        usage_error(str(e))
     message = parse_body(body)
 
     async def action(engine: AsyncEngine) -> int:
@@ -69,7 +100,7 @@ def publish(
         )
         async with broker:
             await broker.connect()
-            return await broker.publish(message, queue=queue, headers=headers, delay=seconds)
+            return await broker.publish(message, queue=queue, headers=headers, **options)
 
     message_id = run(url, action)
     if json_output:

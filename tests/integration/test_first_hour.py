@@ -82,11 +82,31 @@ async def test_a_message_published_from_the_cli_reaches_a_handler(database_url):
         assert await got.wait_for(1) == [({"id": 7}, "acme")]
 
 
+async def test_cli_publish_takes_the_delivery_options(database_url, engine, tables):
+    options = ["--channel", "acme", "--priority", "7", "--ordering-key", "order-9",
+               "--idempotency-key", "once", "--ttl", "1h"]
+    first = json.loads((await cli("publish", "orders", "a", "--url", database_url,
+                                  *options, "--json")).stdout)
+    again = json.loads((await cli("publish", "orders", "a", "--url", database_url,
+                                  *options, "--json")).stdout)
+    assert again == first  # the idempotency key: the second publish wrote nothing
+    (row,) = await rows(engine, tables.message)
+    assert (row["channel"], row["priority"], row["ordering_key"], row["idempotency_key"]) == (
+        "acme", 7, "order-9", "once"
+    )
+    lives = row["expires_at"] - row["created_at"]
+    assert timedelta(minutes=59) <= lives <= timedelta(minutes=61)
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
         (["--delay", "soon"], "--delay must be seconds"),
+        (["--ttl", "-5"], "ttl"),
         (["--header", "no-equals-sign"], "is not NAME=VALUE"),
+        (["--priority", "11"], "priority must be from 0 to 10"),
+        (["--channel", ""], "channel must be 1 to"),
+        (["--ordering-key", "x" * 300], "ordering_key must be 1 to"),
     ],
 )
 async def test_cli_publish_bad_input_is_a_usage_error_and_writes_nothing(
