@@ -251,11 +251,25 @@ def _copy(row: Any) -> NewMessage:
     )
 
 
+class MovedMeanwhile(Exception):
+    """Another mover marked some of the rows this batch read: the batch is rolled back
+    and read again. Only where reading did not lock the rows (SQLite, whose
+    FOR UPDATE means nothing, and a user's engine whose reads run outside the
+    transaction)."""
+
+
 async def move_batch(
-    dialect: Dialect, conn: AsyncConnection, selection: sa.Select
+    dialect: Dialect,
+    conn: AsyncConnection,
+    selection: sa.Select,
+    states: Collection[MessageState],
 ) -> dict[int, int]:
-    """In the caller's transaction: copy the archive rows `selection` picks (it must
-    lock them) back to their queues and mark them REDRIVEN; {archived id: new id}."""
+    """In the caller's transaction: copy the archive rows `selection` picks (in one of
+    `states`) back to their queues and mark them REDRIVEN; {archived id: new id}.
+
+    The mark only changes rows still in one of `states`, and counts them: if any row
+    was marked by another mover since it was read, MovedMeanwhile leaves the
+    transaction to roll back, copies included, so no message is moved twice."""
     a = dialect.tables.archive
     rows = (await conn.execute(selection)).all()
     if not rows:
@@ -265,13 +279,18 @@ async def move_batch(
     # One UPDATE per MARK_ROWS (CASE id WHEN old THEN new ...): a statement per row
     # would be a round trip each on drivers without pipelined executemany.
     pairs = list(moved.items())
+    still = a.c.state.in_([_literal(s) for s in states])
+    marked = 0
     for start in range(0, len(pairs), MARK_ROWS):
         chunk = dict(pairs[start : start + MARK_ROWS])
-        await conn.execute(
+        result = await conn.execute(
             sa.update(a)
-            .where(a.c.id.in_(list(chunk)))
+            .where(a.c.id.in_(list(chunk)), still)
             .values(state=MessageState.REDRIVEN, redriven_to=sa.case(chunk, value=a.c.id))
         )
+        marked += result.rowcount
+    if marked != len(moved):
+        raise MovedMeanwhile
     return moved
 
 
@@ -288,6 +307,22 @@ def archive_columns(a: sa.Table) -> tuple[sa.Column, ...]:
     )
 
 
+async def _move_until_settled(
+    dialect: Dialect,
+    engine: AsyncEngine,
+    selection: sa.Select,
+    states: Collection[MessageState],
+) -> dict[int, int]:
+    """One batch in a transaction of its own, read again for as long as another mover
+    takes some of its rows first (each time it does, fewer rows are left to read)."""
+    while True:
+        try:
+            async with dialect.own_transaction(engine) as conn:
+                return await move_batch(dialect, conn, selection, states)
+        except MovedMeanwhile:
+            continue
+
+
 async def move_ids(
     dialect: Dialect,
     engine: AsyncEngine,
@@ -302,15 +337,13 @@ async def move_ids(
     moved: dict[int, int] = {}
     for start in range(0, len(wanted), batch_size):
         chunk = wanted[start : start + batch_size]
-        async with dialect.own_transaction(engine) as conn:
-            moved |= await move_batch(
-                dialect,
-                conn,
-                sa.select(*archive_columns(a))
-                .where(a.c.id.in_(chunk), a.c.state.in_([_literal(s) for s in allowed]))
-                .order_by(a.c.id)
-                .with_for_update(),
-            )
+        selection = (
+            sa.select(*archive_columns(a))
+            .where(a.c.id.in_(chunk), a.c.state.in_([_literal(s) for s in allowed]))
+            .order_by(a.c.id)
+            .with_for_update()
+        )
+        moved |= await _move_until_settled(dialect, engine, selection, allowed)
         if progress is not None:
             progress(len(moved), len(wanted))
     skipped = {i: "moved meanwhile by another redrive" for i in wanted if i not in moved}
@@ -340,17 +373,15 @@ async def move_ranges(
     )
     moved: dict[int, int] = {}
     for queue, state in ranges:
+        selection = (
+            sa.select(*archive_columns(a))
+            .where(a.c.queue == queue, a.c.state == _literal(state), *where)
+            .order_by(a.c.archived_at, a.c.id)
+            .limit(batch_size)
+            .with_for_update(skip_locked=True)
+        )
         while True:
-            async with dialect.own_transaction(engine) as conn:
-                batch = await move_batch(
-                    dialect,
-                    conn,
-                    sa.select(*archive_columns(a))
-                    .where(a.c.queue == queue, a.c.state == _literal(state), *where)
-                    .order_by(a.c.archived_at, a.c.id)
-                    .limit(batch_size)
-                    .with_for_update(skip_locked=True),
-                )
+            batch = await _move_until_settled(dialect, engine, selection, [state])
             if not batch:
                 break
             moved |= batch

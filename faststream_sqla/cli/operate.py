@@ -89,6 +89,9 @@ def with_admin(
 
     async def go(engine: AsyncEngine) -> T:
         admin = QueueAdmin(engine, message_table=names.message, archive_table=names.archive)
+        # The command made this engine: it gets the settings of an engine the broker owns
+        # (on SQLite, write transactions that take the write lock when they begin).
+        admin.dialect.configure_engine(engine, owned=True)
         return await action(admin)
 
     return run(url, go)
