@@ -3,7 +3,9 @@
 Per queue (one control row, channel ''): CLOSED until `threshold` consecutive failed
 attempts, then OPEN (no claims until the database's time passes `breaker_reopens_at`),
 then HALF_OPEN with one process holding the probe: it claims one message, whose success
-closes the breaker and whose failure opens it again. What counts, and the decision, are
+closes the breaker and whose failure opens it again. Only a process with an idle worker
+takes the probe (or takes over a silent holder's), so the probe runs as soon as it is
+claimed. What counts, and the decision, are
 pure functions here (`attempt_kind`, `Tally`, `decide`); `Breakers` is one subscriber's
 view of its queues' breakers, kept by its outcome flusher and its ControlWatcher, and
 asked by its fetcher and workers. The statements are in admin/controls.py.
@@ -190,6 +192,9 @@ class Breakers:
     on_opened: Callable[[str], None]
     #: wakes the fetcher (a breaker closed, or this process got a probe)
     wake: asyncio.Event
+    #: whether a worker waits for a message now: only such a process takes a probe,
+    #: so the probe never waits behind handlers that hang on the failing downstream
+    has_idle_worker: Callable[[], bool]
     #: a channel's messages count toward the channel's own breaker, not the queue's
     per_channel: bool = False
     me: str = field(default_factory=instance_id)
@@ -444,9 +449,11 @@ class Breakers:
             if reading is None:
                 continue
             if reading.reopening_due:
-                await self._take_probe(queue, None)
+                if self.has_idle_worker():
+                    await self._take_probe(queue, None)
             elif reading.probe_silent and record.probe != self.me:
-                await self._take_probe(queue, self.silent_after)
+                if self.has_idle_worker():
+                    await self._take_probe(queue, self.silent_after)
             elif record.state is HALF_OPEN and record.probe == self.me:
                 await with_retries(
                     self.dialect,

@@ -242,6 +242,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
                 log=self._log,
                 on_opened=self._give_back_buffered,
                 wake=self._wake,
+                has_idle_worker=lambda: self._buffer.idle_workers > 0,
                 per_channel=opts.circuit_breaker_per_channel,
             )
         releaser = StuckReleaser(

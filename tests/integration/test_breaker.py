@@ -10,10 +10,11 @@ import json
 import pytest
 
 from faststream_sqla import InvalidOptionError, SqlaBroker
-from faststream_sqla.admin import QueueAdmin
+from faststream_sqla.admin import QueueAdmin, controls
 from faststream_sqla.clock import utc_now
 from faststream_sqla.retry import ConstantRetryStrategy
 from faststream_sqla.schema import MessageState
+from faststream_sqla.subscriber.breaker import Breakers
 
 from .helpers import FAST, Recorder, captured_logger, rows, wait_until
 from .test_admin_cli import cli
@@ -354,3 +355,41 @@ async def test_each_queue_has_its_own_breaker(database_url, engine, tables):
     assert statuses["broken"].state == "OPEN" and statuses["broken"].consecutive_failures == 3
     waiting = await rows(engine, tables.message)
     assert [(r["state"], r["attempts_count"]) for r in waiting] == [(MessageState.RETRYABLE, 1)] * 3
+
+
+@pytest.mark.parametrize("held", ["by a silent holder", "by nobody after its cooldown"])
+async def test_only_a_process_with_an_idle_worker_takes_the_probe(
+    database_url, engine, dialect, tables, held
+):
+    """A process whose workers are all busy would make the probe wait for the longest
+    running handler, keeping the whole queue shut: it leaves the probe to another."""
+    silent = held == "by a silent holder"
+    async with engine.begin() as conn:
+        await conn.execute(tables.controls.insert().values(
+            queue="probed", channel="", updated_at=utc_now(),
+            breaker_state="HALF_OPEN" if silent else "OPEN", breaker_failures=3,
+            breaker_changed_at=utc_now(-3600), breaker_reopens_at=utc_now(-3600),
+            breaker_probe="gone:1:deadbeef" if silent else None,
+        ))
+    idle = False
+    breakers = Breakers(
+        engine=engine, dialect=dialect, queues=["probed"], threshold=3, cooldown=1.0,
+        silent_after=60.0, log=lambda *args, **kwargs: None, on_opened=lambda queue: None,
+        wake=asyncio.Event(), has_idle_worker=lambda: idle,
+    )
+
+    async def watcher_turn() -> None:
+        async with engine.connect() as conn:
+            readings = await controls.controls_among(
+                conn, tables, ["probed"], breakers.silent_after
+            )
+        await breakers.observe(readings, breakers.versions())
+
+    async with QueueAdmin(engine) as admin:
+        before = await admin.breakers("probed")
+        await watcher_turn()  # every worker busy
+        assert await admin.breakers("probed") == before
+        idle = True
+        await watcher_turn()
+        (status,) = await admin.breakers("probed")
+    assert status.state == "HALF_OPEN" and status.probe_holder == breakers.me
