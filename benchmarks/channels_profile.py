@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import event
 
 from faststream_sqla import SqlaBroker
-from faststream_sqla.subscriber import loops
+from faststream_sqla.subscriber import claimer
 
 from . import channels as channels_benchmark
 from .channels import (
@@ -96,7 +96,7 @@ async def profiled_drain(url: str, n: int, channels: int, limit: int, plain: boo
         transactions["COMMIT"] += 1
 
     claims: list[tuple[int, float]] = []  # (messages, seconds) per channel claim
-    original = loops.claim_channelled
+    original = claimer.claim_channelled
 
     async def claim_channelled(*args: Any, **kwargs: Any) -> Any:
         began_at = time.perf_counter()
@@ -104,7 +104,7 @@ async def profiled_drain(url: str, n: int, channels: int, limit: int, plain: boo
         claims.append((len(rows), time.perf_counter() - began_at))
         return rows
 
-    loops.claim_channelled = claim_channelled  # type: ignore[assignment]
+    claimer.claim_channelled = claim_channelled  # type: ignore[assignment]
     profile = cProfile.Profile() if top else None
     try:
         if profile is not None:
@@ -113,7 +113,7 @@ async def profiled_drain(url: str, n: int, channels: int, limit: int, plain: boo
         if profile is not None:
             profile.disable()
     finally:
-        loops.claim_channelled = original
+        claimer.claim_channelled = original
     problem = await verify_drained(url, n)
     if problem:
         raise RuntimeError(problem)

@@ -206,6 +206,19 @@ def deliveries_exceeded(message: ClaimedMessage, max_deliveries: int) -> Outcome
     )
 
 
+def before_handler(
+    message: ClaimedMessage, max_deliveries: int | None, monotonic_now: float
+) -> Outcome | None:
+    """The outcome of a claimed message that must not reach its handler: delivered
+    more than `max_deliveries` times (a poison message), or expired. None: it may run.
+    Every path to a handler (one message, a batch, a pull) asks here."""
+    if max_deliveries is not None and message.deliveries_count > max_deliveries:
+        return deliveries_exceeded(message, max_deliveries)
+    if message.expires_at is not None and is_expired(message, monotonic_now):
+        return expired(message)
+    return None
+
+
 def released(message: ClaimedMessage, *, started: bool) -> Outcome:
     """Back to PENDING at shutdown, spending no attempt.
 

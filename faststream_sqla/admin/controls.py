@@ -2,7 +2,7 @@
 and the breakers' history): reading and changing them.
 
 Workers read it through `paused_among`, or `controls_among` when they have a breaker,
-every few seconds (subscriber.loops.ControlWatcher); the admin API and the CLI change it
+every few seconds (subscriber.upkeep.ControlWatcher); the admin API and the CLI change it
 through `set_paused` and `reset_breaker`. The breaker's decisions are made in
 subscriber.breaker; the statements that apply them are here.
 """

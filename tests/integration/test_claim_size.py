@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from faststream_sqla import SqlaBroker
-from faststream_sqla.subscriber.loops import Fetcher
+from faststream_sqla.subscriber.fetcher import Fetcher
 
 from .helpers import FAST, Recorder, archived
 

@@ -1,0 +1,42 @@
+"""The one place that picks how a queue's messages are claimed: the plain claim for a
+queue without channels or limits, the channel claim (limits, fair turns, rates,
+channel breakers) for one with them. The fetcher and get_one() both claim here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from faststream_sqla.channels.claim import claim_channelled
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from faststream_sqla.channels.read_ahead import ReadAhead
+    from faststream_sqla.dialects import Dialect
+
+
+class Claimer:
+    """Claims for one subscriber. `channel_breakers`: its messages with a channel
+    count toward their channel's breaker, which the channel claim then enforces."""
+
+    def __init__(self, dialect: Dialect, engine: AsyncEngine, *, channel_breakers: bool) -> None:
+        self.dialect, self.engine = dialect, engine
+        self.channel_breakers = channel_breakers
+
+    async def claim(
+        self, queue: str, limit: int, *, channelled: bool, ahead: ReadAhead | None = None
+    ) -> list[Sequence[Any]]:
+        """Up to `limit` messages of `queue`, as claimed rows. `channelled`: the queue
+        has channels or limits (the controls say so); `ahead`: its channel read made
+        ahead of this claim, if any (channels.read_ahead)."""
+        if channelled:
+            return await claim_channelled(
+                self.dialect,
+                self.engine,
+                queue,
+                limit,
+                channel_breakers=self.channel_breakers,
+                ahead=ahead,
+            )
+        return await self.dialect.claim(self.engine, queue, limit)
