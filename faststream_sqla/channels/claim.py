@@ -28,8 +28,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
@@ -55,9 +54,19 @@ from faststream_sqla.schema import (
     QueueTables,
 )
 
-from . import rate as window
-from .groups import group_key, group_of
-from .limits import Rate
+from .groups import group_key
+from .plan import (
+    EXTRA_CANDIDATES,
+    PLAIN,
+    SCAN_PER_CANDIDATE,
+    Candidate,
+    Member,
+    Plan,
+    QueueRow,
+    plan,
+    rate_of,
+    wraps,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect as SqlDialect
@@ -68,12 +77,6 @@ if TYPE_CHECKING:
 
     from .read_ahead import ReadAhead
 
-#: channels read per claim beyond its limit: room to pass over full or paused ones
-EXTRA_CANDIDATES = 8
-#: MySQL: keys-index entries read per candidate channel wanted (see _mysql_walk)
-SCAN_PER_CANDIDATE = 20
-#: MySQL: the most live messages of a channel its take reads whole (ChannelClaim._whole_channels)
-WHOLE_AT_MOST = 2 * SCAN_PER_CANDIDATE
 #: MariaDB: rows a streamed read may examine per keys-index entry its bounded walk
 #: would read, and per message in flight, before the server cuts it short
 #: (ChannelClaim.read_with)
@@ -84,8 +87,6 @@ EXAMINED_PER_IN_FLIGHT = 10
 #: up to BOUNDED_AFTER_CUTS times as many
 BOUNDED_AFTER_CUT = 64
 BOUNDED_AFTER_CUTS = 64
-#: the rotation's name for the messages without a channel
-PLAIN = ""
 #: the part of a streamed read's last row: a read without it was cut short
 _COMPLETE = 4
 #: reads a claim makes when other claims keep moving the queue's version meanwhile
@@ -100,311 +101,41 @@ class ProbeMissed(Exception):
     is rolled back and read again."""
 
 
-def _rate(count: int | None, period: float | None) -> Rate | None:
-    return None if count is None or period is None else Rate(count, period)
-
-
-@dataclass
-class Member:
-    """One channel (or PLAIN) as this claim sees it."""
-
-    name: str
-    in_flight: int = 0
-    #: its control row exists
-    stored: bool = False
-    paused: bool = False
-    max_concurrency: int | None = None
-    rate: Rate | None = None
-    rate_slot: int | None = None
-    rate_counts: str | None = None
-    window: window.Window | None = None
-    share: int = 0
-    #: its own circuit breaker may let a probe through: this claim's share of it is
-    #: the probe, and the write marks the breaker HALF_OPEN from now
-    reopening: bool = False
-    #: that breaker's cooldown (its last opening's), for a probe that ends without a
-    #: verdict: another may go after as long
-    cooldown: float = 0.0
-    #: that breaker's state as read (OPEN, or HALF_OPEN for another probe)
-    breaker_state: str | None = None
-    #: the group it belongs to (groups.py), seen as a member of its own: its limits
-    #: and in-flight count are the group's, its share the sum of its channels'
-    group: Member | None = None
-    #: MySQL: the read's range of the keys index held all its live messages (it is
-    #: not the last channel of its range), so the take may read them all
-    whole: bool = False
-    #: what the read said of its due messages (ChannelClaim._channel_due)
-    due: Any = None
-
-    def room(self, now: float) -> int | None:
-        """What its limits let it start now (None: no limit)."""
-        room: int | None = None
-        if self.max_concurrency is not None:
-            room = max(0, self.max_concurrency - self.in_flight)
-        if self.rate is not None:
-            self.window = window.window_at(self.rate_slot, self.rate_counts, self.rate, now)
-            allowed = window.allowance(self.window, self.rate)
-            room = allowed if room is None else min(room, allowed)
-        return room
-
-
-@dataclass
-class QueueRow:
-    """The queue's control row, as the read found it, with the read's totals."""
-
-    paused: bool = False
-    max_concurrency: int | None = None
-    rate: Rate | None = None
-    rate_slot: int | None = None
-    rate_counts: str | None = None
-    channel_max_concurrency: int | None = None
-    channel_rate: Rate | None = None
-    rotation: str | None = None
-    version: int = 0
-    in_flight: int = 0
-    #: messages without a channel are due
-    plain_waiting: bool = False
-    #: in flight, per channel (None: without one)
-    busy: dict[str | None, int] = field(default_factory=dict)
-    now: datetime = field(default_factory=lambda: datetime(1970, 1, 1))
-    #: MariaDB: the read's walks streamed (ChannelClaim._mysql_walk): they end only at
-    #: their number of channels, so a part that lists fewer reached its end
-    streamed: bool = False
-
-
-@dataclass
-class Plan:
-    """What one claim writes."""
-
-    members: list[Member]
-    rotation: str | None
-    queue_window: window.Window | None
-    #: (channel, window after this claim, whether its row exists) for rate-limited ones
-    windows: list[tuple[str, window.Window, bool]]
-    #: (channel, cooldown, state read) of the channels whose breaker this claim's
-    #: share probes
-    probes: list[tuple[str, float, str]] = field(default_factory=list)
-
-    @property
-    def shape(self) -> tuple[int, bool]:
-        """How many channels get a share, and whether PLAIN does."""
-        channels = sum(1 for m in self.members if m.share > 0 and m.name != PLAIN)
-        plain = any(m.share > 0 and m.name == PLAIN for m in self.members)
-        return channels, plain
-
-
-def share_out(members: Sequence[Member], limit: int, queue_room: int | None, now: float) -> int:
-    """Give out `limit` in turns, one message a turn, within each member's room, its
-    group's and the queue's; the total given. A round gives one turn to each channel
-    in no group and one to each group (at its first channel's place), which passes
-    its turns round its channels. Paused members, and those of a paused group, get
-    none."""
-    total = limit if queue_room is None else min(limit, queue_room)
-    rooms = {id(m): 0 if m.paused else m.room(now) for m in members}
-    for m in members:
-        group = m.group
-        if group is not None and id(group) not in rooms:
-            rooms[id(group)] = 0 if group.paused else group.room(now)
-
-    def has_room(member: Member) -> bool:
-        for limited in (member, member.group):
-            if limited is not None:
-                room = rooms[id(limited)]
-                if room is not None and limited.share >= room:
-                    return False
-        return True
-
-    slots: list[list[Member]] = []
-    of_group: dict[int, list[Member]] = {}
-    for m in members:
-        if m.group is None:
-            slots.append([m])
-        elif id(m.group) in of_group:
-            of_group[id(m.group)].append(m)
-        else:
-            of_group[id(m.group)] = [m]
-            slots.append(of_group[id(m.group)])
-    #: where each slot's next turn starts among its members
-    turn = [0] * len(slots)
-    given = 0
-    while given < total:
-        gave = False
-        for i, slot in enumerate(slots):
-            if given >= total:
-                break
-            for step in range(len(slot)):
-                member = slot[(turn[i] + step) % len(slot)]
-                if has_room(member):
-                    member.share += 1
-                    if member.group is not None:
-                        member.group.share += 1
-                    given += 1
-                    turn[i] = (turn[i] + step + 1) % len(slot)
-                    gave = True
-                    break
-        if not gave:
-            break
-    return given
-
-
-def _seconds(when: datetime) -> float:
-    return when.replace(tzinfo=timezone.utc).timestamp()
-
-
-def plan(
-    head: QueueRow, candidates: Sequence[Any], limit: int, *, channel_breakers: bool = False
-) -> Plan | None:
-    """Share up to `limit` among the read's candidates (rows of the read's parts 1 and
-    2: after the rotation, and from the start); None if nothing may be claimed. With
-    `channel_breakers` (a subscriber with circuit_breaker_per_channel, which counts
-    their verdicts) the channels' own breakers hold their claims too."""
-    if head.paused or limit <= 0:
-        return None
-    now = _seconds(head.now)
-    queue_room: int | None = None
-    if head.max_concurrency is not None:
-        queue_room = max(0, head.max_concurrency - head.in_flight)
-    queue_window = None
-    if head.rate is not None:
-        queue_window = window.window_at(head.rate_slot, head.rate_counts, head.rate, now)
-        allowed = window.allowance(queue_window, head.rate)
-        queue_room = allowed if queue_room is None else min(queue_room, allowed)
-    if queue_room == 0:
-        return None
-    rotation = head.rotation or PLAIN
-    after = [row for row in candidates if row["part"] == 1]
-    groups: dict[str, Member] = {}
-    members = [_member(row, head, groups, channel_breakers) for row in after]
-    # The messages without a channel and the channels from the start (up to where this
-    # turn began: the read keeps to those) take their turn only once this round has
-    # reached its last channel; a full list may have more after it.
-    if wraps(candidates, limit, streamed=head.streamed):
-        seen = {row["channel"] for row in after}
-        members.append(Member(PLAIN, paused=not head.plain_waiting))
-        members += [
-            _member(row, head, groups, channel_breakers)
-            for row in candidates
-            if row["part"] == 2 and rotation != PLAIN and row["channel"] not in seen
-        ]
-    _mark_whole(members, candidates)
-    if share_out(members, limit, queue_room, now) == 0:
-        # Every channel looked at is full, paused, out of rate or not due: the
-        # rotation moves past them, or the channels after them would never be read.
-        channels = [m.name for m in members if m.name != PLAIN]
-        passed = after[-1]["channel"] if after else (channels[-1] if channels else None)
-        if passed is None or passed == rotation:
-            return None
-        return Plan(members, passed, None, [])
-    last = rotation
-    windows = []
-    for member in members:
-        if member.share:
-            last = member.name
-            if member.window is not None and member.name != PLAIN:
-                after_claim = window.taken(member.window, member.share)
-                windows.append((member.name, after_claim, member.stored))
-    if queue_window is not None:
-        queue_window = window.taken(queue_window, sum(m.share for m in members))
-    for group in groups.values():
-        if group.share and group.window is not None:
-            windows.append((group.name, window.taken(group.window, group.share), group.stored))
-    probes = [
-        (m.name, m.cooldown, m.breaker_state or BreakerState.OPEN.value)
-        for m in members
-        if m.share and m.reopening
-    ]
-    return Plan(members, last, queue_window, windows, probes)
-
-
-def wraps(candidates: Sequence[Any], limit: int, *, streamed: bool = False) -> bool:
-    """Whether a claim of `limit` goes on to the channels from the start (the read's
-    part 2), and to the messages without a channel: only once the channels after the
-    rotation ran out before the read's bounds did (`streamed`: a read whose walk
-    had no bound but its number of channels)."""
-    after = [row for row in candidates if row["part"] == 1]
-    most = limit + EXTRA_CANDIDATES
-    if streamed:
-        return len(after) < most
-    entries = sum(row["in_flight"] or 0 for row in after)  # MySQL: keys read
-    return len(after) < most and entries < most * SCAN_PER_CANDIDATE
-
-
-def _mark_whole(members: Sequence[Member], candidates: Sequence[Any]) -> None:
-    """Each read part lists its channels in order from one range of the index: all but
-    the last were read whole; the last may go on past the range's end. A channel with
-    many live messages is taken by a branch of its own all the same: the join would
-    look every one of them up, a branch stops at its share."""
-    last_of_part = {row["part"]: row["channel"] for row in candidates}  # in (part, n) order
-    ends = set(last_of_part.values())
-    entries = {row["channel"]: row["in_flight"] or 0 for row in candidates}  # MySQL: keys read
-    for member in members:
-        member.whole = (
-            member.name != PLAIN
-            and member.name not in ends
-            and entries.get(member.name, 0) <= WHOLE_AT_MOST
-        )
-
-
-def _group(row: Any, head: QueueRow, groups: dict[str, Member]) -> Member | None:
-    """The group of the read's channel row, one Member per group for the claim."""
-    name = group_of(row["channel"])
-    if name is None:
-        return None
-    found = groups.get(name)
-    if found is None:
-        found = groups[name] = Member(
-            name,
-            in_flight=sum(n for ch, n in head.busy.items() if group_of(ch) == name),
-            stored=bool(row["group_stored"]),
-            paused=bool(row["group_paused"]),
-            max_concurrency=row["group_max_concurrency"],
-            rate=_rate(row["group_rate_count"], row["group_rate_period"]),
-            rate_slot=row["group_rate_slot"],
-            rate_counts=row["group_rate_counts"],
-        )
-    return found
-
-
-def _member(row: Any, head: QueueRow, groups: dict[str, Member], channel_breakers: bool) -> Member:
-    member = Member(
-        row["channel"],
-        in_flight=head.busy.get(row["channel"], 0),
-        stored=bool(row["stored"]),
-        # nothing due: no share (the plain_waiting column carries `due` here)
-        paused=bool(row["paused"]) or not row["plain_waiting"],
-        due=row["plain_waiting"],
-        max_concurrency=head.channel_max_concurrency,
-        rate=head.channel_rate,
-        rate_slot=row["rate_slot"],
-        rate_counts=row["rate_counts"],
-        group=_group(row, head, groups),
-    )
-    if row["max_concurrency"] is not None:
-        member.max_concurrency = row["max_concurrency"]
-    own_rate = _rate(row["rate_count"], row["rate_period"])
-    if own_rate is not None:
-        member.rate = own_rate
-    if channel_breakers and row["breaker"] in (BreakerState.OPEN, BreakerState.HALF_OPEN):
-        # OPEN: its messages wait out the cooldown. HALF_OPEN: its probe went out;
-        # until its verdict is counted, or a cooldown after (a probe that ended with
-        # none: deferred, expired, its process died), no other.
-        if not row["reopened"]:
-            member.paused = True
-        else:
-            # one message in flight at a time: the probe, once those that ran before
-            # the breaker opened have settled
-            member.max_concurrency = 1
-            member.reopening = True
-            member.breaker_state = row["breaker"]
-            since, until = row["breaker_since"], row["breaker_until"]
-            if since is not None and until is not None:
-                member.cooldown = max(0.0, (_as_time(until) - _as_time(since)).total_seconds())
-    return member
-
-
 def _as_time(value: Any) -> datetime:
     """A time the read returned: SQLite's come as text."""
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+def _time_or_none(value: Any) -> datetime | None:
+    return None if value is None else _as_time(value)
+
+
+def candidate(row: Any) -> Candidate:
+    """A channel row of the read (its parts 1 and 2) as the plan takes it. The read
+    shares its columns among its parts: for a channel, `plain_waiting` says whether it
+    has due messages and `in_flight` how many keys-index entries MySQL's walk read."""
+    return Candidate(
+        channel=row["channel"],
+        after_rotation=row["part"] == 1,
+        stored=bool(row["stored"]),
+        paused=bool(row["paused"]),
+        due=row["plain_waiting"],
+        max_concurrency=row["max_concurrency"],
+        rate=rate_of(row["rate_count"], row["rate_period"]),
+        rate_slot=row["rate_slot"],
+        rate_counts=row["rate_counts"],
+        group_stored=bool(row["group_stored"]),
+        group_paused=bool(row["group_paused"]),
+        group_max_concurrency=row["group_max_concurrency"],
+        group_rate=rate_of(row["group_rate_count"], row["group_rate_period"]),
+        group_rate_slot=row["group_rate_slot"],
+        group_rate_counts=row["group_rate_counts"],
+        breaker=row["breaker"],
+        reopened=bool(row["reopened"]),
+        breaker_since=_time_or_none(row["breaker_since"]),
+        breaker_until=_time_or_none(row["breaker_until"]),
+        keys_read=row["in_flight"] or 0,
+    )
 
 
 def _queue_row(row: Any) -> QueueRow:
@@ -412,11 +143,11 @@ def _queue_row(row: Any) -> QueueRow:
     return QueueRow(
         paused=bool(row["paused"]),
         max_concurrency=row["max_concurrency"],
-        rate=_rate(row["rate_count"], row["rate_period"]),
+        rate=rate_of(row["rate_count"], row["rate_period"]),
         rate_slot=row["rate_slot"],
         rate_counts=row["rate_counts"],
         channel_max_concurrency=row["channel_max_concurrency"],
-        channel_rate=_rate(row["channel_rate_count"], row["channel_rate_period"]),
+        channel_rate=rate_of(row["channel_rate_count"], row["channel_rate_period"]),
         rotation=row["rotation"],
         version=int(row["version"]),
         plain_waiting=bool(row["plain_waiting"]),
@@ -1232,7 +963,7 @@ class ChannelClaim:
         queue: str,
         limit: int,
         run: Callable[[Hashable, Any, dict[str, Any]], Awaitable[Sequence[Any]]],
-    ) -> tuple[QueueRow | None, list[Any]]:
+    ) -> tuple[QueueRow | None, list[Candidate]]:
         """The read of a claim of up to `limit` messages, split (`split_read`): `run(name,
         statement, parameters)` runs one statement on the caller's connection and
         returns its rows as mappings. Part 2 is left out while the queue's previous
@@ -1259,7 +990,7 @@ class ChannelClaim:
         self._claims_wrap[queue] = needed
         if needed and not wrapped:
             more = await run("channel_read_from_start", self.read_from_start, parameters)
-            candidates += sorted(more, key=lambda r: r["n"])
+            candidates += [candidate(row) for row in sorted(more, key=lambda r: r["n"])]
         return head, candidates
 
     async def _read_streamed(
@@ -1325,7 +1056,7 @@ class ChannelSession(Protocol):
     """A channel claim on one connection (Dialect.channel_session): its read, then its
     write, which changes nothing if the queue row's version moved since the read."""
 
-    async def read(self, queue: str, limit: int) -> tuple[QueueRow | None, list[Any]]:
+    async def read(self, queue: str, limit: int) -> tuple[QueueRow | None, list[Candidate]]:
         """`ChannelClaim.read_with` on this connection."""
 
     async def write(self, queue: str, head: QueueRow, planned: Plan) -> list[Sequence[Any]] | None:
@@ -1339,7 +1070,7 @@ class ConnectionSession:
     def __init__(self, claim: ChannelClaim, conn: AsyncConnection) -> None:
         self.claim, self.conn = claim, conn
 
-    async def read(self, queue: str, limit: int) -> tuple[QueueRow | None, list[Any]]:
+    async def read(self, queue: str, limit: int) -> tuple[QueueRow | None, list[Candidate]]:
         conn = self.conn
 
         async def run(_name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
@@ -1365,14 +1096,17 @@ def as_claimed(row: Sequence[Any], now: datetime) -> tuple[Any, ...]:
     return tuple(values)
 
 
-def split_read(rows: Sequence[Any]) -> tuple[QueueRow | None, list[Any]]:
+def split_read(rows: Sequence[Any]) -> tuple[QueueRow | None, list[Candidate]]:
     """The read's queue row (None if the queue has none), with the in-flight counts,
-    and its candidate rows, each a mapping of the read's columns."""
+    and its candidates, in the read's order (after the rotation, then from the start)."""
     head_row = next((row for row in rows if row["part"] == 0), None)
     busy = {row["channel"]: int(row["n"]) for row in rows if row["part"] == 3}
-    candidates = sorted(
-        (row for row in rows if row["part"] in (1, 2)), key=lambda r: (r["part"], r["n"])
-    )
+    candidates = [
+        candidate(row)
+        for row in sorted(
+            (row for row in rows if row["part"] in (1, 2)), key=lambda r: (r["part"], r["n"])
+        )
+    ]
     if head_row is None:
         return None, candidates
     head = _queue_row(head_row)
@@ -1394,7 +1128,7 @@ async def create_queue_row(dialect: Dialect, engine: AsyncEngine, queue: str) ->
 async def write_planned(
     session: ChannelSession,
     queue: str,
-    read: tuple[QueueRow, list[Any]],
+    read: tuple[QueueRow, list[Candidate]],
     limit: int,
     *,
     channel_breakers: bool,
@@ -1454,17 +1188,12 @@ __all__ = [
     "ChannelClaim",
     "ChannelSession",
     "ConnectionSession",
-    "Member",
-    "Plan",
     "ProbeMissed",
-    "QueueRow",
     "as_claimed",
+    "candidate",
     "claim_channelled",
     "claim_once",
     "create_queue_row",
-    "plan",
-    "share_out",
     "split_read",
-    "wraps",
     "write_planned",
 ]

@@ -44,7 +44,8 @@ from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .claim import EXTRA_CANDIDATES, PLAIN, ChannelSession, Plan, QueueRow, plan
+from .claim import ChannelSession
+from .plan import EXTRA_CANDIDATES, PLAIN, Candidate, Plan, QueueRow, plan
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -66,8 +67,8 @@ _GAP_WEIGHT = 0.2
 
 
 def leftover(
-    head: QueueRow, candidates: list[Any], planned: Plan, limit: int
-) -> tuple[QueueRow, list[Any]] | None:
+    head: QueueRow, candidates: list[Candidate], planned: Plan, limit: int
+) -> tuple[QueueRow, list[Candidate]] | None:
     """What a read leaves for the claim after the one that wrote `planned` from it
     (its write moved the version): the channels after that claim's rotation, with the
     queue row as that write left it; None if they would not fill a claim of `limit`
@@ -75,8 +76,8 @@ def leftover(
     probes, which the read does not know the result of."""
     if planned.windows or planned.queue_window is not None or planned.probes:
         return None
-    after = [row for row in candidates if row["part"] == 1]
-    names = [row["channel"] for row in after]
+    after = [c for c in candidates if c.after_rotation]
+    names = [c.channel for c in after]
     if planned.rotation not in names:  # the claim went on to the channels from the start
         return None
     rest = after[names.index(planned.rotation) + 1 :]
@@ -112,7 +113,7 @@ class ReadAhead:
         limit: int,
         closing: set[asyncio.Task[None]] | None = None,
         *,
-        left: tuple[QueueRow, list[Any], float] | None = None,
+        left: tuple[QueueRow, list[Candidate], float] | None = None,
         claims: int = 1,
     ) -> None:
         if not dialect.reads_channels_ahead:
@@ -129,7 +130,7 @@ class ReadAhead:
         #: may follow
         self.filled = False
         #: what this one's read leaves to the claim after it, once its write is made
-        self.left: tuple[QueueRow, list[Any], float] | None = None
+        self.left: tuple[QueueRow, list[Candidate], float] | None = None
         self._stack = AsyncExitStack()
         self._started = time.monotonic() if left is None else left[2]
         #: its task has begun: the read is on its way to the database
@@ -142,7 +143,7 @@ class ReadAhead:
 
     async def _read(
         self, dialect: Dialect, engine: AsyncEngine
-    ) -> tuple[ChannelSession, QueueRow | None, list[Any]]:
+    ) -> tuple[ChannelSession, QueueRow | None, list[Candidate]]:
         self.began = True
         try:
             session = await self._stack.enter_async_context(dialect.channel_session(engine))
@@ -183,7 +184,7 @@ class ReadAhead:
             await self._close()  # cancelled while waiting for the read
             raise
         async with self._stack:  # the session ends with the write, or without one
-            listed = sum(1 for row in candidates if row["part"] == 1)
+            listed = sum(1 for c in candidates if c.after_rotation)
             self.filled = listed >= self.limit * self.claims + EXTRA_CANDIDATES
             if head is None or self.age > READ_AHEAD_MAX_AGE:
                 return None

@@ -12,7 +12,7 @@ import pytest
 from faststream_sqla import SqlaBroker, SqlaMessage
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.channels import Rate
-from faststream_sqla.channels.claim import Member, share_out
+from faststream_sqla.channels.plan import Member, share_out
 from faststream_sqla.channels.groups import group_of
 from faststream_sqla.channels.store import set_limits
 from faststream_sqla.exceptions import InvalidOptionError

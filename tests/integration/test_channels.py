@@ -13,7 +13,8 @@ import sqlalchemy as sa
 
 from faststream_sqla import SqlaBroker, SqlaMessage
 from faststream_sqla.channels import Rate
-from faststream_sqla.channels.claim import Member, claim_channelled, share_out
+from faststream_sqla.channels.claim import claim_channelled
+from faststream_sqla.channels.plan import Member, share_out
 from faststream_sqla.channels.store import set_limits
 from faststream_sqla.exceptions import InvalidOptionError
 
