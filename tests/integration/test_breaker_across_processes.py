@@ -26,6 +26,15 @@ WORKER = WORKERS / "downstream.py"
 QUEUE = "downstream"
 
 
+async def later_line(proc: asyncio.subprocess.Process, log) -> str:
+    """The next line of a process that first waits out a cooldown or a silent-holder
+    timeout (seconds on its own): a longer deadline than read_line's."""
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 90)
+    assert line, f"subprocess exited early:\n{log.read_text()}"
+    return line.decode().strip()
+
+
 async def breaker_state(admin: QueueAdmin) -> str:
     (status,) = await admin.breakers(QUEUE)
     return status.state
@@ -70,7 +79,7 @@ async def test_a_killed_probe_holder_is_replaced_by_a_process_with_an_idle_worke
         await publisher.publish("probe", queue=QUEUE)
         holder = await start("holder")
         # after the cooldown the holder probes; the downstream hangs on it as well
-        assert await read_line(holder, logs["holder"]) == "STARTED probe 1"
+        assert await later_line(holder, logs["holder"]) == "STARTED probe 1"
         (status,) = await admin.breakers(QUEUE)
         assert status.state == "HALF_OPEN" and f":{holder.pid}:" in (status.probe_holder or "")
 
@@ -80,7 +89,7 @@ async def test_a_killed_probe_holder_is_replaced_by_a_process_with_an_idle_worke
 
         # The holder's lease lapses, it falls silent, and the idle process probes again;
         # the downstream has recovered.
-        assert await read_line(idle, logs["idle"]) == "STARTED probe 2"
+        assert await later_line(idle, logs["idle"]) == "STARTED probe 2"
         await wait_until(lambda: _closed(admin), timeout=60)
         history = [(t.from_state, t.to_state, t.reason)
                    for t in reversed(await admin.breaker_history(QUEUE))]
