@@ -55,8 +55,8 @@ def array_literal(values: Sequence[int | str | None]) -> str:
 
     Outcome columns travel this way, not as lists: asyncpg checks every element of a
     list against collections.abc to look for nested arrays, and those checks were a
-    visible share of the consume loop's own CPU (docs/benchmarks.md, "Measurements
-    behind design choices"). Only values that need no quoting may come here.
+    visible share of the consume loop's own CPU (docs/benchmarks.md#postgresql-outcomes).
+    Only values that need no quoting may come here.
     """
     return "{" + ",".join(map(str, values)).replace("None", "NULL") + "}"
 
@@ -127,11 +127,11 @@ TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03"}
 # as state = 'PROCESSING'). Written against `m` alone, the planner estimated it from the
 # column's statistics, and statistics gathered while nothing was in flight say no row
 # matches: it then scanned the whole table as the outer side and rescanned the outcome
-# list for every row, quadratic in the batch (docs/benchmarks.md, "Measurements behind
-# design choices"). The `OR o.id IS NULL` (never true: o.id is an outcome's
-# key) makes it a join condition, so the table is estimated whole and each outcome finds
-# its row by primary key. A state test is no better: it matched the PROCESSING partial
-# index, with the same wrong estimate.
+# list for every row, quadratic in the batch (docs/benchmarks.md#postgresql-outcomes).
+# The `OR o.id IS NULL` (never true: o.id is an outcome's key) makes it a join
+# condition, so the table is estimated whole and each outcome finds its row by primary
+# key. A state test is no better: it matched the PROCESSING partial index, with the
+# same wrong estimate.
 STILL_CLAIMED = "(m.acquired_at IS NOT NULL OR o.id IS NULL)"
 
 
@@ -234,8 +234,7 @@ class PostgresDialect(Dialect):
         # The claimed rows come back as one row of column arrays, in claim order: asyncpg
         # decodes an array far cheaper than a record per row. The rows are sorted once,
         # below the aggregates: an ORDER BY inside each of the twelve array_aggs was a
-        # sort apiece on PostgreSQL 15 (docs/benchmarks.md, "Measurements behind design
-        # choices").
+        # sort apiece on PostgreSQL 15 (docs/benchmarks.md#postgresql-claim).
         ordered = (
             sa.select(claimed)
             .order_by(claimed.c.priority.desc(), claimed.c.next_attempt_at, claimed.c.id)
