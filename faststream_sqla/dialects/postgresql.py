@@ -1,4 +1,20 @@
-"""PostgreSQL: one statement per claim and per outcome batch, NOTIFY for wake-ups."""
+"""PostgreSQL: one statement per claim and per outcome batch, NOTIFY for wake-ups.
+
+- The claim: one `LATERAL` range per priority under `FOR UPDATE SKIP LOCKED`, the
+  `UPDATE` to PROCESSING, and the rows back as one row of column arrays, in one
+  statement that also turns `synchronous_commit` off for its own transaction (a claim
+  lost in a crash only means a repeat delivery).
+- The outcome write: each column one text array (`array_literal`), unnested; archived
+  rows by `DELETE ... RETURNING` feeding the archive's `INSERT`, requeues by `UPDATE`,
+  either half left out when the batch has none.
+- The insert: what a run of rows shares as scalars, the rest as arrays that `unnest`
+  turns back into rows, `pg_notify` in the same statement.
+- Lease renewal, release-stuck, the first message of each ordering key, the vacuum and
+  the snapshot horizon, `PostgresListener`, and the channel claim's session.
+
+The claim, the outcome write, the committed insert and the channel claim's write run
+in autocommit on the pool's asyncpg connection (`_asyncpg`, `_compiled`).
+"""
 
 from __future__ import annotations
 
