@@ -96,7 +96,7 @@ async def _fill(engine: AsyncEngine, database: str, queued: int, archived: int) 
     if database == "postgresql":
         # As autovacuum and the broker's own vacuum leave a table at rest: with the
         # visibility map unset, each capped count visits the heap for every entry
-        # (docs/benchmarks.md, eighteenth round, has both figures).
+        # (docs/benchmarks.md#admin-counts has both figures).
         async with engine.connect() as conn:
             auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
             await auto.exec_driver_sql("VACUUM ANALYZE message")

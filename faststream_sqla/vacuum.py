@@ -5,8 +5,7 @@ entry for each one at the head of its queue, and every claim starts its walk the
 walk steps over dead entries cheaply, but each claim walks all of them until a vacuum
 removes them. Autovacuum visits a table at most once per `autovacuum_naptime` (a minute
 by default). In that time a busy queue leaves hundreds of thousands of entries, and a
-claim's server CPU grows several times over (docs/benchmarks.md, "Measurements behind
-design choices").
+claim's server CPU grows several times over (docs/benchmarks.md#postgresql-vacuum).
 
 So the broker runs a vacuum itself after a number of settled messages that grows with
 the table: one vacuum reads every index in full, so it costs more on a bigger table,

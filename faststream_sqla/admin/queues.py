@@ -1,5 +1,18 @@
 """Which queues exist and how each is doing, from index ranges and bounded counts only:
-the cost does not grow with the backlog (docs/architecture.md, "Operating the queue")."""
+the cost does not grow with the backlog.
+
+- Which queues exist: a skip scan, `min(queue) ... WHERE queue > :after`, once per queue
+  and per index that holds the queue first (the live ranges of
+  `dialects._claim.live_ranges`, and the archive's index).
+- Each count is `count(*)` over a subquery cut at `cap` (the admin API's `exact_up_to`),
+  reported as inexact when it reaches the cap.
+- Each kind of message is a few ranges of the claim index: the priorities go in as an
+  `IN` list (the index's second column), and the not yet due are split into scheduled
+  and retrying from one bounded sample of that range. MySQL's message table has no
+  partial indexes, so there the generated `ready_at` picks the ranges.
+
+Figures: docs/benchmarks.md#admin-reads and docs/benchmarks.md#admin-counts.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Groups of channels: the channels whose names start with `tenant/` belong to the
 group `tenant/`, whose own limits (a control row named after the group) hold across
 all of them, and which takes one turn per round of the claim however many of its
-channels have messages ready (docs/flow-control.md#groups-of-channels).
+channels have messages ready (docs/flow-control.md#groups-of-channels-a-limit-per-tenant).
 
 The group is part of the name, so every process agrees on it without a lookup, and a
 tenant cannot leave its group by opening channels. A channel without a `/` is in no

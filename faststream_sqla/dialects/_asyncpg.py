@@ -3,7 +3,7 @@
 Through SQLAlchemy's `Connection`, a one-statement autocommit operation costs a
 checkout, the isolation level set and reset, and four greenlet hops around one round
 trip; on the driver, pool checkout included, it costs about half the client CPU
-(docs/benchmarks.md, "Retired probes": statement_cost). Claims and outcome writes (once
+(docs/benchmarks.md#postgresql-driver-route). Claims and outcome writes (once
 per batch on the consume path) and committed publishes go this way; everything else keeps
 SQLAlchemy's connection.
 

@@ -4,8 +4,8 @@ aiosqlite runs SQLite on a thread of its own, which needs the GIL back after eve
 statement step. While handlers keep the event loop busy, that thread waits for the GIL
 at each hand-off until CPython's switch interval (5 ms by default) makes the loop let
 go, so a claim of ten such hand-offs took several times as long as on an idle loop,
-long enough for the prefetch buffer to run dry (docs/benchmarks.md, "Measurements behind
-design choices"). While a call of ours runs there, the interval is shortened.
+long enough for the prefetch buffer to run dry (docs/benchmarks.md#sqlite-and-the-gil).
+While a call of ours runs there, the interval is shortened.
 """
 
 from __future__ import annotations

@@ -1,4 +1,19 @@
-"""MySQL 8 / MariaDB >= 10.6: SKIP LOCKED claim in one short READ COMMITTED transaction."""
+"""MySQL 8 / MariaDB >= 10.6: SKIP LOCKED claim in one short READ COMMITTED transaction.
+
+- The claim: a `UNION ALL` of one `SELECT ... FOR UPDATE SKIP LOCKED` per priority on
+  the generated `ready_at` (no `LATERAL` here), read as the rows will stand once
+  claimed, then one `UPDATE ... WHERE id IN (...)`.
+- The outcome write: one JSON document of numbers only, joined to the messages by
+  primary key through `JSON_TABLE` (`STRAIGHT_JOIN`, `FORCE INDEX (PRIMARY)`): the
+  archive copy, the delete (with the key rows when the batch holds keyed messages) and
+  the requeue.
+- The insert: multi-row, split to fit `max_allowed_packet`; ids by `RETURNING` where
+  the server has it (MariaDB), else `LAST_INSERT_ID()`; then the keys table's rows.
+- Lease renewal, the first message of each ordering key, and the channel claim's
+  session and write.
+
+The broker's own transactions run on the pool's asyncmy connection (`_asyncmy`).
+"""
 
 from __future__ import annotations
 

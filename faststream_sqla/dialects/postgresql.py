@@ -1,4 +1,20 @@
-"""PostgreSQL: one statement per claim and per outcome batch, NOTIFY for wake-ups."""
+"""PostgreSQL: one statement per claim and per outcome batch, NOTIFY for wake-ups.
+
+- The claim: one `LATERAL` range per priority under `FOR UPDATE SKIP LOCKED`, the
+  `UPDATE` to PROCESSING, and the rows back as one row of column arrays, in one
+  statement that also turns `synchronous_commit` off for its own transaction (a claim
+  lost in a crash only means a repeat delivery).
+- The outcome write: each column one text array (`array_literal`), unnested; archived
+  rows by `DELETE ... RETURNING` feeding the archive's `INSERT`, requeues by `UPDATE`,
+  either half left out when the batch has none.
+- The insert: what a run of rows shares as scalars, the rest as arrays that `unnest`
+  turns back into rows, `pg_notify` in the same statement.
+- Lease renewal, release-stuck, the first message of each ordering key, the vacuum and
+  the snapshot horizon, `PostgresListener`, and the channel claim's session.
+
+The claim, the outcome write, the committed insert and the channel claim's write run
+in autocommit on the pool's asyncpg connection (`_asyncpg`, `_compiled`).
+"""
 
 from __future__ import annotations
 
@@ -55,8 +71,8 @@ def array_literal(values: Sequence[int | str | None]) -> str:
 
     Outcome columns travel this way, not as lists: asyncpg checks every element of a
     list against collections.abc to look for nested arrays, and those checks were a
-    visible share of the consume loop's own CPU (docs/benchmarks.md, "Measurements
-    behind design choices"). Only values that need no quoting may come here.
+    visible share of the consume loop's own CPU (docs/benchmarks.md#postgresql-outcomes).
+    Only values that need no quoting may come here.
     """
     return "{" + ",".join(map(str, values)).replace("None", "NULL") + "}"
 
@@ -127,11 +143,11 @@ TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03"}
 # as state = 'PROCESSING'). Written against `m` alone, the planner estimated it from the
 # column's statistics, and statistics gathered while nothing was in flight say no row
 # matches: it then scanned the whole table as the outer side and rescanned the outcome
-# list for every row, quadratic in the batch (docs/benchmarks.md, "Measurements behind
-# design choices"). The `OR o.id IS NULL` (never true: o.id is an outcome's
-# key) makes it a join condition, so the table is estimated whole and each outcome finds
-# its row by primary key. A state test is no better: it matched the PROCESSING partial
-# index, with the same wrong estimate.
+# list for every row, quadratic in the batch (docs/benchmarks.md#postgresql-outcomes).
+# The `OR o.id IS NULL` (never true: o.id is an outcome's key) makes it a join
+# condition, so the table is estimated whole and each outcome finds its row by primary
+# key. A state test is no better: it matched the PROCESSING partial index, with the
+# same wrong estimate.
 STILL_CLAIMED = "(m.acquired_at IS NOT NULL OR o.id IS NULL)"
 
 
@@ -234,8 +250,7 @@ class PostgresDialect(Dialect):
         # The claimed rows come back as one row of column arrays, in claim order: asyncpg
         # decodes an array far cheaper than a record per row. The rows are sorted once,
         # below the aggregates: an ORDER BY inside each of the twelve array_aggs was a
-        # sort apiece on PostgreSQL 15 (docs/benchmarks.md, "Measurements behind design
-        # choices").
+        # sort apiece on PostgreSQL 15 (docs/benchmarks.md#postgresql-claim).
         ordered = (
             sa.select(claimed)
             .order_by(claimed.c.priority.desc(), claimed.c.next_attempt_at, claimed.c.id)

@@ -1,4 +1,16 @@
-"""SQLite (the embedded default): WAL, immediate write transactions, UPDATE ... RETURNING."""
+"""SQLite (the embedded default): WAL, immediate write transactions, UPDATE ... RETURNING.
+
+SQLite has one writer, so the broker's own writes queue on one `asyncio.Lock` and each
+runs its whole `BEGIN IMMEDIATE` transaction as one call on aiosqlite's thread
+(`in_driver_thread`, `_gil`):
+
+- the claim: a `UNION ALL` of one range per priority, the rows read as one JSON
+  document, then the `UPDATE` to PROCESSING with the time that read returned;
+- the outcome write: multi-row `VALUES` lists joined to the messages by key for the
+  archive copy and the delete, an `executemany` for requeues;
+- the insert: multi-row `INSERT`s of up to 5,000 rows; lease renewal over `json_each`;
+- the channel claim's session, read and write under the writer lock.
+"""
 
 from __future__ import annotations
 

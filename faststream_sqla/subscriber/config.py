@@ -30,7 +30,8 @@ def default_retry_strategy() -> RetryStrategy:
 
 
 #: max_fetch_batch_size when none is given: the largest claim the benchmarks measured
-#: (docs/benchmarks.md), and with the default overfetch a bound of 2,000 buffered messages
+#: (docs/benchmarks.md#claim-size), and with the default overfetch a bound of 2,000
+#: buffered messages
 DEFAULT_LARGEST_CLAIM = 1000
 
 

@@ -148,10 +148,10 @@ async def test_a_group_name_is_not_a_channel_to_publish_to(database_url, name):
 async def test_a_channel_whose_messages_share_an_ordering_key_is_strictly_fifo(
     database_url, engine, dialect
 ):
-    """How channels and ordering keys compose (docs/architecture.md): with the
-    channel's name as every message's ordering key, the channel runs one message at a
-    time in publish order, its limit of 3 notwithstanding, and a failed message holds
-    the ones behind it while it waits for its retry."""
+    """How channels and ordering keys compose (docs/flow-control.md#publishing-to-a-channel):
+    with the channel's name as every message's ordering key, the channel runs one message
+    at a time in publish order, its limit of 3 notwithstanding, and a failed message
+    holds the ones behind it while it waits for its retry."""
     from faststream_sqla.retry import ConstantRetryStrategy
 
     await set_limits(dialect, engine, "work", "acme", max_concurrency=3)

@@ -70,6 +70,42 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
     assert "nowhere" in result.stderr
 
 
+#: a page of the docs cited from code, with its heading if any
+_CITATION = re.compile(r"docs/(?P<page>[a-z0-9-]+\.md)(?:#(?P<anchor>[a-z0-9-]+))?")
+_HEADING = re.compile(r"^#{1,6}\s+(?P<text>.+?)\s*$")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors mkdocs gives the page's headings (the toc extension's slugify)."""
+    from markdown.extensions.toc import slugify
+
+    anchors, fenced = set(), False
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and (m := _HEADING.match(line)):
+            anchors.add(slugify(m["text"], "-"))
+    return anchors
+
+
+def test_code_cites_pages_and_headings_that_exist() -> None:
+    # Comments and docstrings cite the docs as docs/<page>.md#<heading>; a renamed
+    # heading must take its citations along. Code cites the benchmark reference, whose
+    # headings are kept stable, never the history of rounds behind it.
+    cited = [
+        (path.relative_to(ROOT), m["page"], m["anchor"])
+        for folder in ("faststream_sqla", "benchmarks", "tests", "examples", "chaos")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for m in _CITATION.finditer(path.read_text())
+    ]
+    assert any(anchor for _, _, anchor in cited)
+    for path, page, anchor in cited:
+        assert page != "benchmarks-history.md", f"{path} cites the history of rounds"
+        assert (DOCS / page).is_file(), f"{path} cites docs/{page}, which does not exist"
+        if anchor is not None:
+            assert anchor in _anchors(DOCS / page), f"{path}: docs/{page} has no #{anchor}"
+
+
 def _rows(page: str, section: str | None = None) -> dict[str, list[str]]:
     text = (DOCS / page).read_text()
     if section is not None:
