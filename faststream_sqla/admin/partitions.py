@@ -64,7 +64,7 @@ async def _months(conn: AsyncConnection, archive: str) -> list[tuple[str, date]]
             {"t": archive},
         )
     ).scalars()
-    pattern = re.compile(rf"^{re.escape(archive)}_p(\d{{4}})(\d{{2}})$")
+    pattern = re.compile(rf"^{re.escape(archive)}_p([0-9]{{4}})([0-9]{{2}})$")
     found = []
     for name in names:
         if match := pattern.match(name):

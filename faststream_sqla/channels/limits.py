@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 
-from faststream_sqla.durations import seconds_of
+from faststream_sqla.durations import seconds_of, whole_number
 from faststream_sqla.exceptions import InvalidOptionError
 
 #: the highest max_concurrency accepted (far above any real fleet of workers)
@@ -23,7 +23,7 @@ _PERIOD_NAMES = {
     "h": 3600.0, "hour": 3600.0,
     "d": 86400.0, "day": 86400.0,
 }  # fmt: skip
-_RATE = re.compile(r"\s*(?P<count>\d+)\s*/\s*(?P<period>.+?)\s*")
+_RATE = re.compile(r"\s*(?P<count>[0-9]+)\s*/\s*(?P<period>.+?)\s*", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,8 @@ def checked_concurrency(value: object, what: str = "max_concurrency") -> int | N
     """A concurrency limit: a whole number from 1, or None for no limit."""
     if value is None:
         return None
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
+    if isinstance(value, str) and (number := whole_number(value)) is not None:
+        value = number
     if isinstance(value, bool) or not isinstance(value, int):
         msg = f"{what} must be a whole number or None, got {value!r}"
         raise InvalidOptionError(msg)

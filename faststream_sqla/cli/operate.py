@@ -24,7 +24,18 @@ from faststream_sqla.admin.models import MoveResult
 from faststream_sqla.admin.partitions import MAX_MONTHS_AHEAD
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
-from .common import ArchiveTable, MessageTable, Url, app, err, names_of, out, run, usage_error
+from .common import (
+    ArchiveTable,
+    MessageTable,
+    Url,
+    app,
+    err,
+    integer_in,
+    names_of,
+    out,
+    run,
+    usage_error,
+)
 
 T = TypeVar("T")
 
@@ -41,7 +52,7 @@ Since = Annotated[
 ]
 Until = Annotated[str | None, typer.Option(help="Before this time: as --since.")]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d|w)\s*$", re.ASCII)
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 #: the longest duration accepted: anything longer is a typo
 MAX_DURATION = timedelta(days=3650)
@@ -196,7 +207,9 @@ def queues(
 @app.command()
 def inspect(
     url: Url,
-    message_id: Annotated[int, typer.Argument(metavar="ID", help="The message id.")],
+    message_id: Annotated[
+        int, typer.Argument(metavar="ID", parser=integer_in(), help="The message id.")
+    ],
     body: Annotated[bool, typer.Option("--body", help="Print the whole body.")] = False,
     json_output: Json = False,
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
@@ -254,7 +267,12 @@ def dlq_list(
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
     since: Since = None,
     until: Until = None,
-    limit: Annotated[int, typer.Option(min=1, max=MAX_PAGE, help="Messages per page.")] = 50,
+    limit: Annotated[
+        int,
+        typer.Option(
+            parser=integer_in(1, MAX_PAGE), metavar=f"1-{MAX_PAGE}", help="Messages per page."
+        ),
+    ] = 50,
     after: Annotated[str | None, typer.Option(help="The next-page token a page printed.")] = None,
     json_output: Json = False,
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
@@ -359,7 +377,8 @@ def _report_moves(result: MoveResult, json_output: bool, verb: str) -> None:
 def dlq_redrive(
     url: Url,
     ids: Annotated[
-        list[int] | None, typer.Argument(metavar="[ID]...", help="Dead letters by id.")
+        list[int] | None,
+        typer.Argument(metavar="[ID]...", parser=integer_in(), help="Dead letters by id."),
     ] = None,
     queue: Annotated[str | None, typer.Option(help="Every dead letter of this queue.")] = None,
     all_queues: Annotated[bool, typer.Option("--all", help="Every dead letter.")] = False,
@@ -386,7 +405,8 @@ def dlq_redrive(
 def replay(
     url: Url,
     ids: Annotated[
-        list[int] | None, typer.Argument(metavar="[ID]...", help="Archived messages by id.")
+        list[int] | None,
+        typer.Argument(metavar="[ID]...", parser=integer_in(), help="Archived messages by id."),
     ] = None,
     queue: Annotated[str | None, typer.Option(help="Archived messages of this queue.")] = None,
     since: Since = None,
@@ -426,7 +446,10 @@ def archive_prune(
     url: Url,
     older_than: Annotated[str, typer.Option(help="Age of the rows to delete, e.g. 30d.")],
     batch_size: Annotated[
-        int, typer.Option(min=1, max=MAX_BATCH, help="Rows per transaction.")
+        int,
+        typer.Option(
+            parser=integer_in(1, MAX_BATCH), metavar=f"1-{MAX_BATCH}", help="Rows per transaction."
+        ),
     ] = PRUNE_BATCH,
     yes: Yes = False,
     json_output: Json = False,
@@ -451,7 +474,12 @@ def archive_prune(
 
 
 MonthsAhead = Annotated[
-    int, typer.Option(min=0, max=MAX_MONTHS_AHEAD, help="Months of partitions to make ahead.")
+    int,
+    typer.Option(
+        parser=integer_in(0, MAX_MONTHS_AHEAD),
+        metavar=f"0-{MAX_MONTHS_AHEAD}",
+        help="Months of partitions to make ahead.",
+    ),
 ]
 
 

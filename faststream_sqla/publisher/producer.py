@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,7 @@ from faststream_sqla import idempotency, ordering
 from faststream_sqla.channels.groups import checked_message_channel
 from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import NewMessage, reading, with_retries
-from faststream_sqla.durations import seconds_of
+from faststream_sqla.durations import integer, seconds_of
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
     InvalidOptionError,
@@ -140,8 +139,8 @@ def timing(options: DeliveryOptions) -> tuple[datetime | None, float, datetime |
 def checked_priority(value: object) -> int:
     if value is None:
         return 0
-    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
-        value = int(value)  # as FastStream's CLI passes it: `--priority 5`
+    if isinstance(value, str) and (number := integer(value)) is not None:
+        value = number  # as FastStream's CLI passes it: `--priority 5`
     if isinstance(value, bool) or not isinstance(value, int):
         msg = f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, got {value!r}"
         raise InvalidOptionError(msg)

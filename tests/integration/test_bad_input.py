@@ -3,6 +3,7 @@ anything is written, and never breaks the caller's transaction."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from datetime import datetime, timedelta, timezone
 
@@ -18,6 +19,7 @@ from faststream_sqla import (
     SqlaBroker,
     SqlaMessage,
 )
+from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.cli import app
 from faststream_sqla.subscriber.config import ConsumeOptions
 
@@ -139,3 +141,69 @@ def test_a_malformed_url_never_shows_its_password():
     assert result.exit_code == 1
     assert "SeCrEt" not in result.output and "Traceback" not in result.output
     assert "not a database URL" in result.output
+
+
+# -- numbers in other scripts' digits -----------------------------------------------
+# int(), float() and a regex's \d take them (a fullwidth 5 is 5): a rate typed as
+# "\uff15/s" would be stored as 5/s. Only the ASCII digits 0-9 are numbers; anything else is the option's
+# usual error, and nothing is written.
+
+FIVE = "\uff15"  # FULLWIDTH DIGIT FIVE
+
+NOT_ASCII = [
+    (["channel", "set", "a", "--queue", "q", "--rate", f"{FIVE}/s"], "must look like"),
+    (["channel", "set", "a", "--queue", "q", "--rate", f"5/{FIVE}s"], "period must be"),
+    (["channel", "set", "a", "--queue", "q", "--max-concurrency", FIVE], "not a whole"),
+    (["channel", "set", "a", "--queue", "q", "--max-concurrency", "\u00b2"], "not a whole"),
+    (["queue", "limit", "q", "--channel-rate", "\u0663/min"], "must look like"),
+    (["queue", "limit", "q", "--max-concurrency", FIVE], "not a whole"),
+    (["publish", "q", "x", "--priority", FIVE], "not a whole number (digits 0-9)"),
+    (["publish", "q", "x", "--delay", f"{FIVE}s"], "--delay must be seconds"),
+    (["publish", "q", "x", "--ttl", FIVE], "--ttl must be seconds"),
+    (["inspect", FIVE], "not a whole number (digits 0-9)"),
+    (["dlq", "redrive", FIVE], "not a whole number (digits 0-9)"),
+    (["dlq", "list", "--limit", FIVE], "not a whole number (digits 0-9)"),
+    (["dlq", "list", "--since", f"{FIVE}h"], "neither an ISO 8601 time nor an age"),
+    (["archive", "prune", "--older-than", f"{FIVE}d", "--yes"], "not a duration"),
+    (["archive", "prune", "--older-than", "5d", "--batch-size", FIVE], "not a whole"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"), NOT_ASCII, ids=[" ".join(args) for args, _ in NOT_ASCII]
+)
+async def test_the_cli_takes_numbers_in_ascii_digits_only(
+    database_url, engine, tables, args, expected
+):
+    result = await asyncio.to_thread(CliRunner().invoke, app, [*args, "--url", database_url])
+    assert result.exit_code == 2, result.output
+    assert expected in " ".join(result.output.split()), result.output  # click's box wraps
+    assert "Traceback" not in result.output
+    async with engine.connect() as conn:
+        for table in (tables.controls, tables.message):
+            assert (await conn.execute(sa.select(table))).all() == []
+
+
+async def test_the_python_api_takes_numbers_in_ascii_digits_only(database_url, engine, tables):
+    async with QueueAdmin(engine) as admin:
+        for call, error in [
+            (lambda: admin.set_channel_limits("q", "a", rate=f"{FIVE}/s"), "must look like"),
+            (lambda: admin.set_channel_limits("q", "a", rate=f"5/{FIVE}s"), "period must be"),
+            (lambda: admin.set_channel_limits("q", "a", max_concurrency=FIVE), "whole number"),
+            (lambda: admin.set_queue_limits("q", channel_rate="\u0663/min"), "must look like"),
+            (lambda: admin.dead_letters(after=f"2024-01-01T00:00:00,{FIVE}"), "page token"),
+        ]:
+            with pytest.raises(InvalidOptionError, match=error):
+                await call()
+    async with SqlaBroker(database_url) as broker:
+        await broker.connect()
+        for options, error in [
+            ({"priority": FIVE}, "priority must be an integer"),
+            ({"delay": f"{FIVE}s"}, "delay must be seconds"),
+            ({"ttl": f"1.{FIVE}"}, "ttl must be seconds"),
+        ]:
+            with pytest.raises(InvalidOptionError, match=error):
+                await broker.publish("x", queue="q", **options)
+    async with engine.connect() as conn:
+        for table in (tables.controls, tables.message):
+            assert (await conn.execute(sa.select(table))).all() == []
