@@ -12,7 +12,7 @@ import math
 import re
 from datetime import timedelta
 
-from .exceptions import InvalidOptionError
+from .exceptions import InvalidOptionError, shown
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(
@@ -41,13 +41,13 @@ def seconds_of(value: object, what: str = "delay") -> float:
         return value.total_seconds()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value):
-            msg = f"{what} must be a finite number of seconds, got {value!r}"
+            msg = f"{what} must be a finite number of seconds, got {shown(value)}"
             raise InvalidOptionError(msg)
         return float(value)
     if isinstance(value, str) and (m := _DURATION.fullmatch(value)):
         return float(m["number"]) * _UNITS[(m["unit"] or "s").lower()]
     msg = (
         f"{what} must be seconds (e.g. 30 or 2.5) or a duration such as 500ms, 5s, 1m, 2h "
-        f"or 1d; got {value!r}"
+        f"or 1d; got {shown(value)}"
     )
     raise InvalidOptionError(msg)

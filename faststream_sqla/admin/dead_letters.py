@@ -18,7 +18,7 @@ from faststream_sqla.dialects import Dialect
 from faststream_sqla.dialects._claim import state_literal as _literal
 from faststream_sqla.dialects.base import NewMessage, reading
 from faststream_sqla.durations import whole_number
-from faststream_sqla.exceptions import InvalidOptionError, UnknownMessageError
+from faststream_sqla.exceptions import InvalidOptionError, UnknownMessageError, shown
 from faststream_sqla.parser import load_headers
 from faststream_sqla.schema import DEAD_STATES, MessageState, QueueTables
 
@@ -57,7 +57,7 @@ def _parse_cursor(after: str) -> tuple[datetime, int]:
             return to_naive_utc(datetime.fromisoformat(at)), number
     except ValueError:
         pass
-    msg = f"not a page token: {after!r} (pass the next_page of the previous page)"
+    msg = f"not a page token: {shown(after)} (pass the next_page of the previous page)"
     raise InvalidOptionError(msg)
 
 

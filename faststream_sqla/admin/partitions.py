@@ -20,7 +20,7 @@ from datetime import date, datetime, timedelta, timezone
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.exceptions import InvalidOptionError, require_whole
+from faststream_sqla.exceptions import InvalidOptionError, require_whole, shown
 from faststream_sqla.schema import QueueTables
 
 MAX_MONTHS_AHEAD = 24
@@ -167,7 +167,7 @@ async def maintain_partitions(
     if retention is not None and (
         not isinstance(retention, timedelta) or retention <= timedelta(0)
     ):
-        raise InvalidOptionError(f"retention must be a positive timedelta, got {retention!r}")
+        raise InvalidOptionError(f"retention must be a positive timedelta, got {shown(retention)}")
     archive = tables.archive.name
     q = engine.dialect.identifier_preparer
     async with engine.begin() as conn:

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.connecting import create_engine
 from faststream_sqla.durations import integer
-from faststream_sqla.exceptions import InvalidOptionError, SqlaBrokerError
+from faststream_sqla.exceptions import InvalidOptionError, SqlaBrokerError, shown
 from faststream_sqla.schema import TableNames
 from faststream_sqla.urls import mask_passwords, masked
 
@@ -53,7 +53,7 @@ def integer_in(low: int | None = None, high: int | None = None) -> Callable[[obj
     def integer_value(given: object) -> int:
         number = given if isinstance(given, int) else integer(str(given))
         if number is None:
-            raise typer.BadParameter(f"{given!r} is not a whole number (digits 0-9)")
+            raise typer.BadParameter(f"{shown(given)} is not a whole number (digits 0-9)")
         if (low is not None and number < low) or (high is not None and number > high):
             lowest = "" if low is None else f"{low}<="
             highest = "" if high is None else f"<={high}"

@@ -22,6 +22,7 @@ from faststream_sqla.admin.archive import PRUNE_BATCH
 from faststream_sqla.admin.dead_letters import first_line
 from faststream_sqla.admin.models import MoveResult
 from faststream_sqla.admin.partitions import MAX_MONTHS_AHEAD
+from faststream_sqla.exceptions import shown
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
 from .common import (
@@ -61,10 +62,12 @@ MAX_DURATION = timedelta(days=3650)
 def parse_duration(text: str, option: str) -> timedelta:
     match = _DURATION.match(text)
     if match is None:
-        usage_error(f"{option}: {text!r} is not a duration; write e.g. 90s, 15m, 12h, 30d or 2w")
+        usage_error(
+            f"{option}: {shown(text)} is not a duration; write e.g. 90s, 15m, 12h, 30d or 2w"
+        )
     value = timedelta(seconds=float(match.group(1)) * _UNIT[match.group(2)])
     if not timedelta(0) < value <= MAX_DURATION:
-        usage_error(f"{option}: {text!r} must be more than 0 and at most 3650d")
+        usage_error(f"{option}: {shown(text)} must be more than 0 and at most 3650d")
     return value
 
 
@@ -77,7 +80,7 @@ def parse_time(text: str | None, option: str) -> datetime | None:
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
-        usage_error(f"{option}: {text!r} is neither an ISO 8601 time nor an age like 2h")
+        usage_error(f"{option}: {shown(text)} is neither an ISO 8601 time nor an age like 2h")
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 

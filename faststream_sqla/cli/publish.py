@@ -10,7 +10,7 @@ import typer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.durations import seconds_of
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.options import DeliveryOptions
 from faststream_sqla.publisher.producer import row_options
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
@@ -41,7 +41,7 @@ def parse_headers(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         name, equals, value = pair.partition("=")
         if not equals or not name:
-            usage_error(f"--header: {pair!r} is not NAME=VALUE")
+            usage_error(f"--header: {shown(pair)} is not NAME=VALUE")
         headers[name] = value
     return headers
 
