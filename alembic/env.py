@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+import sqlalchemy as sa
 from alembic import context
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
@@ -22,7 +23,20 @@ config = context.config
 version_table = version_table_for(config.attributes.get("table_names", TableNames()))
 
 
+def create_version_table(connection: Connection) -> None:
+    """MariaDB/MySQL: the version table as Alembic makes it, but with its primary key
+    unnamed. Alembic names it `<table>_pkc`, which these servers ignore with a warning
+    (a line on stderr in a plain script); it creates the table only where missing."""
+    sa.Table(
+        version_table,
+        sa.MetaData(),
+        sa.Column("version_num", sa.String(32), primary_key=True),
+    ).create(connection, checkfirst=True)
+
+
 def run_migrations(connection: Connection) -> None:
+    if connection.dialect.name == "mysql":
+        create_version_table(connection)
     context.configure(connection=connection, version_table=version_table)
     with context.begin_transaction():
         context.run_migrations()

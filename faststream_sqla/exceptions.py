@@ -20,11 +20,31 @@ class InvalidOptionError(SqlaBrokerError, ValueError):
     """An option was given a value it cannot take."""
 
 
+#: an error message echoes at most this many characters of a value it names
+SHOWN_CHARACTERS = 100
+
+
+def shown(value: object) -> str:
+    """`value` as an error message echoes it: its repr, cut after SHOWN_CHARACTERS with
+    the length said, so that a 10,000-character name does not bury the problem."""
+    if isinstance(value, int) and value.bit_length() > 3 * SHOWN_CHARACTERS:
+        # repr() of an int of over 4,300 digits raises; the size is what matters here
+        return f"an integer of {value.bit_length()} bits"
+    if isinstance(value, str):
+        if len(value) <= SHOWN_CHARACTERS:
+            return repr(value)
+        return f"{value[:SHOWN_CHARACTERS]!r}... ({len(value)} characters)"
+    text = repr(value)
+    if len(text) > SHOWN_CHARACTERS:
+        return f"{text[:SHOWN_CHARACTERS]}... ({len(text)} characters in all)"
+    return text
+
+
 def require_whole(name: str, value: object, high: int, *, low: int = 1) -> int:
     """`value`, if it is an int (not a bool) from `low` to `high`; else
     InvalidOptionError naming the option and its bounds."""
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        msg = f"{name} must be an integer from {low} to {high:,}, got {value!r}"
+        msg = f"{name} must be an integer from {low} to {high:,}, got {shown(value)}"
         raise InvalidOptionError(msg)
     return value
 
@@ -103,7 +123,7 @@ class RetryAfter(SqlaBrokerError):
             or not math.isfinite(value)
             or value < 0
         ):
-            msg = f"RetryAfter needs a finite number of seconds >= 0, got {seconds!r}"
+            msg = f"RetryAfter needs a finite number of seconds >= 0, got {shown(seconds)}"
             raise InvalidOptionError(msg)
         self.seconds = min(float(value), MAX_RETRY_DELAY_SECONDS)
         self.reason = reason

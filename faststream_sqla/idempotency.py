@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.exceptions import IdempotencyConflictError
+from faststream_sqla.exceptions import IdempotencyConflictError, shown
 
 if TYPE_CHECKING:
     from faststream_sqla.dialects import Dialect
@@ -124,14 +124,17 @@ async def _insert_new_keys(
             continue
         earlier = first_of_key.setdefault(key, row)
         if earlier.payload != row.payload:
-            msg = f"idempotency key {key!r} is given twice in this batch, with different payloads"
+            msg = (
+                f"idempotency key {shown(key)} is given twice in this batch, with different "
+                "payloads"
+            )
             raise IdempotencyConflictError(msg, key=key)
     held = await dialect.find_idempotency_keys(conn, queue, list(first_of_key), latest=latest)
     for key, (message_id, payload) in held.items():
         if payload != first_of_key[key].payload:
             msg = (
-                f"queue {queue!r} already holds message {message_id} with idempotency key "
-                f"{key!r} and a different payload; nothing was written"
+                f"queue {shown(queue)} already holds message {message_id} with idempotency key "
+                f"{shown(key)} and a different payload; nothing was written"
             )
             raise IdempotencyConflictError(msg, key=key, message_id=message_id)
     fresh = [
@@ -158,7 +161,7 @@ async def _insert_new_keys(
 def _lost_every_race(rows: Sequence[NewMessage]) -> IdempotencyConflictError:
     keys = sorted({r.idempotency_key for r in rows if r.idempotency_key is not None})
     msg = (
-        f"idempotency keys {keys!r} of queue {rows[0].queue!r} were taken by other "
+        f"idempotency keys {shown(keys)} of queue {shown(rows[0].queue)} were taken by other "
         f"publishers {MAX_RACES} times in a row; nothing was written"
     )
     return IdempotencyConflictError(msg, key=keys[0])

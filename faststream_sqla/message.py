@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from faststream.message import AckStatus, StreamMessage
 
 from .clock import to_aware
-from .exceptions import InvalidOptionError
+from .exceptions import InvalidOptionError, shown
 
 if TYPE_CHECKING:
     from .dialects.base import Outcome
@@ -28,7 +28,7 @@ def validate_delay(delay: object, what: str = "delay") -> float:
         or not isinstance(delay, (int, float))
         or not 0 <= delay <= MAX_NACK_DELAY_SECONDS
     ):
-        msg = f"{what} must be 0 to {MAX_NACK_DELAY_SECONDS} seconds, got {delay!r}"
+        msg = f"{what} must be 0 to {MAX_NACK_DELAY_SECONDS} seconds, got {shown(delay)}"
         raise InvalidOptionError(msg)
     return float(delay)
 

@@ -13,7 +13,7 @@ import math
 import random as _random
 from datetime import datetime, timedelta
 
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 
 __all__ = [
     "ConstantRetryStrategy", "ConstantWithJitterRetryStrategy", "ExponentialBackoffRetryStrategy",
@@ -24,11 +24,11 @@ __all__ = [
 
 def _number(name: str, value: object, *, minimum: float = 0.0, maximum: float = math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidOptionError(f"{name} must be a number, got {value!r}")
+        raise InvalidOptionError(f"{name} must be a number, got {shown(value)}")
     number = float(value) if isinstance(value, float) or abs(value) < 2**1000 else math.inf
     if not math.isfinite(number) or not minimum <= number <= maximum:
         bounds = f">= {minimum:g}" if maximum == math.inf else f"in [{minimum:g}, {maximum:g}]"
-        raise InvalidOptionError(f"{name} must be a finite number {bounds}, got {value!r}")
+        raise InvalidOptionError(f"{name} must be a finite number {bounds}, got {shown(value)}")
     return number
 
 
@@ -38,15 +38,15 @@ def _optional_number(name: str, value: object) -> float | None:
 
 def _count(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOptionError(f"{name} must be an integer >= 1, got {value!r}")
+        raise InvalidOptionError(f"{name} must be an integer >= 1, got {shown(value)}")
     return value
 
 
 def _aware(name: str, value: object) -> datetime:
     if not isinstance(value, datetime):
-        raise InvalidOptionError(f"{name} must be a datetime, got {value!r}")
+        raise InvalidOptionError(f"{name} must be a datetime, got {shown(value)}")
     if value.utcoffset() is None:
-        raise InvalidOptionError(f"{name} must be timezone-aware (UTC), got naive {value!r}")
+        raise InvalidOptionError(f"{name} must be timezone-aware (UTC), got naive {shown(value)}")
     return value
 
 
@@ -192,7 +192,8 @@ class ConstantWithJitterRetryStrategy(RetryStrategy):
         if (delay_seconds is None) == (base_delay_seconds is None):
             raise InvalidOptionError(
                 "pass exactly one of delay_seconds and base_delay_seconds, got "
-                f"delay_seconds={delay_seconds!r}, base_delay_seconds={base_delay_seconds!r}"
+                f"delay_seconds={shown(delay_seconds)}, "
+                f"base_delay_seconds={shown(base_delay_seconds)}"
             )
         if delay_seconds is None:
             self._delay_seconds = _number("base_delay_seconds", base_delay_seconds)

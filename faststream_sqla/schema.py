@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
 from .clock import utc_now
+from .exceptions import shown
 
 MAX_QUEUE_NAME_LENGTH = 255
 MAX_CORRELATION_ID_LENGTH = 255
@@ -87,7 +88,7 @@ class TableNames:
         from .exceptions import InvalidOptionError
 
         if self.message == self.archive:
-            msg = f"message and archive tables need different names, both are {self.message!r}"
+            msg = f"message and archive tables need different names, both are {shown(self.message)}"
             raise InvalidOptionError(msg)
         for derived in (
             keys_table_name(self.message),
@@ -96,11 +97,14 @@ class TableNames:
             breaker_events_table_name(self.message),
         ):
             if self.archive == derived:
-                msg = f"archive table {self.archive!r} would share its name with {derived!r}"
+                msg = (
+                    f"archive table {shown(self.archive)} would share its name with "
+                    f"{shown(derived)}"
+                )
                 raise InvalidOptionError(msg)
         for value in (self.message, self.archive):
             if not value or not value.replace("_", "").isalnum() or len(value) > 48:
-                msg = f"table name {value!r} must be 1-48 letters, digits or underscores"
+                msg = f"table name {shown(value)} must be 1-48 letters, digits or underscores"
                 raise InvalidOptionError(msg)
 
 
@@ -609,7 +613,7 @@ def validate_queue_name(name: object) -> str:
         msg = f"queue name is {len(name)} characters long, the limit is {MAX_QUEUE_NAME_LENGTH}"
         raise InvalidQueueNameError(msg)
     if not name.isprintable():
-        msg = f"queue name {name!r} contains control characters"
+        msg = f"queue name {shown(name)} contains control characters"
         raise InvalidQueueNameError(msg)
     return name
 

@@ -22,6 +22,7 @@ from faststream_sqla.exceptions import (
     UnknownMessageError,
     UnknownQueueError,
     require_whole,
+    shown,
 )
 from faststream_sqla.migrations import check_schema
 from faststream_sqla.schema import (
@@ -358,7 +359,9 @@ class QueueAdmin:
             progress: called as rows go, with (done, total or None).
         """
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
-            raise InvalidOptionError(f"older_than must be a positive timedelta, got {older_than!r}")
+            raise InvalidOptionError(
+                f"older_than must be a positive timedelta, got {shown(older_than)}"
+            )
         _batch_size(batch_size)
         await self._prepare(writes=True)
         return await archive.prune_archive(
@@ -524,7 +527,9 @@ class QueueAdmin:
     async def _known_queue(self, conn: AsyncConnection, queue: str) -> None:
         validate_queue_name(queue)
         if not await queues.queue_exists(conn, self.tables, queue):
-            raise UnknownQueueError(f"no queue {queue!r}: no message of it is queued or archived")
+            raise UnknownQueueError(
+                f"no queue {shown(queue)}: no message of it is queued or archived"
+            )
 
     async def _queues_or_one(self, conn: AsyncConnection, queue: str | None) -> list[str]:
         if queue is None:
@@ -543,7 +548,7 @@ def _batch_size(value: object) -> None:
 
 def _id(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOptionError(f"a message id is a positive int, got {value!r}")
+        raise InvalidOptionError(f"a message id is a positive int, got {shown(value)}")
     return value
 
 
@@ -565,7 +570,7 @@ def _states(states: Collection[MessageState | str] | None) -> tuple[MessageState
             value = None
         if value not in REPLAYABLE:
             names = ", ".join(s.value for s in REPLAYABLE)
-            raise InvalidOptionError(f"cannot replay state {state!r}: choose from {names}")
+            raise InvalidOptionError(f"cannot replay state {shown(state)}: choose from {names}")
         chosen.append(value)
     if not chosen:
         raise InvalidOptionError("no states given")

@@ -22,7 +22,7 @@ from faststream_sqla.channels.store import (
 )
 from faststream_sqla.clock import utc_now
 from faststream_sqla.dialects._claim import ready_predicate, state_literal
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.schema import CHANNEL_READY, WHOLE_QUEUE, MessageState, QueueTables
 
 from .models import ChannelStatus, QueueLimits
@@ -35,7 +35,7 @@ def channel_name(value: object) -> str:
     """A channel's name as messages carry it (the queue's own row, "", is not one)."""
     if value == WHOLE_QUEUE or value is None:
         msg = (
-            f"a channel's name must be 1 or more characters, got {value!r} (the queue's "
+            f"a channel's name must be 1 or more characters, got {shown(value)} (the queue's "
             "own limits: set_queue_limits, faststream-sqla queue limit)"
         )
         raise InvalidOptionError(msg)

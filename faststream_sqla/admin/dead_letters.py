@@ -17,7 +17,8 @@ from faststream_sqla.clock import to_aware, to_naive_utc
 from faststream_sqla.dialects import Dialect
 from faststream_sqla.dialects._claim import state_literal as _literal
 from faststream_sqla.dialects.base import NewMessage, reading
-from faststream_sqla.exceptions import InvalidOptionError, UnknownMessageError
+from faststream_sqla.durations import whole_number
+from faststream_sqla.exceptions import InvalidOptionError, UnknownMessageError, shown
 from faststream_sqla.parser import load_headers
 from faststream_sqla.schema import DEAD_STATES, MessageState, QueueTables
 
@@ -49,12 +50,15 @@ def _cursor(item: DeadLetter) -> str:
 
 
 def _parse_cursor(after: str) -> tuple[datetime, int]:
+    at, _, message_id = after.rpartition(",")
+    number = whole_number(message_id)
     try:
-        at, _, message_id = after.rpartition(",")
-        return to_naive_utc(datetime.fromisoformat(at)), int(message_id)
+        if number is not None:
+            return to_naive_utc(datetime.fromisoformat(at)), number
     except ValueError:
-        msg = f"not a page token: {after!r} (pass the next_page of the previous page)"
-        raise InvalidOptionError(msg) from None
+        pass
+    msg = f"not a page token: {shown(after)} (pass the next_page of the previous page)"
+    raise InvalidOptionError(msg)
 
 
 def time_range(since: datetime | None, until: datetime | None) -> None:

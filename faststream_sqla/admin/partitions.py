@@ -20,7 +20,7 @@ from datetime import date, datetime, timedelta, timezone
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.exceptions import InvalidOptionError, require_whole
+from faststream_sqla.exceptions import InvalidOptionError, require_whole, shown
 from faststream_sqla.schema import QueueTables
 
 MAX_MONTHS_AHEAD = 24
@@ -64,7 +64,7 @@ async def _months(conn: AsyncConnection, archive: str) -> list[tuple[str, date]]
             {"t": archive},
         )
     ).scalars()
-    pattern = re.compile(rf"^{re.escape(archive)}_p(\d{{4}})(\d{{2}})$")
+    pattern = re.compile(rf"^{re.escape(archive)}_p([0-9]{{4}})([0-9]{{2}})$")
     found = []
     for name in names:
         if match := pattern.match(name):
@@ -167,7 +167,7 @@ async def maintain_partitions(
     if retention is not None and (
         not isinstance(retention, timedelta) or retention <= timedelta(0)
     ):
-        raise InvalidOptionError(f"retention must be a positive timedelta, got {retention!r}")
+        raise InvalidOptionError(f"retention must be a positive timedelta, got {shown(retention)}")
     archive = tables.archive.name
     q = engine.dialect.identifier_preparer
     async with engine.begin() as conn:

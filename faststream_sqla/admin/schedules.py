@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from faststream_sqla.clock import to_aware
-from faststream_sqla.exceptions import UnknownScheduleError
+from faststream_sqla.exceptions import UnknownScheduleError, shown
 from faststream_sqla.schedules import store
 from faststream_sqla.schedules.timing import Timing
 from faststream_sqla.schema import QueueTables
@@ -47,7 +47,7 @@ async def schedules(conn: AsyncConnection, tables: QueueTables) -> list[Schedule
 async def one(conn: AsyncConnection, tables: QueueTables, name: str) -> ScheduleInfo:
     row = await store.load_one(conn, tables.schedule, name)
     if row is None:
-        raise UnknownScheduleError(f"no schedule {name!r}")
+        raise UnknownScheduleError(f"no schedule {shown(name)}")
     return schedule_info(row)
 
 
@@ -59,7 +59,7 @@ async def set_paused(
     table = tables.schedule
     row = await store.load_one(conn, table, name)
     if row is None:
-        raise UnknownScheduleError(f"no schedule {name!r}")
+        raise UnknownScheduleError(f"no schedule {shown(name)}")
     now = await store.database_now(conn)
     values: dict[str, Any] = {"paused": paused, "updated_at": now}
     if not paused and row["paused"]:
@@ -71,4 +71,4 @@ async def set_paused(
 
 async def delete(conn: AsyncConnection, tables: QueueTables, name: str) -> None:
     if not await store.delete(conn, tables.schedule, [name]):
-        raise UnknownScheduleError(f"no schedule {name!r}")
+        raise UnknownScheduleError(f"no schedule {shown(name)}")

@@ -24,7 +24,7 @@ from faststream_sqla.broker.config import SqlaBrokerConfig
 from faststream_sqla.connecting import create_engine, ensure_reachable, unreachable
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import NotificationListener, reading
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.migrations import check_schema
 from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelope
@@ -67,17 +67,20 @@ def _check_broker_options(
     ):
         msg = (
             "graceful_timeout must be None or a number of seconds from 0 to "
-            f"{MAX_GRACEFUL_TIMEOUT:g}, got {graceful_timeout!r}"
+            f"{MAX_GRACEFUL_TIMEOUT:g}, got {shown(graceful_timeout)}"
         )
         raise InvalidOptionError(msg)
     if engine_options is not None and not isinstance(engine_options, Mapping):
         msg = (
             "engine_options must be a dict of create_async_engine() arguments, "
-            f"got {engine_options!r}"
+            f"got {shown(engine_options)}"
         )
         raise InvalidOptionError(msg)
     if isinstance(log_level, bool) or not isinstance(log_level, int):
-        msg = f"log_level must be a logging level (an int such as logging.INFO), got {log_level!r}"
+        msg = (
+            "log_level must be a logging level (an int such as logging.INFO), got "
+            f"{shown(log_level)}"
+        )
         raise InvalidOptionError(msg)
 
 
@@ -178,12 +181,12 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             ("vacuum_message_table", vacuum_message_table),
         ):
             if not isinstance(flag, bool):
-                msg = f"{name} must be True or False, got {flag!r}"
+                msg = f"{name} must be True or False, got {shown(flag)}"
                 raise InvalidOptionError(msg)
         _check_broker_options(graceful_timeout, engine_options, log_level)
         producer.fast_publish = fast_publish
         if not callable(id_generator):
-            msg = f"id_generator must be a function returning a str, got {id_generator!r}"
+            msg = f"id_generator must be a function returning a str, got {shown(id_generator)}"
             raise InvalidOptionError(msg)
         producer.id_generator = id_generator
         tables = QueueTables(

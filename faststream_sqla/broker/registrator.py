@@ -13,7 +13,7 @@ from faststream.middlewares import AckPolicy
 from typing_extensions import override
 
 from faststream_sqla.broker.config import SqlaBrokerConfig
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.publisher.factory import create_publisher
 from faststream_sqla.schedules import Schedule
@@ -242,7 +242,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         declared: dict[str, Schedule] = self.__dict__.setdefault("_schedules", {})
         if schedule.key in declared:
             msg = (
-                f"schedule {schedule.key!r} is declared twice: give each schedule of a "
+                f"schedule {shown(schedule.key)} is declared twice: give each schedule of a "
                 "queue its own name="
             )
             raise InvalidOptionError(msg)
@@ -275,7 +275,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             include_in_schema: show this publisher in the AsyncAPI document.
         """
         if headers is not None and not isinstance(headers, dict):
-            msg = f"headers must be a dict, got {headers!r}"
+            msg = f"headers must be a dict, got {shown(headers)}"
             raise InvalidOptionError(msg)
         publisher = create_publisher(
             queue=queue,

@@ -889,12 +889,14 @@ class ChannelClaim:
             from sqlalchemy.dialects.postgresql import insert
 
             return insert(c).on_conflict_do_nothing()
-        return (
-            sa.insert(c)
-            .prefix_with("OR IGNORE", dialect="sqlite")
-            .prefix_with("IGNORE", dialect="mysql")
-            .prefix_with("IGNORE", dialect="mariadb")
-        )
+        if self.dialect.name == "sqlite":
+            return sa.insert(c).prefix_with("OR IGNORE")
+        from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+        # Not INSERT IGNORE: its skipped row is a server warning, which asyncmy fetches
+        # with one more round trip and logs (on stderr in a plain script). Setting the
+        # key to itself changes nothing and warns of nothing.
+        return mysql_insert(c).on_duplicate_key_update(queue=c.c.queue)
 
     def write_parameters(self, queue: str, head: QueueRow, planned: Plan) -> dict[str, Any]:
         parameters: dict[str, Any] = {

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 
 #: what ends a group's part of a channel's name
 SEPARATOR = "/"
@@ -40,8 +40,8 @@ def checked_message_channel(channel: str | None) -> str | None:
     """A published message's channel: a group's name is not one."""
     if channel is not None and is_group(channel):
         msg = (
-            f"channel {channel!r} ends with {SEPARATOR!r}: such a name is a group of "
-            f"channels, whose limits hold across the channels named {channel}<name>; "
+            f"channel {shown(channel)} ends with {SEPARATOR!r}: such a name is a group of "
+            "channels, whose limits hold across the channels whose names begin with it; "
             "publish to one of those"
         )
         raise InvalidOptionError(msg)

@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 
-from faststream_sqla.durations import seconds_of
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.durations import seconds_of, whole_number
+from faststream_sqla.exceptions import InvalidOptionError, shown
 
 #: the highest max_concurrency accepted (far above any real fleet of workers)
 MAX_CONCURRENCY_LIMIT = 1_000_000
@@ -23,7 +23,7 @@ _PERIOD_NAMES = {
     "h": 3600.0, "hour": 3600.0,
     "d": 86400.0, "day": 86400.0,
 }  # fmt: skip
-_RATE = re.compile(r"\s*(?P<count>\d+)\s*/\s*(?P<period>.+?)\s*")
+_RATE = re.compile(r"\s*(?P<count>[0-9]+)\s*/\s*(?P<period>.+?)\s*", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,10 @@ class Rate:
 
     def __post_init__(self) -> None:
         if isinstance(self.count, bool) or not isinstance(self.count, int):
-            msg = f"a rate's count must be an integer, got {self.count!r}"
+            msg = f"a rate's count must be an integer, got {shown(self.count)}"
             raise InvalidOptionError(msg)
         if not 1 <= self.count <= MAX_RATE_COUNT:
-            msg = f"a rate's count must be from 1 to {MAX_RATE_COUNT}, got {self.count}"
+            msg = f"a rate's count must be from 1 to {MAX_RATE_COUNT}, got {shown(self.count)}"
             raise InvalidOptionError(msg)
         if not MIN_RATE_PERIOD <= self.period <= MAX_RATE_PERIOD:
             msg = (
@@ -53,7 +53,7 @@ class Rate:
         or a duration as `durations.seconds_of` reads it)."""
         m = _RATE.fullmatch(text)
         if m is None:
-            msg = f"a rate must look like 5/s, 100/min, 1000/h or 10/30s; got {text!r}"
+            msg = f"a rate must look like 5/s, 100/min, 1000/h or 10/30s; got {shown(text)}"
             raise InvalidOptionError(msg)
         period_text = m["period"].lower()
         period = _PERIOD_NAMES.get(period_text.rstrip("s") if len(period_text) > 3 else period_text)
@@ -78,7 +78,7 @@ def checked_rate(value: object) -> Rate | None:
         count, period = value
         seconds = period.total_seconds() if isinstance(period, timedelta) else period
         return Rate(count, seconds_of(seconds, "a rate's period"))
-    msg = f'a rate must be text such as "5/s", a Rate or a (count, period) pair, got {value!r}'
+    msg = f'a rate must be text such as "5/s", a Rate or a (count, period) pair, got {shown(value)}'
     raise InvalidOptionError(msg)
 
 
@@ -86,12 +86,12 @@ def checked_concurrency(value: object, what: str = "max_concurrency") -> int | N
     """A concurrency limit: a whole number from 1, or None for no limit."""
     if value is None:
         return None
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
+    if isinstance(value, str) and (number := whole_number(value)) is not None:
+        value = number
     if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"{what} must be a whole number or None, got {value!r}"
+        msg = f"{what} must be a whole number or None, got {shown(value)}"
         raise InvalidOptionError(msg)
     if not 1 <= value <= MAX_CONCURRENCY_LIMIT:
-        msg = f"{what} must be from 1 to {MAX_CONCURRENCY_LIMIT}, got {value}"
+        msg = f"{what} must be from 1 to {MAX_CONCURRENCY_LIMIT}, got {shown(value)}"
         raise InvalidOptionError(msg)
     return value

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from faststream_sqla.clock import utc_now
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.schema import WHOLE_QUEUE, validate_queue_name
 
 from .limits import Rate, checked_concurrency, checked_rate
@@ -118,7 +118,7 @@ def limit_change(
         )
         raise InvalidOptionError(msg)
     if paused is not UNSET and not isinstance(paused, bool):
-        msg = f"paused must be True or False, got {paused!r}"
+        msg = f"paused must be True or False, got {shown(paused)}"
         raise InvalidOptionError(msg)
     return LimitChange(
         max_concurrency=UNSET if max_concurrency is UNSET else checked_concurrency(max_concurrency),

@@ -17,7 +17,8 @@ from faststream_sqla.admin.models import ChannelStatus, QueueLimits
 from faststream_sqla.channels.groups import is_group
 from faststream_sqla.channels.limits import MAX_CONCURRENCY_LIMIT, Rate, checked_concurrency
 from faststream_sqla.channels.store import UNSET, _Unset
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.durations import whole_number
+from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
 from .common import ArchiveTable, MessageTable, Url, app, out, usage_error
@@ -72,13 +73,13 @@ def parse_concurrency(text: str | None, option: str) -> int | _Unset | None:
         return UNSET
     if text.strip().lower() == NONE:
         return None
-    if not text.strip().isdigit():
+    if (number := whole_number(text)) is None:
         usage_error(
-            f"{option}: {text!r} is not a whole number from 1 to {MAX_CONCURRENCY_LIMIT:,} "
+            f"{option}: {shown(text)} is not a whole number from 1 to {MAX_CONCURRENCY_LIMIT:,} "
             "(or none, to remove the limit)"
         )
     try:
-        return checked_concurrency(int(text), option)
+        return checked_concurrency(number, option)
     except InvalidOptionError as e:
         usage_error(str(e))
 

@@ -15,7 +15,8 @@ from rich.markup import escape
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.connecting import create_engine
-from faststream_sqla.exceptions import InvalidOptionError, SqlaBrokerError
+from faststream_sqla.durations import integer
+from faststream_sqla.exceptions import InvalidOptionError, SqlaBrokerError, shown
 from faststream_sqla.schema import TableNames
 from faststream_sqla.urls import mask_passwords, masked
 
@@ -43,6 +44,24 @@ Url = Annotated[
 ]
 MessageTable = Annotated[str, typer.Option("--message-table", help="Name of the message table.")]
 ArchiveTable = Annotated[str, typer.Option("--archive-table", help="Name of the archive table.")]
+
+
+def integer_in(low: int | None = None, high: int | None = None) -> Callable[[object], int]:
+    """The `parser=` of an integer option or argument, `low` to `high`: ASCII digits
+    only, as everywhere (click's own int type takes any script's digits)."""
+
+    def integer_value(given: object) -> int:
+        number = given if isinstance(given, int) else integer(str(given))
+        if number is None:
+            raise typer.BadParameter(f"{shown(given)} is not a whole number (digits 0-9)")
+        if (low is not None and number < low) or (high is not None and number > high):
+            lowest = "" if low is None else f"{low}<="
+            highest = "" if high is None else f"<={high}"
+            raise typer.BadParameter(f"{number} is not in the range {lowest}x{highest}.")
+        return number
+
+    integer_value.__name__ = "integer"  # the metavar when none is given: INTEGER
+    return integer_value
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:

@@ -22,9 +22,21 @@ from faststream_sqla.admin.archive import PRUNE_BATCH
 from faststream_sqla.admin.dead_letters import first_line
 from faststream_sqla.admin.models import MoveResult
 from faststream_sqla.admin.partitions import MAX_MONTHS_AHEAD
+from faststream_sqla.exceptions import shown
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
-from .common import ArchiveTable, MessageTable, Url, app, err, names_of, out, run, usage_error
+from .common import (
+    ArchiveTable,
+    MessageTable,
+    Url,
+    app,
+    err,
+    integer_in,
+    names_of,
+    out,
+    run,
+    usage_error,
+)
 
 T = TypeVar("T")
 
@@ -41,7 +53,7 @@ Since = Annotated[
 ]
 Until = Annotated[str | None, typer.Option(help="Before this time: as --since.")]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d|w)\s*$", re.ASCII)
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 #: the longest duration accepted: anything longer is a typo
 MAX_DURATION = timedelta(days=3650)
@@ -50,10 +62,12 @@ MAX_DURATION = timedelta(days=3650)
 def parse_duration(text: str, option: str) -> timedelta:
     match = _DURATION.match(text)
     if match is None:
-        usage_error(f"{option}: {text!r} is not a duration; write e.g. 90s, 15m, 12h, 30d or 2w")
+        usage_error(
+            f"{option}: {shown(text)} is not a duration; write e.g. 90s, 15m, 12h, 30d or 2w"
+        )
     value = timedelta(seconds=float(match.group(1)) * _UNIT[match.group(2)])
     if not timedelta(0) < value <= MAX_DURATION:
-        usage_error(f"{option}: {text!r} must be more than 0 and at most 3650d")
+        usage_error(f"{option}: {shown(text)} must be more than 0 and at most 3650d")
     return value
 
 
@@ -66,7 +80,7 @@ def parse_time(text: str | None, option: str) -> datetime | None:
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
-        usage_error(f"{option}: {text!r} is neither an ISO 8601 time nor an age like 2h")
+        usage_error(f"{option}: {shown(text)} is neither an ISO 8601 time nor an age like 2h")
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
@@ -196,7 +210,9 @@ def queues(
 @app.command()
 def inspect(
     url: Url,
-    message_id: Annotated[int, typer.Argument(metavar="ID", help="The message id.")],
+    message_id: Annotated[
+        int, typer.Argument(metavar="ID", parser=integer_in(), help="The message id.")
+    ],
     body: Annotated[bool, typer.Option("--body", help="Print the whole body.")] = False,
     json_output: Json = False,
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
@@ -254,7 +270,12 @@ def dlq_list(
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
     since: Since = None,
     until: Until = None,
-    limit: Annotated[int, typer.Option(min=1, max=MAX_PAGE, help="Messages per page.")] = 50,
+    limit: Annotated[
+        int,
+        typer.Option(
+            parser=integer_in(1, MAX_PAGE), metavar=f"1-{MAX_PAGE}", help="Messages per page."
+        ),
+    ] = 50,
     after: Annotated[str | None, typer.Option(help="The next-page token a page printed.")] = None,
     json_output: Json = False,
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
@@ -359,7 +380,8 @@ def _report_moves(result: MoveResult, json_output: bool, verb: str) -> None:
 def dlq_redrive(
     url: Url,
     ids: Annotated[
-        list[int] | None, typer.Argument(metavar="[ID]...", help="Dead letters by id.")
+        list[int] | None,
+        typer.Argument(metavar="[ID]...", parser=integer_in(), help="Dead letters by id."),
     ] = None,
     queue: Annotated[str | None, typer.Option(help="Every dead letter of this queue.")] = None,
     all_queues: Annotated[bool, typer.Option("--all", help="Every dead letter.")] = False,
@@ -386,7 +408,8 @@ def dlq_redrive(
 def replay(
     url: Url,
     ids: Annotated[
-        list[int] | None, typer.Argument(metavar="[ID]...", help="Archived messages by id.")
+        list[int] | None,
+        typer.Argument(metavar="[ID]...", parser=integer_in(), help="Archived messages by id."),
     ] = None,
     queue: Annotated[str | None, typer.Option(help="Archived messages of this queue.")] = None,
     since: Since = None,
@@ -426,7 +449,10 @@ def archive_prune(
     url: Url,
     older_than: Annotated[str, typer.Option(help="Age of the rows to delete, e.g. 30d.")],
     batch_size: Annotated[
-        int, typer.Option(min=1, max=MAX_BATCH, help="Rows per transaction.")
+        int,
+        typer.Option(
+            parser=integer_in(1, MAX_BATCH), metavar=f"1-{MAX_BATCH}", help="Rows per transaction."
+        ),
     ] = PRUNE_BATCH,
     yes: Yes = False,
     json_output: Json = False,
@@ -451,7 +477,12 @@ def archive_prune(
 
 
 MonthsAhead = Annotated[
-    int, typer.Option(min=0, max=MAX_MONTHS_AHEAD, help="Months of partitions to make ahead.")
+    int,
+    typer.Option(
+        parser=integer_in(0, MAX_MONTHS_AHEAD),
+        metavar=f"0-{MAX_MONTHS_AHEAD}",
+        help="Months of partitions to make ahead.",
+    ),
 ]
 
 

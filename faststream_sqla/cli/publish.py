@@ -10,12 +10,22 @@ import typer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.durations import seconds_of
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.options import DeliveryOptions
 from faststream_sqla.publisher.producer import row_options
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
-from .common import ArchiveTable, MessageTable, Url, app, names_of, out, run, usage_error
+from .common import (
+    ArchiveTable,
+    MessageTable,
+    Url,
+    app,
+    integer_in,
+    names_of,
+    out,
+    run,
+    usage_error,
+)
 
 
 def parse_body(text: str) -> Any:
@@ -31,7 +41,7 @@ def parse_headers(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         name, equals, value = pair.partition("=")
         if not equals or not name:
-            usage_error(f"--header: {pair!r} is not NAME=VALUE")
+            usage_error(f"--header: {shown(pair)} is not NAME=VALUE")
         headers[name] = value
     return headers
 
@@ -53,7 +63,10 @@ def publish(
         typer.Option(help="Expire the message unhandled after this long: seconds or 5m, 2h."),
     ] = None,
     priority: Annotated[
-        int | None, typer.Option(help="0-10, higher first (default 0).", show_default=False)
+        int | None,
+        typer.Option(
+            parser=integer_in(), help="0-10, higher first (default 0).", show_default=False
+        ),
     ] = None,
     channel: Annotated[
         str | None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.schema import QueueTables
 
 from .base import Dialect, Outcome
@@ -27,5 +27,5 @@ def dialect_for(engine: AsyncEngine, tables: QueueTables) -> Dialect:
         from .sqlite import SQLiteDialect
 
         return SQLiteDialect(tables)
-    msg = f"database {name!r} is not supported: use PostgreSQL, MySQL/MariaDB or SQLite"
+    msg = f"database {shown(name)} is not supported: use PostgreSQL, MySQL/MariaDB or SQLite"
     raise InvalidOptionError(msg)

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.admin import QueueAdmin
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.schema import validate_queue_name
 
 if TYPE_CHECKING:
@@ -74,10 +74,16 @@ class QueueStateCollector(Collector):
             or not isinstance(interval, (int, float))
             or not MIN_INTERVAL <= interval <= MAX_INTERVAL
         ):
-            msg = f"interval must be {MIN_INTERVAL} to {MAX_INTERVAL:g} seconds, got {interval!r}"
+            msg = (
+                f"interval must be {MIN_INTERVAL} to {MAX_INTERVAL:g} seconds, got "
+                f"{shown(interval)}"
+            )
             raise InvalidOptionError(msg)
         if not isinstance(metrics_prefix, str) or not metrics_prefix.isidentifier():
-            msg = f"metrics_prefix must be a name of letters, digits and _, got {metrics_prefix!r}"
+            msg = (
+                "metrics_prefix must be a name of letters, digits and _, got "
+                f"{shown(metrics_prefix)}"
+            )
             raise InvalidOptionError(msg)
         self._owns_admin = not isinstance(source, QueueAdmin)
         self.admin = source if isinstance(source, QueueAdmin) else QueueAdmin(source)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -22,12 +21,13 @@ from faststream_sqla import idempotency, ordering
 from faststream_sqla.channels.groups import checked_message_channel
 from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import NewMessage, reading, with_retries
-from faststream_sqla.durations import seconds_of
+from faststream_sqla.durations import integer, seconds_of
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
     InvalidOptionError,
     MessageSerializationError,
     QueueFullError,
+    shown,
 )
 from faststream_sqla.message import validate_delay
 from faststream_sqla.options import NO_OPTIONS, DeliveryOptions, Envelope
@@ -70,16 +70,16 @@ class QueueLimits:
             if value is None:
                 return None
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**12:
-                msg = f"{name} must be an integer from 1 to 10**12, or None; got {value!r}"
+                msg = f"{name} must be an integer from 1 to 10**12, or None; got {shown(value)}"
                 raise InvalidOptionError(msg)
             return value
 
         self.default = checked("max_queue_size", default)
         if per_queue is not None and not isinstance(per_queue, Mapping):
-            msg = f"max_queue_sizes must map queue names to sizes, got {per_queue!r}"
+            msg = f"max_queue_sizes must map queue names to sizes, got {shown(per_queue)}"
             raise InvalidOptionError(msg)
         self.per_queue = {
-            validate_queue_name(queue): checked(f"max_queue_sizes[{queue!r}]", size)
+            validate_queue_name(queue): checked(f"max_queue_sizes[{shown(queue)}]", size)
             for queue, size in (per_queue or {}).items()
         }
 
@@ -140,13 +140,18 @@ def timing(options: DeliveryOptions) -> tuple[datetime | None, float, datetime |
 def checked_priority(value: object) -> int:
     if value is None:
         return 0
-    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
-        value = int(value)  # as FastStream's CLI passes it: `--priority 5`
+    if isinstance(value, str) and (number := integer(value)) is not None:
+        value = number  # as FastStream's CLI passes it: `--priority 5`
     if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, got {value!r}"
+        msg = (
+            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, got {shown(value)}"
+        )
         raise InvalidOptionError(msg)
     if not MIN_PRIORITY <= value <= MAX_PRIORITY:
-        msg = f"priority must be from {MIN_PRIORITY} to {MAX_PRIORITY} (higher first), got {value}"
+        msg = (
+            f"priority must be from {MIN_PRIORITY} to {MAX_PRIORITY} (higher first), got "
+            f"{shown(value)}"
+        )
         raise InvalidOptionError(msg)
     return value
 
@@ -201,7 +206,7 @@ def checked_headers(headers: Mapping[str, Any] | None) -> dict[str, Any]:
         raise InvalidOptionError(msg)
     for name in headers:
         if not isinstance(name, str):
-            msg = f"header names must be strings (JSON keys are), got {name!r}"
+            msg = f"header names must be strings (JSON keys are), got {shown(name)}"
             raise InvalidOptionError(msg)
     copy = dict(headers)
     try:
@@ -360,7 +365,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         held = await self._dialect.count_active(conn, queue, at_most=limit)
         if held + len(rows) > limit:
             msg = (
-                f"queue {queue!r} is full: it holds {'at least ' if held >= limit else ''}"
+                f"queue {shown(queue)} is full: it holds {'at least ' if held >= limit else ''}"
                 f"{held} waiting or in-flight messages, its max_queue_size is {limit}, "
                 f"so {len(rows)} more do not fit; nothing was written"
             )
@@ -383,7 +388,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             # one error to catch, whichever driver failed and however
             msg = (
                 f"cannot reach the database at {masked(self._engine.url)} to publish to "
-                f"queue {rows[0].queue!r}: {type(e).__name__}: {e}. Nothing was stored, "
+                f"queue {shown(rows[0].queue)}: {type(e).__name__}: {e}. Nothing was stored, "
                 "unless the connection was lost while the commit was under way"
             )
             raise DatabaseUnreachableError(msg) from e

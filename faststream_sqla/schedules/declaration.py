@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.options import DeliveryOptions
 from faststream_sqla.publisher.producer import checked_headers, row_options
 from faststream_sqla.schema import MAX_SCHEDULE_NAME_LENGTH, validate_queue_name
@@ -79,7 +79,10 @@ class Schedule:
         """This schedule publishing to `queue` (a subscriber's), named after it unless
         it has a name."""
         if self.queue is not None and self.queue != queue:
-            msg = f"schedule {self.key!r} publishes to {self.queue!r}, not to {queue!r}"
+            msg = (
+                f"schedule {shown(self.key)} publishes to {shown(self.queue)}, not to "
+                f"{shown(queue)}"
+            )
             raise InvalidOptionError(msg)
         bound = replace(self, queue=validate_queue_name(queue))
         checked_schedule_name(bound.key)
@@ -97,7 +100,7 @@ class Schedule:
 
 def checked_schedule_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip() or not name.isprintable():
-        msg = f"a schedule name must be printable text, got {name!r}"
+        msg = f"a schedule name must be printable text, got {shown(name)}"
         raise InvalidOptionError(msg)
     if len(name) > MAX_SCHEDULE_NAME_LENGTH:
         msg = (

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.schema import MAX_CRON_LENGTH, MAX_TIMEZONE_LENGTH
 
 #: the shortest and longest interval: shorter than a second is a busy loop across
@@ -143,7 +143,7 @@ def _naive_utc(value: datetime) -> datetime:
 
 def checked_every(every: object) -> timedelta:
     if isinstance(every, bool) or not isinstance(every, (int, float, timedelta)):
-        msg = f"every must be a timedelta or a number of seconds, got {every!r}"
+        msg = f"every must be a timedelta or a number of seconds, got {shown(every)}"
         raise InvalidOptionError(msg)
     value = every if isinstance(every, timedelta) else timedelta(seconds=every)
     if not MIN_EVERY <= value <= MAX_EVERY:
@@ -157,7 +157,7 @@ def checked_every(every: object) -> timedelta:
 
 def checked_cron(expression: object) -> str:
     if not isinstance(expression, str) or not expression.strip():
-        msg = f"cron must be a cron expression such as '*/5 * * * *', got {expression!r}"
+        msg = f"cron must be a cron expression such as '*/5 * * * *', got {shown(expression)}"
         raise InvalidOptionError(msg)
     text = " ".join(expression.split())
     fields = len(text.split(" "))
@@ -165,7 +165,7 @@ def checked_cron(expression: object) -> str:
     # 7th (years), which a schedule that should keep firing has no use for
     if len(text) > MAX_CRON_LENGTH or fields not in (5, 6) or not croniter.is_valid(text):
         msg = (
-            f"cron {expression!r} is not a valid cron expression: five fields (minute hour "
+            f"cron {shown(expression)} is not a valid cron expression: five fields (minute hour "
             "day-of-month month day-of-week), or six with seconds last"
         )
         raise InvalidOptionError(msg)
@@ -174,12 +174,12 @@ def checked_cron(expression: object) -> str:
 
 def checked_timezone(name: object) -> str:
     if not isinstance(name, str) or not name or len(name) > MAX_TIMEZONE_LENGTH:
-        msg = f"timezone must be an IANA time zone name such as 'Europe/Berlin', got {name!r}"
+        msg = f"timezone must be an IANA time zone name such as 'Europe/Berlin', got {shown(name)}"
         raise InvalidOptionError(msg)
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        msg = f"unknown timezone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'"
+        msg = f"unknown timezone {shown(name)}: use an IANA name such as 'Europe/Berlin' or 'UTC'"
         raise InvalidOptionError(msg) from None
     return name
 
@@ -188,13 +188,15 @@ def checked_missed(missed: object, limit: object) -> tuple[Missed, int]:
     try:
         policy = Missed(missed)
     except ValueError:
-        msg = f"missed must be 'skip' or 'catch_up', got {missed!r}"
+        msg = f"missed must be 'skip' or 'catch_up', got {shown(missed)}"
         raise InvalidOptionError(msg) from None
     if (
         isinstance(limit, bool)
         or not isinstance(limit, int)
         or not 1 <= limit <= MAX_CATCH_UP_LIMIT
     ):
-        msg = f"catch_up_limit must be an integer from 1 to {MAX_CATCH_UP_LIMIT}, got {limit!r}"
+        msg = (
+            f"catch_up_limit must be an integer from 1 to {MAX_CATCH_UP_LIMIT}, got {shown(limit)}"
+        )
         raise InvalidOptionError(msg)
     return policy, limit

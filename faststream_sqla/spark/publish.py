@@ -31,6 +31,7 @@ from faststream_sqla.exceptions import (
     MessageSerializationError,
     SqlaBrokerError,
     require_whole,
+    shown,
 )
 from faststream_sqla.options import Envelope
 from faststream_sqla.schema import TableNames, validate_queue_name
@@ -74,7 +75,7 @@ def _option(name: str, value: Any, columns: list[str], kinds: tuple[type, ...]) 
     if isinstance(value, str):
         if value not in columns:
             msg = (
-                f"{name}={value!r} names a column the DataFrame does not have; its columns "
+                f"{name}={shown(value)} names a column the DataFrame does not have; its columns "
                 f"are {', '.join(columns)} (wrap a value meant as a constant: Constant(...))"
             )
             raise InvalidOptionError(msg)
@@ -169,7 +170,7 @@ def publish_dataframe(
         started_at=dt.datetime.min,
     )
     plan = dataclasses.replace(plan, started_at=_database_time(plan))
-    with executor_errors(f"publishing to queue {queue!r}"):
+    with executor_errors(f"publishing to queue {shown(queue)}"):
         return int(
             df.rdd.mapPartitionsWithIndex(
                 lambda index, rows: _write_partition(plan, index, rows)
@@ -371,7 +372,7 @@ def _envelope(plan: _Plan, row: Mapping[str, Any], partition: int, number: int) 
         headers = headers.asDict(recursive=True)
     if headers is not None and not isinstance(headers, Mapping):
         msg = (
-            f"{_where(partition, number, row)}: headers column {plan.headers.column!r} "
+            f"{_where(partition, number, row)}: headers column {shown(plan.headers.column)} "
             f"must hold a map or struct, got {type(headers).__name__}"
         )
         raise InvalidOptionError(msg)

@@ -22,7 +22,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from faststream_sqla.clock import to_naive_utc
 from faststream_sqla.dialects.base import reading
-from faststream_sqla.exceptions import DatabaseUnreachableError, InvalidOptionError, require_whole
+from faststream_sqla.exceptions import (
+    DatabaseUnreachableError,
+    InvalidOptionError,
+    require_whole,
+    shown,
+)
 from faststream_sqla.schema import (
     DEAD_STATES,
     MessageState,
@@ -145,7 +150,7 @@ def _scan(
 ) -> _Scan:
     url = executor_url(url)
     if isinstance(queues, str):
-        msg = f"queues must be a list of queue names, got the string {queues!r}"
+        msg = f"queues must be a list of queue names, got the string {shown(queues)}"
         raise InvalidOptionError(msg)
     allowed = ARCHIVE_STATES if archive else LIVE_STATES
     chosen = None
@@ -157,7 +162,7 @@ def _scan(
             name = state.value if isinstance(state, MessageState) else state
             if name not in {s.value for s in allowed}:
                 msg = (
-                    f"state {state!r} is not held by the {'archive' if archive else 'queue'}; "
+                    f"state {shown(state)} is not held by the {'archive' if archive else 'queue'}; "
                     f"choose from {', '.join(s.value for s in allowed)}"
                 )
                 raise InvalidOptionError(msg)
@@ -168,13 +173,13 @@ def _scan(
         tables = QueueTables(names)
         known = [c.name for c in (tables.archive if archive else tables.message).columns]
         if isinstance(columns, str) or not columns:
-            msg = f"columns must be a non-empty list of column names, got {columns!r}"
+            msg = f"columns must be a non-empty list of column names, got {shown(columns)}"
             raise InvalidOptionError(msg)
         for name in columns:
             if name not in known:
                 where = "archive" if archive else "queue"
                 msg = (
-                    f"columns: the {where} has no column {name!r}; "
+                    f"columns: the {where} has no column {shown(name)}; "
                     f"its columns are {', '.join(known)}"
                 )
                 raise InvalidOptionError(msg)
@@ -195,7 +200,9 @@ def _stored_time(name: str, value: dt.datetime | None) -> dt.datetime | None:
     if value is None:
         return None
     if not isinstance(value, dt.datetime) or value.utcoffset() is None:
-        msg = f"{name} must be an aware datetime, e.g. datetime.now(timezone.utc), got {value!r}"
+        msg = (
+            f"{name} must be an aware datetime, e.g. datetime.now(timezone.utc), got {shown(value)}"
+        )
         raise InvalidOptionError(msg)
     return to_naive_utc(value)
 

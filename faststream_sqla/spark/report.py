@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.schema import MessageState
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def delivery_report(archive_df: DataFrame, *, by: str | None = None) -> DataFram
     from pyspark.sql import functions as F
 
     if by is not None and by not in PERIODS:
-        msg = f"by must be one of {', '.join(PERIODS)} or None, got {by!r}"
+        msg = f"by must be one of {', '.join(PERIODS)} or None, got {shown(by)}"
         raise InvalidOptionError(msg)
     missing = set(REPORT_INPUT) - set(archive_df.columns)
     if missing:

@@ -15,7 +15,7 @@ from faststream._internal.constants import EMPTY
 from faststream.middlewares import AckPolicy
 
 from faststream_sqla.broker.config import SqlaBrokerConfig
-from faststream_sqla.exceptions import InvalidOptionError, require_whole
+from faststream_sqla.exceptions import InvalidOptionError, require_whole, shown
 from faststream_sqla.retry import ExponentialBackoffWithJitterRetryStrategy, RetryStrategy
 from faststream_sqla.subscriber.claim_size import buffer_capacity
 
@@ -86,7 +86,7 @@ class ConsumeOptions:
             )
             if not ok:
                 bound = f"more than {low:g}" if above else f"at least {low:g}"
-                msg = f"{name} must be {bound} and at most {high:g} seconds, got {value!r}"
+                msg = f"{name} must be {bound} and at most {high:g} seconds, got {shown(value)}"
                 raise InvalidOptionError(msg)
 
         require_whole("max_workers", self.max_workers, MAX_WORKERS)
@@ -102,7 +102,7 @@ class ConsumeOptions:
         if self.max_deliveries is not None:
             require_whole("max_deliveries", self.max_deliveries, MAX_DELIVERIES)
         if not isinstance(self.retry_strategy, RetryStrategy):
-            msg = f"retry_strategy must be a RetryStrategy, got {self.retry_strategy!r}"
+            msg = f"retry_strategy must be a RetryStrategy, got {shown(self.retry_strategy)}"
             raise InvalidOptionError(msg)
         factor = self.overfetch_factor
         if (
@@ -110,7 +110,9 @@ class ConsumeOptions:
             or not isinstance(factor, (int, float))
             or not (1 <= factor <= MAX_OVERFETCH)
         ):
-            msg = f"overfetch_factor must be a number from 1 to {MAX_OVERFETCH}, got {factor!r}"
+            msg = (
+                f"overfetch_factor must be a number from 1 to {MAX_OVERFETCH}, got {shown(factor)}"
+            )
             raise InvalidOptionError(msg)
         seconds("min_fetch_interval", self.min_fetch_interval, 0, HOUR)
         seconds("max_fetch_interval", self.max_fetch_interval, 0, HOUR, above=True)
@@ -133,7 +135,7 @@ class ConsumeOptions:
         if not isinstance(self.circuit_breaker_per_channel, bool):
             raise InvalidOptionError(
                 "circuit_breaker_per_channel must be True or False, got "
-                f"{self.circuit_breaker_per_channel!r}"
+                f"{shown(self.circuit_breaker_per_channel)}"
             )
         if self.circuit_breaker_per_channel and self.circuit_breaker_threshold is None:
             raise InvalidOptionError(
@@ -145,7 +147,7 @@ class ConsumeOptions:
         ):
             msg = (
                 "permanent_exceptions must be a tuple of exception classes, "
-                f"got {self.permanent_exceptions!r}"
+                f"got {shown(self.permanent_exceptions)}"
             )
             raise InvalidOptionError(msg)
 

@@ -6,6 +6,8 @@ import asyncio
 import logging
 import shutil
 import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -278,3 +280,27 @@ async def holds_a_transaction(engine, dialect_name: str, database_url: str) -> b
         )
     async with engine.connect() as conn:
         return bool(await conn.scalar(sa.text(sql)))
+
+
+# -- the console script, as a shell runs it ------------------------------------------
+
+SCRIPT = Path(sys.executable).parent / "faststream-sqla"
+
+
+async def run_script(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`faststream-sqla <args> --url <url>` in a process of its own: its stderr is what
+    a user sees, with Python's default logging and warnings (CliRunner shares ours)."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [str(SCRIPT), *args, "--url", url],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+async def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -c <code> <args>` in a process of its own (see `run_script`)."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", code, *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip

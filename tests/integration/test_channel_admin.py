@@ -21,7 +21,7 @@ from faststream_sqla.lifecycle import settled_unhandled
 from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import WHOLE_QUEUE
 
-from .helpers import FAST, Recorder, rows
+from .helpers import FAST, Recorder, rows, run_python, run_script
 from .test_admin_cli import cli, cli_json
 from .test_channels import Concurrency
 
@@ -278,6 +278,54 @@ async def test_bad_values_exit_2_before_anything_is_written(
     if "Missing option" not in expected:  # click's own usage message is a box
         assert result.output.count("\n") == 1, result.output  # one line
     assert await controls(engine, tables) == {}
+
+
+async def test_changing_limits_from_the_shell_writes_nothing_on_stderr(
+    database_url, engine, tables
+):
+    # Run as a shell runs them, where a driver's warning would reach stderr through
+    # Python's last-resort logging handler. Each command finds the queue's control row
+    # there from the second on, and the channel's from the second `channel set` on.
+    for args in (
+        ["channel", "set", "a", "--queue", "q", "--rate", "5/s"],
+        ["channel", "set", "a", "--queue", "q", "--max-concurrency", "2"],
+        ["channel", "pause", "a", "--queue", "q"],
+        ["channel", "pause", "a", "--queue", "q"],
+        ["channel", "resume", "a", "--queue", "q"],
+        ["channel", "pause", "b", "--queue", "q"],
+        ["queue", "limit", "q", "--rate", "100/min"],
+        ["queue", "limit", "q", "--channel-max-concurrency", "3"],
+        ["queue", "limit", "q"],
+        ["channel", "list", "--queue", "q"],
+    ):
+        done = await run_script(database_url, *args)
+        assert (done.returncode, done.stderr) == (0, ""), args
+    row = (await controls(engine, tables))[("q", "a")]
+    assert (row["max_concurrency"], row["rate_count"], row["paused"]) == (2, 5, False)
+    assert (await controls(engine, tables))[("q", "b")]["paused"]
+
+
+ADMIN_CALLS = """
+import asyncio, sys
+from faststream_sqla.admin import QueueAdmin
+
+async def main(url):
+    async with QueueAdmin(url) as admin:
+        for _ in range(2):
+            await admin.set_channel_limits("q", "a", max_concurrency=2, rate="5/s")
+            await admin.set_queue_limits("q", rate="1/s", channel_rate="3/s")
+            await admin.pause_channel("q", "a")
+            await admin.resume_channel("q", "a")
+        print((await admin.channels("q"))[0].rate)
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_changing_limits_through_queue_admin_writes_nothing_on_stderr(database_url):
+    # A script of the user's own, with Python's default logging: nothing reaches stderr.
+    done = await run_python(ADMIN_CALLS, database_url)
+    assert (done.returncode, done.stderr, done.stdout) == (0, "", "5/s\n")
 
 
 async def test_a_running_broker_follows_channel_set_without_a_restart(

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from faststream_sqla.durations import seconds_of
+from faststream_sqla.durations import seconds_of, whole_number
 from faststream_sqla.exceptions import InvalidOptionError
 
 
@@ -27,3 +27,21 @@ def test_numbers_timedeltas_and_durations_are_seconds(value: object, seconds: fl
 def test_anything_else_is_a_typed_error_naming_the_option(value: object) -> None:
     with pytest.raises(InvalidOptionError, match="^ttl must be"):
         seconds_of(value, "ttl")
+
+
+# int(), float() and a regex's \d take any script's digits: a fullwidth "5s" would be 5 s
+@pytest.mark.parametrize(
+    "value", ["\uff15", "\uff15s", "1.\uff15", "\u0663m", "\u0665ms", "\u00b2"]
+)
+def test_digits_of_other_scripts_are_a_typed_error(value: str) -> None:
+    with pytest.raises(InvalidOptionError, match=r"^delay must be"):
+        seconds_of(value)
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("5", 5), (" 12 ", 12), ("0", 0), ("-3", None), ("\uff15", None), ("\u00b2", None),
+     ("1_000", None), ("", None), ("+1", None)],
+)  # fmt: skip
+def test_a_whole_number_is_ascii_digits_only(text: str, number: int | None) -> None:
+    assert whole_number(text) == number

@@ -9,7 +9,7 @@ import pytest
 from faststream.message import AckStatus
 from faststream_sqla import MessageState, SqlaBroker, SqlaRouter, TestSqlaBroker
 from faststream_sqla import lifecycle
-from faststream_sqla.exceptions import InvalidOptionError, InvalidQueueNameError
+from faststream_sqla.exceptions import InvalidOptionError, InvalidQueueNameError, shown
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.parser import HeadersCache, SqlaBatchParser, SqlaParser
 from faststream_sqla.retry import ConstantRetryStrategy
@@ -414,3 +414,14 @@ async def test_publish_encodes_like_the_codec_it_skips(broker: SqlaBroker) -> No
     producer.codec = SameAsDefault()
     awaited = await producer.build_rows(cmd, cmd.batch_items)
     assert [(r.payload, r.headers) for r in direct] == [(r.payload, r.headers) for r in awaited]
+
+
+def test_an_error_shows_a_value_whole_up_to_100_characters_then_its_start_and_length():
+    assert shown("q" * 100) == repr("q" * 100)
+    assert shown("q" * 10_000) == repr("q" * 100) + "... (10000 characters)"
+    assert shown("a\nb") == "'a\\nb'"  # control characters escaped, as repr does
+    assert shown(list(range(1000))).endswith("... (4890 characters in all)")
+    assert len(shown(list(range(1000)))) < 130
+    # repr() of an int of over 4,300 digits raises ValueError
+    assert shown(10**5000) == f"an integer of {(10**5000).bit_length()} bits"
+    assert shown(None) == "None" and shown(2**64) == str(2**64)
