@@ -1,7 +1,7 @@
 """The per-channel breaker, groups and pulls at their edges: a breaker that changes
 between a claim's read and its write, a breaker that recovered, a pull that comes
 before a queue's first channelled message, a breaker no subscriber counts any more.
-Found by a review; on every database."""
+On every database."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Defects a review of the channel claim found (issue 22), each guarded by a test on
-the databases it affected; the comments say what went wrong before the fix. The claims
-are made directly with `claim_channelled`, as a subscriber's fetcher makes them (one
-idle worker: limit 1, so a claim reads 9 channels), so each test counts claims, not
-seconds."""
+"""The channel claim at its edges: runs of blocked channels, channels with nothing due
+or all in flight, a rate tightened by its period, a non-C collation, a queue-level
+limit over a plain backlog. Each on the databases it concerns; the comment above each
+test says what would go wrong without the rule it checks. The claims are made directly
+with `claim_channelled`, as a subscriber's fetcher makes them (one idle worker: limit
+1, so a claim reads 9 channels), so each test counts claims, not seconds."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ async def claims_until(
     return taken
 
 
-# DEFECT 1 (channels/claim.py, plan(), lines 200-217): the rotation only moves past
+# Without the rule, the rotation would only move past
 # blocked channels when *nothing* can be claimed. When the N + 8 channels after the
 # rotation are all full (paused, at max_concurrency, out of rate) but a channel of the
 # wrapped round (or PLAIN) has room, that one is served and becomes the rotation again,
@@ -51,7 +52,7 @@ async def claims_until(
 # them are never read: a small channel starves behind a big one for as long as the
 # blocked run lasts. docs/flow-control.md promises "a run of k blocked channels delays
 # the channels after it by about k / (N + 8) claims".
-async def test_review_channels_after_a_blocked_run_starve_while_an_earlier_one_has_room(
+async def test_channels_after_a_blocked_run_get_a_turn_while_an_earlier_one_has_room(
     database_url, engine, dialect
 ):
     for i in range(1, 10):
@@ -69,10 +70,10 @@ async def test_review_channels_after_a_blocked_run_starve_while_an_earlier_one_h
     assert ["z"] in taken[:3], taken
 
 
-# DEFECT 1b: the same with messages without a channel in place of channel "a": PLAIN
+# The same with messages without a channel in place of channel "a": without the rule PLAIN
 # takes its turn, the rotation goes back to "" and the first N + 8 channels by name,
 # all blocked, are all any claim reads.
-async def test_review_channels_after_a_blocked_run_starve_while_plain_messages_wait(
+async def test_channels_after_a_blocked_run_get_a_turn_while_plain_messages_wait(
     database_url, engine, dialect
 ):
     for i in range(1, 10):
@@ -88,16 +89,15 @@ async def test_review_channels_after_a_blocked_run_starve_while_plain_messages_w
     assert ["z"] in taken[:3], taken
 
 
-# DEFECT 2 (channels/claim.py, _walk() lines 308-350 and _mysql_walk(); plan()): the
-# walk finds channels with *ready* messages (PENDING/RETRYABLE), due or not, and plan()
-# gives each a share; the take then finds none of them due. Those shares use up the
+# Without the rule, the walk would find channels with *ready* messages (PENDING or
+# RETRYABLE), due or not, and the plan would give each a share; the take then finds none of them due. Those shares use up the
 # claim (its limit, the queue's room) and move the rotation, so a claim for one idle
 # worker passes over a single not-yet-due channel and takes nothing, and a due channel
 # named after k channels with only delayed messages (reminders scheduled per tenant,
 # retries in backoff) waits about k claims, each of which a subscriber follows with
 # max_fetch_interval of idling. The shares also charge rate windows for claims that
 # never happened.
-async def test_review_channels_with_only_later_messages_use_up_the_claims(
+async def test_channels_with_nothing_due_do_not_use_up_the_claims(
     database_url, engine, dialect
 ):
     async with SqlaBroker(database_url) as broker:
@@ -110,7 +110,7 @@ async def test_review_channels_with_only_later_messages_use_up_the_claims(
     assert ["z"] in taken[:6], taken
 
 
-# DEFECT 2b (MariaDB/MySQL only, channels/claim.py _mysql_walk() lines 352-379): there
+# MariaDB/MySQL only: there
 # the channels come from the keys table, which holds every live channelled message,
 # in flight too. A channel whose messages are all in flight and that has no
 # max_concurrency (room None) is given a share like any other and yields nothing, so a
@@ -118,7 +118,7 @@ async def test_review_channels_with_only_later_messages_use_up_the_claims(
 # later channel has a ready message. PostgreSQL and SQLite read only ready messages
 # and take z at once.
 @pytest.mark.parametrize("dialect_name", on_servers("mysql"))
-async def test_review_mysql_channels_whose_messages_are_all_in_flight_use_up_the_claims(
+async def test_mysql_channels_whose_messages_are_all_in_flight_do_not_use_up_the_claims(
     database_url, engine, dialect
 ):
     async with SqlaBroker(database_url) as broker:
@@ -132,12 +132,11 @@ async def test_review_mysql_channels_whose_messages_are_all_in_flight_use_up_the
     assert ["z"] in taken[:6], taken  # past 30 busy channels, 9 a claim
 
 
-# DEFECT 3 (channels/rate.py window_at() line 43, channels/store.py LimitChange.values):
-# a changed period discards the stored window ("stored_slot > slot" or shift > SLOTS
+# Without the rule, a changed period would discard the stored window ("stored_slot > slot" or shift > SLOTS
 # gives an empty window), so tightening "5/s" to "5/min" lets a second full burst start
 # at once: 10 claims inside one minute under a rate of 5 a minute. docs/flow-control.md
 # promises that a rate holds in any window and that changes apply from the next claim.
-async def test_review_a_rate_made_stricter_by_its_period_allows_a_second_burst(
+async def test_a_rate_made_stricter_by_its_period_allows_no_second_burst(
     database_url, engine, dialect
 ):
     await set_limits(dialect, engine, "work", "r", rate="5/s")
@@ -151,16 +150,16 @@ async def test_review_a_rate_made_stricter_by_its_period_allows_a_second_burst(
     assert second == [], f"{len(first) + len(second)} claims within a minute at 5/min"
 
 
-# DEFECT 4 (PostgreSQL with a database collation other than C, channels/claim.py
-# plan() lines 186-193): the database orders the channels by the column's collation
-# (`channel > :rotation`, min(channel)), but plan() decides which channels of the
-# wrapped round come "up to the rotation" with Python's code-point comparison
+# PostgreSQL with a database collation other than C: the database orders the channels
+# by the column's collation (`channel > :rotation`, min(channel)); a plan that decided
+# which channels of the wrapped round come "up to the rotation" with Python's code-point
+# comparison
 # (`row["channel"] <= rotation`). Under en-US (the default of many installations and of
 # the official Docker image) "a" < "B" in the database but "B" < "a" in Python: once
 # the rotation is "B", no channel follows it in the database and "a" is never taken
 # into the wrapped round, so channel "a" starves for as long as "B" has messages.
 @pytest.mark.databases("postgresql")
-async def test_review_postgresql_rotation_under_a_non_c_collation_starves_a_channel(
+async def test_postgresql_rotation_under_a_non_c_collation_serves_every_channel(
     server_databases,
 ):
     name = f"{os.environ.get('FSQLA_DB_PREFIX', 'fsqla')}_icu_en_us"
@@ -196,16 +195,15 @@ async def test_review_postgresql_rotation_under_a_non_c_collation_starves_a_chan
         await admin.dispose()
 
 
-# DEFECT 5 (channels/claim.py _branch(None), lines 485-501): a queue with only a
+# Without the rule, a queue with only a
 # queue-level limit (no channel at all) goes to the channel claim, whose branch for
 # the messages without a channel orders by (priority DESC, next_attempt_at, id) in one
 # range, which no index gives: every claim reads and sorts the queue's whole plain
 # backlog to take a few (the plain claim reads one range per priority and stops at its
-# limit). Measured with 200,000 plain messages and max_concurrency=1000, claims of 8:
-# PostgreSQL 0.8 -> 49 ms a claim, MariaDB 1.7 -> 161 ms, SQLite 0.9 -> 85 ms, growing
-# with the backlog. Shown here on PostgreSQL by the rows the plan reads.
+# limit), at a cost that grows with the backlog. Shown here on PostgreSQL by the rows
+# the plan reads.
 @pytest.mark.parametrize("dialect_name", on_servers("postgresql"))
-async def test_review_a_queue_limit_makes_each_claim_read_the_whole_plain_backlog(
+async def test_a_queue_limit_does_not_make_each_claim_read_the_whole_plain_backlog(
     database_url, engine, dialect
 ):
     import datetime

@@ -1,5 +1,5 @@
 """MariaDB's channel claim (take in the read's snapshot, then one UPDATE that checks
-the version and marks the taken messages still ready) at its edges, found by a review.
+the version and marks the taken messages still ready) at its edges.
 Other claimers act between the take and the marking; a row lock orders the two, as in
 test_mysql_driver_path.py, with no sleep."""
 
