@@ -1,4 +1,5 @@
-"""One suite every dialect must pass: the SQL contract behind the `Dialect` interface."""
+"""One suite every dialect must pass: the SQL contract behind the `Dialect` interface,
+the channel claim included."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from faststream_sqla import lifecycle
+from faststream_sqla.channels.claim import claim_channelled
+from faststream_sqla.admin.channels import set_channel_paused
+from faststream_sqla.channels.store import set_limits
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import NewMessage, Outcome
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.parser import claimed_from_row
-from faststream_sqla.schema import MAX_QUEUE_NAME_LENGTH, MessageState, QueueTables
+from faststream_sqla.schema import MAX_QUEUE_NAME_LENGTH, BreakerState, MessageState, QueueTables
 
 from ..conftest import on_servers
-from .helpers import rows
+from .helpers import due_channel_breaker, rows
 
 
 def new(queue: str = "q", *, delay: float = 0.0, at: datetime | None = None) -> NewMessage:
@@ -294,3 +298,81 @@ async def test_mysql_own_transactions_read_committed_and_leave_the_session_alone
             await conn.execute(tables.message.delete().where(tables.message.c.queue == "isolation"))
         await engine.dispose()
         await other.dispose()
+
+
+# -- the channel claim (channels.claim: the read, the plan, the version-checked write) --
+
+
+def channelled(channel: str | None, n: int = 1) -> list[NewMessage]:
+    messages = []
+    for _ in range(n):
+        message = new("work")
+        message.channel = channel
+        messages.append(message)
+    return messages
+
+
+async def claim_channels(engine, dialect, limit: int, **kwargs) -> list[ClaimedMessage]:
+    rows = await claim_channelled(dialect, engine, "work", limit, **kwargs)
+    return [claimed_from_row(row, 0.0) for row in rows]
+
+
+async def test_a_channel_claim_marks_what_it_returns_as_a_plain_claim_does(
+    engine, tables, dialect
+):
+    await set_limits(dialect, engine, "work", "a", max_concurrency=5)
+    ids = await insert(engine, dialect, *channelled("a", 2))
+    claimed = await claim_channels(engine, dialect, 10)
+    assert sorted(m.id for m in claimed) == ids
+    for m in claimed:
+        assert (m.queue, m.channel, m.deliveries_count, m.claims_count) == ("work", "a", 1, 1)
+        assert m.acquired_at is not None
+    stored = {r["id"]: r for r in await rows(engine, tables.message)}
+    assert {stored[i]["state"] for i in ids} == {MessageState.PROCESSING}
+
+
+async def test_a_channel_claim_keeps_each_channels_limit_and_gives_turns(engine, dialect):
+    await set_limits(dialect, engine, "work", channel_max_concurrency=2)
+    await insert(engine, dialect, *channelled("a", 5), *channelled("b", 5), *channelled(None, 5))
+    first = await claim_channels(engine, dialect, 3)
+    # one each in turn: a, b, and the messages without a channel
+    assert sorted(m.channel or "" for m in first) == ["", "a", "b"]
+    rest = await claim_channels(engine, dialect, 20)
+    taken = [m.channel for m in first + rest]
+    assert taken.count("a") == 2 and taken.count("b") == 2  # at their limit
+    assert taken.count(None) == 5  # no limit of their own
+
+
+async def test_a_paused_channel_and_one_out_of_rate_are_passed_over(engine, dialect):
+    await set_limits(dialect, engine, "work", "slow", rate="2/min")
+    await insert(
+        engine, dialect, *channelled("held", 3), *channelled("slow", 5), *channelled("free", 3)
+    )
+    await set_channel_paused(dialect, engine, "work", "held", True)
+    taken = [m.channel for m in await claim_channels(engine, dialect, 20)]
+    assert sorted(taken) == ["free"] * 3 + ["slow"] * 2
+
+
+async def test_concurrent_channel_claims_share_no_message_and_keep_the_limit(engine, dialect):
+    await set_limits(dialect, engine, "work", channel_max_concurrency=3)
+    await insert(engine, dialect, *(m for c in "abcd" for m in channelled(c, 6)))
+    claims = await asyncio.gather(*(claim_channels(engine, dialect, 4) for _ in range(6)))
+    taken = [m for claimed in claims for m in claimed]
+    assert len({m.id for m in taken}) == len(taken)
+    for channel in "abcd":
+        assert sum(1 for m in taken if m.channel == channel) <= 3
+
+
+async def test_a_due_channel_breaker_lets_exactly_one_probe_through(engine, tables, dialect):
+    await due_channel_breaker(engine, tables, "work", "down", BreakerState.OPEN, failures=3)
+    await set_limits(dialect, engine, "work", "down", max_concurrency=5)
+    await insert(engine, dialect, *channelled("down", 3))
+    first = await claim_channels(engine, dialect, 10, channel_breakers=True)
+    assert len(first) == 1  # the probe
+    assert await claim_channels(engine, dialect, 10, channel_breakers=True) == []
+    c = tables.controls
+    async with engine.connect() as conn:
+        state = await conn.scalar(
+            sa.select(c.c.breaker_state).where(c.c.queue == "work", c.c.channel == "down")
+        )
+    assert state == BreakerState.HALF_OPEN.value
