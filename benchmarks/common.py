@@ -2,7 +2,9 @@
 
 Benchmarks use databases of their own (``fsqla_bench`` for us and the raw baseline,
 ``fsqla_bench_peer`` for peer libraries, whose tables are also called ``message``), so
-nothing collides with the test suite. SQLite files live in a temporary directory.
+nothing collides with the test suite. FSQLA_DB_PREFIX replaces their ``fsqla`` prefix, as
+it does the test suite's, so runs from several checkouts on one server do not drop each
+other's tables. SQLite files live in a temporary directory.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 PG_SERVER = os.environ.get("FSQLA_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432")
 MYSQL_SERVER = os.environ.get("FSQLA_MYSQL_URL", "mysql+asyncmy://root@127.0.0.1:3306")
-BENCH_DB = "fsqla_bench"
-PEER_DB = "fsqla_bench_peer"
+_PREFIX = os.environ.get("FSQLA_DB_PREFIX", "fsqla")
+BENCH_DB = f"{_PREFIX}_bench"
+PEER_DB = f"{_PREFIX}_bench_peer"
 DATABASES = ("sqlite", "postgresql", "mysql")
 LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mysql": "MariaDB"}
 QUEUE = "bench"

@@ -171,16 +171,13 @@ async def dead_letter_summary(
         first, last = to_aware(ends[0]), to_aware(ends[1])
         oldest = first if oldest is None or first < oldest else oldest
         newest = last if newest is None or last > newest else newest
-        errors += list(
-            (
-                await conn.execute(
-                    sa.select(a.c.archived_at, a.c.last_error)
-                    .where(*in_range)
-                    .order_by(a.c.archived_at.desc())
-                    .limit(SAMPLE_SIZE)
-                )
-            ).tuples()
+        rows = await conn.execute(
+            sa.select(a.c.archived_at, a.c.last_error)
+            .where(*in_range)
+            .order_by(a.c.archived_at.desc())
+            .limit(SAMPLE_SIZE)
         )
+        errors += [(archived_at, error) for archived_at, error in rows]
     if oldest is None or newest is None:
         return None
     sample = heapq.nlargest(SAMPLE_SIZE, errors, key=lambda e: e[0])

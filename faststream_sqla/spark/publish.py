@@ -307,7 +307,7 @@ async def _archived_since(
             archive.c.idempotency_key.in_(keys),
         )
     )
-    return dict(result.tuples().all())
+    return {key: correlation_id for key, correlation_id in result}
 
 
 async def _created_by_this_call(broker: Any, plan: _Plan, ids: set[int]) -> set[int]:

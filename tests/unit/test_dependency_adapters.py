@@ -5,6 +5,9 @@ private attribute of a dependency. These tests check that each attribute is stil
 and still does what the adapter relies on, and fail with the dependency's name and
 version, so an upgrade that moves one breaks here and not silently in production.
 SQLAlchemy's pool adapter has tests of its own in test_pool_adapter.py.
+
+Checked on aiosqlite 0.20.0 and 0.22.1 and on FastStream 0.7.8: CI runs these on the
+newest releases that pyproject.toml allows and on the lowest (.ci/run, "lowest versions").
 """
 
 from __future__ import annotations
