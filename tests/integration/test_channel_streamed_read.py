@@ -84,8 +84,8 @@ async def test_a_streamed_read_sees_the_channels_a_bounded_one_does(
         streamed_head, streamed = await read(dialect, engine, 10)
         assert not bounded_head.streamed and streamed_head.streamed
         assert bounded_head.version == streamed_head.version
-        walked = [(row["part"], row["channel"], row["in_flight"]) for row in bounded]
-        seen = [(row["part"], row["channel"], row["in_flight"]) for row in streamed]
+        walked = [(c.after_rotation, c.channel, c.keys_read) for c in bounded]
+        seen = [(c.after_rotation, c.channel, c.keys_read) for c in streamed]
         assert [channel for _, channel, _ in seen[: len(walked)]] == [
             channel for _, channel, _ in walked
         ]
