@@ -423,6 +423,10 @@ class Breakers:
         if record.state is OPEN:
             if was is not OPEN:
                 self.on_opened(queue)
+        elif record.state is HALF_OPEN and was is CLOSED and record.probe != self.me:
+            # it opened and another process took the probe between two reads here: what
+            # the buffer holds of the queue may not run here, and the probe may be among it
+            self.on_opened(queue)
         elif record.state is not was:
             self.wake.set()  # claimable again, or by this process's probe
 

@@ -393,3 +393,27 @@ async def test_only_a_process_with_an_idle_worker_takes_the_probe(
         await watcher_turn()
         (status,) = await admin.breakers("probed")
     assert status.state == "HALF_OPEN" and status.probe_holder == breakers.me
+
+
+async def test_a_process_that_first_sees_another_holding_the_probe_gives_back_its_buffer(
+    database_url, engine, dialect, tables
+):
+    """A watcher reads every 2 s: it may miss OPEN and first see the breaker HALF_OPEN,
+    held by another process. What this process buffered of the queue cannot run here,
+    and the other's probe message may be among it: it goes back, as on OPEN."""
+    async with engine.begin() as conn:
+        await conn.execute(tables.controls.insert().values(
+            queue="probed", channel="", updated_at=utc_now(), breaker_state="HALF_OPEN",
+            breaker_failures=3, breaker_changed_at=utc_now(), breaker_reopens_at=utc_now(),
+            breaker_probe="elsewhere:1:cafebabe",
+        ))
+    given_back: list[str] = []
+    breakers = Breakers(
+        engine=engine, dialect=dialect, queues=["probed"], threshold=3, cooldown=1.0,
+        silent_after=60.0, log=lambda *args, **kwargs: None, on_opened=given_back.append,
+        wake=asyncio.Event(), has_idle_worker=lambda: False,
+    )
+    async with engine.connect() as conn:
+        readings = await controls.controls_among(conn, tables, ["probed"], breakers.silent_after)
+    await breakers.observe(readings, breakers.versions())
+    assert given_back == ["probed"]
