@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from faststream_sqla.clock import to_aware, to_naive_utc
 from faststream_sqla.dialects import Dialect
 from faststream_sqla.dialects._claim import state_literal as _literal
-from faststream_sqla.dialects.base import NewMessage, reading
+from faststream_sqla.dialects.base import NewMessage, reading, with_retries
 from faststream_sqla.durations import whole_number
 from faststream_sqla.exceptions import InvalidOptionError, UnknownMessageError, shown
 from faststream_sqla.parser import load_headers
@@ -316,10 +316,15 @@ async def _move_until_settled(
 ) -> dict[int, int]:
     """One batch in a transaction of its own, read again for as long as another mover
     takes some of its rows first (each time it does, fewer rows are left to read)."""
+
+    async def once() -> dict[int, int]:
+        async with dialect.own_transaction(engine) as conn:
+            return await move_batch(dialect, conn, selection, states)
+
     while True:
         try:
-            async with dialect.own_transaction(engine) as conn:
-                return await move_batch(dialect, conn, selection, states)
+            # a deadlock between two movers (MariaDB's gap locks) rolls back one batch
+            return await with_retries(dialect, once)
         except MovedMeanwhile:
             continue
 
