@@ -16,6 +16,9 @@ from typing import Any
 
 from typing_extensions import TypedDict, Unpack
 
+from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.schema import MAX_KEY_LENGTH
+
 
 class DeliveryOptionArgs(TypedDict, total=False):
     """The delivery options, as keyword arguments of every publish call."""
@@ -113,3 +116,20 @@ class Envelope:
 
     def __repr__(self) -> str:
         return f"Envelope({self.body!r}, headers={self.headers!r}, options={self.options!r})"
+
+
+def checked_key(value: object, what: str) -> str | None:
+    """A key a message is published with (ordering, idempotency, channel): None, or a
+    str of 1 to MAX_KEY_LENGTH characters without NUL; else InvalidOptionError."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        msg = f"{what} must be a str, got {type(value).__name__}"
+        raise InvalidOptionError(msg)
+    if not value or len(value) > MAX_KEY_LENGTH:
+        msg = f"{what} must be 1 to {MAX_KEY_LENGTH} characters long, got {len(value)}"
+        raise InvalidOptionError(msg)
+    if "\x00" in value:  # PostgreSQL cannot store it; the others would
+        msg = f"{what} must not contain NUL characters"
+        raise InvalidOptionError(msg)
+    return value

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from fast_depends import Provider, dependency_provider
 from faststream._internal.broker import BrokerUsecase
+from faststream._internal.configs import UnderlyingDriverAnnotation, UnderlyingDriverAnnotations
 from faststream._internal.constants import EMPTY
 from faststream._internal.context.repository import ContextRepo
 from faststream._internal.di import FastDependsConfig
@@ -20,12 +22,12 @@ from faststream.specification.schema import BrokerSpec
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typing_extensions import Unpack, override
 
-from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.broker_config import SqlaBrokerConfig
 from faststream_sqla.connecting import create_engine, ensure_reachable, unreachable
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import NotificationListener, reading
 from faststream_sqla.exceptions import InvalidOptionError, shown
-from faststream_sqla.message import ClaimedMessage
+from faststream_sqla.message import ClaimedMessage, SqlaMessage
 from faststream_sqla.migrations import check_schema
 from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelope
 from faststream_sqla.publisher.producer import QueueLimits, SqlaProducer
@@ -82,6 +84,22 @@ def _check_broker_options(
             f"{shown(log_level)}"
         )
         raise InvalidOptionError(msg)
+
+
+def driver_annotations() -> UnderlyingDriverAnnotations:
+    """The types FastStream lets a handler ask for by annotation alone (SqlaMessage,
+    SqlaBroker, Engine), each named as `faststream_sqla.annotations` defines it."""
+    # Imported late: the annotations module imports this one.
+    from faststream_sqla import annotations
+
+    def row(name: str) -> UnderlyingDriverAnnotation:
+        return UnderlyingDriverAnnotation(
+            type_hint=getattr(annotations, name), module="faststream_sqla.annotations", name=name
+        )
+
+    return MappingProxyType(
+        {SqlaMessage: row("SqlaMessage"), SqlaBroker: row("SqlaBroker"), AsyncEngine: row("Engine")}
+    )
 
 
 class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, SqlaBrokerConfig]):
@@ -200,6 +218,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             routers=routers,
             config=SqlaBrokerConfig(
                 producer=producer,
+                default_driver_annotations=driver_annotations(),
                 tables=tables,
                 vacuum=MessageTableVacuum(enabled=vacuum_message_table),
                 broker_middlewares=middlewares,

@@ -12,7 +12,7 @@ from faststream._internal.constants import EMPTY
 from faststream.middlewares import AckPolicy
 from typing_extensions import override
 
-from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.broker_config import SqlaBrokerConfig
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.publisher.factory import create_publisher

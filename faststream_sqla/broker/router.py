@@ -9,9 +9,11 @@ from faststream._internal.broker.router import ArgsContainer, BrokerRouter, Subs
 from faststream._internal.constants import EMPTY
 from faststream.middlewares import AckPolicy
 
-from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.broker_config import SqlaBrokerConfig
 from faststream_sqla.message import ClaimedMessage
+from faststream_sqla.publisher.producer import SqlaProducer
 
+from .broker import driver_annotations
 from .registrator import SqlaRegistrator
 
 if TYPE_CHECKING:
@@ -60,6 +62,8 @@ class SqlaRouter(SqlaRegistrator, BrokerRouter[ClaimedMessage, SqlaBrokerConfig]
         super().__init__(
             handlers=handlers,
             config=SqlaBrokerConfig(
+                producer=SqlaProducer(),
+                default_driver_annotations=driver_annotations(),
                 prefix=prefix,
                 ack_policy=ack_policy,
                 broker_dependencies=dependencies,

@@ -19,9 +19,10 @@ from .limits import Rate
 
 #: channels read per claim beyond its limit: room to pass over full or paused ones
 EXTRA_CANDIDATES = 8
-#: MySQL: keys-index entries read per candidate channel wanted (see _mysql_walk)
+#: MySQL: keys-index entries read per candidate channel wanted (MySQLChannelClaim._walk)
 SCAN_PER_CANDIDATE = 20
-#: MySQL: the most live messages of a channel its take reads whole (ChannelClaim._whole_channels)
+#: MySQL: the most live messages of a channel its take reads whole
+#: (MySQLChannelClaim._whole_channels)
 WHOLE_AT_MOST = 2 * SCAN_PER_CANDIDATE
 
 #: the rotation's name for the messages without a channel
@@ -97,7 +98,7 @@ class Member:
     #: MySQL: the read's range of the keys index held all its live messages (it is
     #: not the last channel of its range), so the take may read them all
     whole: bool = False
-    #: what the read said of its due messages (ChannelClaim._channel_due)
+    #: what the read said of its due messages (dialects.channel_claim, ChannelClaim._channel_due)
     due: Any = None
 
     def room(self, now: float) -> int | None:
@@ -131,7 +132,7 @@ class QueueRow:
     #: in flight, per channel (None: without one)
     busy: dict[str | None, int] = field(default_factory=dict)
     now: datetime = field(default_factory=lambda: datetime(1970, 1, 1))
-    #: MariaDB: the read's walks streamed (ChannelClaim._mysql_walk): they end only at
+    #: MariaDB: the read's walks streamed (MySQLChannelClaim._walk): they end only at
     #: their number of channels, so a part that lists fewer reached its end
     streamed: bool = False
 

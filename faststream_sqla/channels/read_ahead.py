@@ -44,13 +44,13 @@ from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .claim import ChannelSession
 from .plan import EXTRA_CANDIDATES, PLAIN, Candidate, Plan, QueueRow, plan
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from faststream_sqla.dialects import Dialect
+    from faststream_sqla.dialects.channel_claim import ChannelSession
 
 #: the oldest read a claim still writes from (seconds); also how long an unused one
 #: holds its connection

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from faststream_sqla.clock import utc_now
 from faststream_sqla.exceptions import InvalidOptionError, shown
+from faststream_sqla.options import checked_key
 from faststream_sqla.schema import WHOLE_QUEUE, validate_queue_name
 
 from .limits import Rate, checked_concurrency, checked_rate
@@ -90,8 +91,6 @@ def _same(stored: Any, wanted: Any) -> bool:
 
 def checked_channel(channel: object) -> str:
     """A channel's name as a message carries it (WHOLE_QUEUE, "", for the queue)."""
-    from faststream_sqla.publisher.producer import checked_key
-
     if channel == WHOLE_QUEUE:
         return WHOLE_QUEUE
     name = checked_key(channel, "channel")

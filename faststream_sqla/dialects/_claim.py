@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from faststream_sqla.clock import utc_now
-from faststream_sqla.schema import MessageState, QueueTables
+from faststream_sqla.schema import CLAIMED_COLUMNS, MessageState, QueueTables
 
 
 def state_literal(state: MessageState) -> sa.ColumnElement[str]:
@@ -176,8 +176,6 @@ def claimed_columns(m: sa.Table, *, headers_as_text: bool = False) -> list[sa.Co
     result processing is most of a claim's client-side cost. `headers_as_text` returns
     the JSON as text where the driver would decode it itself, so the parser's cache of
     decoded headers can do it (`parser.claimed_from_row` finishes the job)."""
-    from .base import CLAIMED_COLUMNS
-
     columns: list[sa.ColumnElement[Any]] = []
     for name in CLAIMED_COLUMNS:
         column: sa.ColumnElement = m.c[name]

@@ -27,7 +27,7 @@ from faststream_sqla.dialects._claim import active_count, keyed_messages
 from faststream_sqla.message import KEEP_STATE
 
 if TYPE_CHECKING:
-    from faststream_sqla.channels.claim import ChannelClaim
+    from .channel_claim import ChannelClaim, ChannelSession
 from faststream_sqla.schema import (
     CLAIMED_COLUMNS,
     NOT_READY,
@@ -419,18 +419,20 @@ class Dialect(abc.ABC):
     #: claim's session holds the database's one writer lock
     reads_channels_ahead = True
 
-    @abc.abstractmethod
-    def channel_session(self, engine: AsyncEngine) -> AbstractAsyncContextManager[Any]:
-        """A channel claim's session (channels.claim.ChannelSession): its read, then its
-        write, on one connection. Each dialect runs them on its own connection (see
-        theirs); the write's version check covers whatever happened in between."""
+    #: the channel claim's statements and session for this database (its
+    #: `<database>/channel_claim.py`)
+    channel_claim_type: type[ChannelClaim]
+
+    def channel_session(self, engine: AsyncEngine) -> AbstractAsyncContextManager[ChannelSession]:
+        """A channel claim's read, then its write, on one connection. Each database
+        runs them on its own connection (see its channel_claim.py); the write's version
+        check covers whatever happened in between."""
+        return self.channel_claim.session(engine)
 
     @functools.cached_property
     def channel_claim(self) -> ChannelClaim:
         """The channel claim's statements for these tables, built on first use."""
-        from faststream_sqla.channels.claim import ChannelClaim
-
-        return ChannelClaim(self)
+        return self.channel_claim_type(self)
 
     async def vacuum_message_table(self, engine: AsyncEngine) -> float:
         """Remove the dead entries of settled messages from the message table and its

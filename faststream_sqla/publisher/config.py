@@ -5,7 +5,7 @@ from typing import Any
 
 from faststream._internal.configs import PublisherSpecificationConfig, PublisherUsecaseConfig
 
-from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.broker_config import SqlaBrokerConfig
 
 
 @dataclass(kw_only=True)

@@ -9,7 +9,7 @@ from .specification import SqlaPublisherSpecification
 from .usecase import SqlaPublisher
 
 if TYPE_CHECKING:
-    from faststream_sqla.broker.config import SqlaBrokerConfig
+    from faststream_sqla.broker_config import SqlaBrokerConfig
 
 
 def create_publisher(

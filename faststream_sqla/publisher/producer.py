@@ -30,12 +30,11 @@ from faststream_sqla.exceptions import (
     shown,
 )
 from faststream_sqla.message import validate_delay
-from faststream_sqla.options import NO_OPTIONS, DeliveryOptions, Envelope
+from faststream_sqla.options import NO_OPTIONS, DeliveryOptions, Envelope, checked_key
 from faststream_sqla.parser import CONTENT_TYPE_HEADER, REPLY_TO_HEADER, SqlaParser
 from faststream_sqla.response import SqlaPublishCommand
 from faststream_sqla.schema import (
     MAX_CORRELATION_ID_LENGTH,
-    MAX_KEY_LENGTH,
     MAX_PRIORITY,
     MIN_PRIORITY,
     validate_queue_name,
@@ -152,21 +151,6 @@ def checked_priority(value: object) -> int:
             f"priority must be from {MIN_PRIORITY} to {MAX_PRIORITY} (higher first), got "
             f"{shown(value)}"
         )
-        raise InvalidOptionError(msg)
-    return value
-
-
-def checked_key(value: object, what: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        msg = f"{what} must be a str, got {type(value).__name__}"
-        raise InvalidOptionError(msg)
-    if not value or len(value) > MAX_KEY_LENGTH:
-        msg = f"{what} must be 1 to {MAX_KEY_LENGTH} characters long, got {len(value)}"
-        raise InvalidOptionError(msg)
-    if "\x00" in value:  # PostgreSQL cannot store it; the others would
-        msg = f"{what} must not contain NUL characters"
         raise InvalidOptionError(msg)
     return value
 

@@ -6,7 +6,7 @@ from faststream._internal.endpoint.publisher import PublisherSpecification
 from faststream.specification.asyncapi.utils import resolve_payloads
 from faststream.specification.schema import Message, Operation, PublisherSpec
 
-from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.broker_config import SqlaBrokerConfig
 
 from .config import SqlaPublisherSpecificationConfig
 

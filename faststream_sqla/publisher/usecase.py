@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from faststream._internal.types import PublisherMiddleware
     from faststream.response.response import PublishCommand
 
-    from faststream_sqla.broker.config import SqlaBrokerConfig
+    from faststream_sqla.broker_config import SqlaBrokerConfig
 
     from .config import SqlaPublisherConfig
 

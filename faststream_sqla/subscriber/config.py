@@ -14,7 +14,7 @@ from faststream._internal.configs import (
 from faststream._internal.constants import EMPTY
 from faststream.middlewares import AckPolicy
 
-from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.broker_config import SqlaBrokerConfig
 from faststream_sqla.exceptions import InvalidOptionError, require_whole, shown
 from faststream_sqla.retry import ExponentialBackoffWithJitterRetryStrategy, RetryStrategy
 from faststream_sqla.subscriber.claim_size import buffer_capacity

@@ -17,7 +17,7 @@ from .usecase import SqlaSubscriber
 if TYPE_CHECKING:
     from faststream.middlewares import AckPolicy
 
-    from faststream_sqla.broker.config import SqlaBrokerConfig
+    from faststream_sqla.broker_config import SqlaBrokerConfig
 
 
 def normalize_queues(queues: str | Sequence[str]) -> tuple[str, ...]:

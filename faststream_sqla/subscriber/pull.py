@@ -20,7 +20,7 @@ from .loops import wait_event
 from .upkeep import CONTROL_INTERVAL
 
 if TYPE_CHECKING:
-    from faststream_sqla.broker.config import SqlaBrokerConfig
+    from faststream_sqla.broker_config import SqlaBrokerConfig
 
     from .config import ConsumeOptions
 

@@ -6,7 +6,7 @@ from faststream._internal.endpoint.subscriber import SubscriberSpecification
 from faststream.specification.asyncapi.utils import resolve_payloads
 from faststream.specification.schema import Message, Operation, SubscriberSpec
 
-from faststream_sqla.broker.config import SqlaBrokerConfig
+from faststream_sqla.broker_config import SqlaBrokerConfig
 
 from .config import SqlaSubscriberSpecificationConfig
 

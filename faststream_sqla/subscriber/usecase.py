@@ -24,6 +24,7 @@ from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.parser import SqlaBatchParser, SqlaParser
 from faststream_sqla.publisher.fake import SqlaFakePublisher
 from faststream_sqla.schema import validate_queue_name
+from faststream_sqla.stall import DEFAULT_THRESHOLD as DEFAULT_STALL_THRESHOLD
 
 from .breaker import Breakers
 from .buffer import PrefetchBuffer
@@ -33,7 +34,6 @@ from .fetcher import Fetcher
 from .flusher import OutcomeFlusher, flush_batch_size
 from .loops import StoppableLoop
 from .pull import Pull
-from .stall import DEFAULT_THRESHOLD as DEFAULT_STALL_THRESHOLD
 from .upkeep import CONTROL_INTERVAL, ControlWatcher, LeaseKeeper, StuckReleaser
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from faststream._internal.types import BrokerMiddleware
     from faststream.message import StreamMessage
 
-    from faststream_sqla.broker.config import SqlaBrokerConfig
+    from faststream_sqla.broker_config import SqlaBrokerConfig
     from faststream_sqla.message import SqlaMessage
 
     from .config import SqlaSubscriberConfig

@@ -1,4 +1,4 @@
-"""MariaDB's channel read with streamed walks (ChannelClaim._mysql_walk): the walk
+"""MariaDB's channel read with streamed walks (dialects/mysql/channel_claim.py): the walk
 groups the keys index as it goes, with no bound on the entries it reads but the
 server's own `LIMIT ROWS EXAMINED`; a read cut short by a channel's long backlog is made
 again with the bounded walk, as are the queue's next reads for a while. Elsewhere the
@@ -11,9 +11,9 @@ import random
 import pytest
 
 from faststream_sqla import SqlaBroker
-from faststream_sqla.channels import claim as channel_claim
 from faststream_sqla.channels.claim import claim_channelled
 from faststream_sqla.channels.store import set_limits
+from faststream_sqla.dialects.mysql import channel_claim
 from faststream_sqla.schema import CLAIMED_COLUMNS
 
 from ..conftest import on_servers
@@ -54,7 +54,7 @@ async def test_a_long_backlog_does_not_hold_back_the_channels_beside_it(
     mariadb = bool(getattr(dialect, "limits_rows_examined", False))
     assert mariadb == (dialect.name == "mysql" and engine.dialect.is_mariadb)
     expected = {"work": channel_claim.BOUNDED_AFTER_CUT - 1} if mariadb else {}
-    assert claim._bounded_reads == expected
+    assert getattr(claim, "_bounded_reads", {}) == expected
     # the cut leaves a warning on the server, which the driver would fetch and log
     assert not [r for r in caplog.records if "ROWS EXAMINED" in r.getMessage()]
     if mariadb:

@@ -9,10 +9,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from faststream_sqla.dialects._asyncpg import driver_connection
+from faststream_sqla.dialects.postgresql._asyncpg import driver_connection
 from faststream_sqla.dialects._compiled import DriverStatement
 from faststream_sqla.dialects.base import Outcome
-from faststream_sqla.dialects.postgresql import outcome_parameters
+from faststream_sqla.dialects.postgresql.dialect import outcome_parameters
 from faststream_sqla.schema import MessageState, QueueTables
 
 from .helpers import (
@@ -211,7 +211,7 @@ async def test_the_claim_keeps_to_indexes_under_a_generic_plan(pg_engine):
 
 
 def test_a_broken_socket_is_an_operational_error_but_a_timeout_is_left_alone():
-    from faststream_sqla.dialects._asyncpg import as_sqlalchemy_error
+    from faststream_sqla.dialects.postgresql._asyncpg import as_sqlalchemy_error
 
     reset = as_sqlalchemy_error(ConnectionResetError("peer"), lost=True)
     assert isinstance(reset, sa.exc.OperationalError) and reset.connection_invalidated

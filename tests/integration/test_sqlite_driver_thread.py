@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from faststream_sqla import MessageState, SqlaBroker, upgrade_schema
-from faststream_sqla.dialects.sqlite import (
+from faststream_sqla.dialects.sqlite.dialect import (
     immediate_transaction,
     in_driver_thread,
     through_sqlalchemy,
@@ -107,7 +107,7 @@ async def test_the_writer_lock_is_free_after_every_kind_of_write_ending(sqlite_e
     # until the connection is back. Either way the next writer gets it and commits.
     import asyncio
 
-    from faststream_sqla.dialects.sqlite import SQLiteDialect
+    from faststream_sqla.dialects.sqlite.dialect import SQLiteDialect
 
     dialect = SQLiteDialect(QueueTables())
     assert await dialect._write(sqlite_engine, insert_two) == 2
@@ -134,7 +134,7 @@ async def test_a_write_that_ended_its_own_transaction_skips_the_pools_rollback(
     connection goes back to the pool with no transaction open."""
     from sqlalchemy.util import greenlet_spawn
 
-    from faststream_sqla.dialects.sqlite import SQLiteDialect, call_in_thread
+    from faststream_sqla.dialects.sqlite.dialect import SQLiteDialect, call_in_thread
 
     resets: list[bool] = []
 

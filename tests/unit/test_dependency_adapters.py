@@ -28,7 +28,7 @@ from faststream._internal.testing.broker import TestBroker
 from faststream.middlewares import AckPolicy
 from faststream_sqla import SqlaBroker, SqlaRouter
 from faststream_sqla._faststream import AUTO_ACK_DISABLED, serializer_of, set_auto_ack_disabled
-from faststream_sqla.dialects._aiosqlite import run_in_thread, runs_calls_in_thread
+from faststream_sqla.dialects.sqlite._aiosqlite import run_in_thread, runs_calls_in_thread
 
 
 def _moved(dependency: str, what: str) -> str:

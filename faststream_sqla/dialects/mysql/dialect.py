@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -40,16 +40,15 @@ from faststream_sqla.schema import (
     exact_collation,
 )
 
-from ._asyncmy import DriverTransaction, error_code
-from ._claim import (
+from .._claim import (
     CLAIM_PARAMETERS,
     claim_limit,
     claimed_columns,
     priority_literal,
     ready_ids,
 )
-from ._compiled import DriverStatement, DriverStatements
-from .base import (
+from .._compiled import DriverStatement, DriverStatements
+from ..base import (
     CLAIMED_COLUMNS,
     TERMINAL,
     TOKEN_COLUMN,
@@ -61,6 +60,8 @@ from .base import (
     insert_shape,
     leases_document,
 )
+from ._asyncmy import DriverTransaction, error_code
+from .channel_claim import MySQLChannelClaim
 
 _ACQUIRED = CLAIMED_COLUMNS.index("acquired_at")
 _TOKEN = CLAIMED_COLUMNS.index(TOKEN_COLUMN)
@@ -159,59 +160,6 @@ def _mark_processing_sql(table: str, rows: int) -> str:
     )
 
 
-#: the queue row's version checked and counted up, with the rotation and the queue's
-#: rate window, in the order _bump_sql and _mark_and_bump_sql take them
-_BUMP_SET = "version = {c}version + 1, {c}rotation = %s, {c}rate_slot = %s, {c}rate_counts = %s"
-_BUMP_WHERE = "{c}queue = %s AND {c}channel = '' AND {c}version = %s"
-
-
-@functools.lru_cache(maxsize=8)
-def _bump_sql(controls: str) -> str:
-    return f"UPDATE {controls} SET {_BUMP_SET.format(c='')} WHERE {_BUMP_WHERE.format(c='')}"
-
-
-@functools.lru_cache(maxsize=256)
-def _mark_and_bump_sql(controls: str, message: str, known: int, taken: int) -> str:
-    """The channel claim's messages marked PROCESSING and the queue row's version bump,
-    as one UPDATE: it matches nothing once the version moved. The queue row is read
-    first (its primary key), so concurrent claims queue on it.
-
-    A message is marked only if it is still ready and due, and a taken one only if its
-    claim token is still as the take read it: one without a channel may have been
-    claimed by a plain claim and put back meanwhile. The `known` ones, which the read
-    found, are channels' messages: only a channel claim, which would have moved the
-    version, can take those."""
-    counters = ", ".join(f"m.{name} = m.{name} + 1" for name in CLAIM_COUNTERS)
-    which = []
-    if known:
-        which.append(f"m.id IN ({', '.join(['%s'] * known)})")
-    if taken:
-        which.append(f"(m.id, m.{TOKEN_COLUMN}) IN ({', '.join(['(%s, %s)'] * taken)})")
-    return (
-        f"UPDATE {controls} AS c STRAIGHT_JOIN {message} AS m FORCE INDEX (PRIMARY) "
-        f"ON ({' OR '.join(which)}) "
-        "AND m.state IN ('PENDING', 'RETRYABLE') AND m.next_attempt_at <= UTC_TIMESTAMP(6) "
-        f"SET m.state = 'PROCESSING', {counters}, m.acquired_at = %s, "
-        f"c.{_BUMP_SET.format(c='c.')} WHERE {_BUMP_WHERE.format(c='c.')}"
-    )
-
-
-@functools.lru_cache(maxsize=256)
-def _read_marked_sql(message: str, rows: int) -> str:
-    """The claimed rows of the listed ids that this claim marked (its acquired_at)."""
-    return (
-        f"SELECT {', '.join(CLAIMED_COLUMNS)} FROM {message} "
-        f"WHERE id IN ({', '.join(['%s'] * rows)}) AND state = 'PROCESSING' "
-        "AND acquired_at = %s"
-    )
-
-
-def _mappings(cursor: Any, rows: Sequence[Sequence[Any]] | None) -> list[dict[str, Any]]:
-    """A driver cursor's rows as mappings of its column names."""
-    names = [column[0] for column in cursor.description or ()]
-    return [dict(zip(names, row, strict=True)) for row in rows or ()]
-
-
 async def _apply_outcome_statements(
     cursor: Any,
     statements: tuple[DriverStatement, DriverStatement, DriverStatement, DriverStatement],
@@ -242,6 +190,7 @@ RunStatement = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Sequence[Any]
 
 class MySQLDialect(Dialect):
     name = "mysql"
+    channel_claim_type = MySQLChannelClaim
 
     @asynccontextmanager
     async def channel_transaction(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
@@ -251,130 +200,6 @@ class MySQLDialect(Dialect):
             await conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             yield conn
             await conn.commit()
-
-    @asynccontextmanager
-    async def channel_session(self, engine: AsyncEngine) -> AsyncIterator[Any]:
-        # On the driver's connection, in one transaction at the server's own isolation:
-        # the read (its snapshot starts there), the take if a share is larger than the
-        # message the read found (a plain read of that snapshot), then one packet: the
-        # UPDATE that checks and counts up the queue row's version and marks the
-        # messages that are still ready, the read-back of what it marked, and the
-        # COMMIT. Two round trips for most claims; a read made ahead of its write
-        # keeps the transaction open in between, which holds no lock.
-        async with self._transaction(engine, read_committed=False) as transaction:
-            yield _ChannelSession(self, engine, transaction)
-
-    async def _write_channel_claim(
-        self,
-        engine: AsyncEngine,
-        transaction: DriverTransaction,
-        queue: str,
-        head: Any,
-        planned: Any,
-    ) -> list[Sequence[Any]] | None:
-        """The channel claim's write in the read's transaction; None if the queue row's
-        version moved since the read (another claim wrote first)."""
-        from faststream_sqla.channels.claim import as_claimed
-
-        claim, cursor = self.channel_claim, transaction.cursor
-        parameters = claim.write_parameters(queue, head, planned)
-        # the channels whose one message the read found; the others' are taken
-        known = claim.known_ids(planned)
-        shape = claim.take_shape(planned)
-        taken: list[Sequence[Any]] = []
-        if shape != (0, False, False):
-            take = self._channel_take(engine, shape, parameters)
-            await cursor.execute(take.sql, take.arguments(parameters))
-            taken = list(await cursor.fetchall() or ())
-        bump_values = (
-            parameters["new_rotation"],
-            parameters["queue_slot"],
-            parameters["queue_counts"],
-            queue,
-            parameters["seen_version"],
-        )
-        if not known and not taken:
-            bump = _bump_sql(self._q(engine, self.tables.controls))
-            if not await cursor.execute(bump, bump_values):
-                return None
-            await self._write_windows_and_probes(engine, cursor, queue, head, planned)
-            return []
-        message = self._q(engine, self.tables.message)
-        as_read = [value for row in taken for value in (row[0], row[_TOKEN])]
-        mark = _mark_and_bump_sql(
-            self._q(engine, self.tables.controls), message, len(known), len(taken)
-        )
-        mark_values = (*known, *as_read, head.now, *bump_values)
-        ids = [*known, *(row[0] for row in taken)]
-        read_back = _read_marked_sql(message, len(ids))
-        rows: list[Sequence[Any]] | None = None
-        if planned.windows or planned.probes:  # rare: a statement each, then the commit
-            marked = await cursor.execute(mark, mark_values)
-            if not marked:
-                return None
-            await self._write_windows_and_probes(engine, cursor, queue, head, planned)
-        elif known:
-            marked = await cursor.execute(
-                f"{mark}; {read_back}; COMMIT", (*mark_values, *ids, head.now)
-            )
-            await cursor.nextset()
-            rows = list(await cursor.fetchall() or ())
-            await cursor.nextset()
-            transaction.ended = True
-        else:
-            marked = await cursor.execute(f"{mark}; COMMIT", mark_values)
-            await cursor.nextset()
-            transaction.ended = True
-        # matched rows, the queue row's among them: none when the version moved (or
-        # when none of the messages is still as read: read again all the same)
-        if not marked:
-            return None
-        if rows is not None:
-            return rows
-        if not known and marked == len(taken) + 1:
-            return [as_claimed(row, head.now) for row in taken]
-        # the rows this claim marked, if a plain claim took some of the taken ones
-        # meanwhile (after the packet's COMMIT: in a transaction of their own)
-        await cursor.execute(read_back, (*ids, head.now))
-        transaction.ended = False
-        return list(await cursor.fetchall() or ())
-
-    def _channel_take(
-        self, engine: AsyncEngine, shape: tuple[int, bool, bool], parameters: dict[str, Any]
-    ) -> DriverStatement:
-        """The take of a shape, compiled on its first use; a claim of that shape gives
-        it the same parameters every time (those of its channels and of PLAIN)."""
-        take = self._on_driver.get(("channel_take", shape))
-        if take is None:
-            statement = self.channel_claim.statements(shape)
-            compiled = statement.compile(dialect=engine.dialect)
-            given = [name for name in compiled.params if name in parameters]
-            take = self._on_driver.add(("channel_take", shape), engine.dialect, statement, given)
-        return take
-
-    async def _write_windows_and_probes(
-        self, engine: AsyncEngine, cursor: Any, queue: str, head: Any, planned: Any
-    ) -> None:
-        """The channels' rate windows, and the HALF_OPEN marks of the breakers this claim
-        probes (ProbeMissed if one changed since the read): rare, so one statement
-        each."""
-        from faststream_sqla.channels.claim import ProbeMissed
-
-        claim = self.channel_claim
-        windows = claim.window_parameters(queue, head.now, planned)
-        if windows:
-            upsert = self._on_driver.get(
-                "channel_window", engine.dialect, claim.upsert_window, tuple(windows[0])
-            )
-            for window in windows:
-                await cursor.execute(upsert.sql, upsert.arguments(window))
-        probes = claim.probe_parameters(queue, head.now, planned)
-        if probes:
-            mark, event = claim.half_open_on_driver(self._on_driver, engine.dialect)
-            for probe in probes:
-                if await cursor.execute(mark.sql, mark.arguments(probe)) != 1:
-                    raise ProbeMissed(probe["p_channel"])
-                await cursor.execute(event.sql, event.arguments(probe))
 
     # SET TRANSACTION (READ COMMITTED), the locking SELECT, the UPDATE, COMMIT
     claim_round_trips = 4
@@ -421,7 +246,7 @@ class MySQLDialect(Dialect):
         self.insert_returning = True
         self.consecutive_ids = True
         #: MariaDB's `LIMIT ROWS EXAMINED`, which the channel claim's reads bound
-        #: themselves with (channels.claim, ChannelClaim._mysql_walk)
+        #: themselves with (its channel_claim.py, MySQLChannelClaim._walk)
         self.limits_rows_examined = False
 
     def latest_rows(self, stmt: sa.Select) -> sa.Select:
@@ -709,32 +534,4 @@ WHERE {_REQUEUED}"""
     def is_disconnect(self, exc: BaseException) -> bool:
         return bool(getattr(exc, "connection_invalidated", False)) or (
             error_code(exc) in DISCONNECT_CODES
-        )
-
-
-class _ChannelSession:
-    """The channel claim's read and write in one transaction on an asyncmy connection
-    (channels.claim)."""
-
-    def __init__(
-        self, dialect: MySQLDialect, engine: AsyncEngine, transaction: DriverTransaction
-    ) -> None:
-        self.dialect, self.engine, self.transaction = dialect, engine, transaction
-
-    async def read(self, queue: str, limit: int) -> tuple[Any, list[Any]]:
-        dialect, engine, cursor = self.dialect, self.engine, self.transaction.cursor
-
-        async def run(name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
-            read = dialect._on_driver.of(name, engine.dialect, statement, tuple(parameters))
-            await cursor.execute(read.sql, read.arguments(parameters))
-            rows = _mappings(cursor, await cursor.fetchall())
-            await cursor.nextset()  # a streamed read's DO 0
-            return rows
-
-        # every read in the snapshot the first one starts
-        return await dialect.channel_claim.read_with(queue, limit, run)
-
-    async def write(self, queue: str, head: Any, planned: Any) -> list[Sequence[Any]] | None:
-        return await self.dialect._write_channel_claim(
-            self.engine, self.transaction, queue, head, planned
         )

@@ -40,11 +40,10 @@ from faststream_sqla.schema import (
     archive_copy,
 )
 
-from ._aiosqlite import run_in_thread, runs_calls_in_thread
-from ._claim import claim_limit, priority_literal, ready_ids
-from ._gil import short_switch_interval
-from ._pool import check_in
-from .base import (
+from .._claim import claim_limit, priority_literal, ready_ids
+from .._gil import short_switch_interval
+from .._pool import check_in
+from ..base import (
     READS_ONLY,
     SHARED_CLAIM_COLUMNS,
     TOKEN_COLUMN,
@@ -57,6 +56,8 @@ from .base import (
     leases_document,
     timestamp_text,
 )
+from ._aiosqlite import run_in_thread, runs_calls_in_thread
+from .channel_claim import SQLiteChannelClaim
 
 T = TypeVar("T")
 (READS_ONLY_OPTION,) = READS_ONLY
@@ -250,6 +251,7 @@ def immediate_transaction(work: Callable[[Any], T]) -> Callable[[Any], T]:
 
 class SQLiteDialect(Dialect):
     name = "sqlite"
+    channel_claim_type = SQLiteChannelClaim
 
     def __init__(self, tables: QueueTables) -> None:
         super().__init__(tables)
@@ -267,15 +269,6 @@ class SQLiteDialect(Dialect):
 
     #: the claim's session holds the writer lock from its read to its write
     reads_channels_ahead = False
-
-    @asynccontextmanager
-    async def channel_session(self, engine: AsyncEngine) -> AsyncIterator[Any]:
-        # The read and the write in one transaction: one writer at a time, so the
-        # version never moves between them.
-        from faststream_sqla.channels.claim import ConnectionSession
-
-        async with self.own_transaction(engine) as conn:
-            yield ConnectionSession(self.channel_claim, conn)
 
     @asynccontextmanager
     async def own_transaction(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:

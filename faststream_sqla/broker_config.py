@@ -1,23 +1,20 @@
-"""Broker-wide state shared by every subscriber and publisher of one broker."""
+"""Broker-wide state shared by every subscriber and publisher of one broker: below
+the broker, its subscribers and its publishers, which all hold it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from faststream._internal.configs import (
     BrokerConfig,
-    UnderlyingDriverAnnotation,
-    UnderlyingDriverAnnotations,
 )
 from faststream.exceptions import IncorrectState
 
 from faststream_sqla._faststream import serializer_of
 from faststream_sqla.health import DatabaseHealth
-from faststream_sqla.publisher.producer import SqlaProducer
 from faststream_sqla.schema import QueueTables
-from faststream_sqla.subscriber.stall import LoopStallWatch
+from faststream_sqla.stall import LoopStallWatch
 from faststream_sqla.vacuum import MessageTableVacuum
 from faststream_sqla.wakeup import WakeupHub
 
@@ -25,37 +22,18 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from faststream_sqla.dialects import Dialect
-
-
-def _driver_annotations() -> UnderlyingDriverAnnotations:
-    # Imported late: the annotations module imports the broker, which imports us.
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
-    from faststream_sqla import annotations
-    from faststream_sqla.broker.broker import SqlaBroker
-    from faststream_sqla.message import SqlaMessage
-
-    def row(name: str) -> UnderlyingDriverAnnotation:
-        return UnderlyingDriverAnnotation(
-            type_hint=getattr(annotations, name), module="faststream_sqla.annotations", name=name
-        )
-
-    return MappingProxyType(
-        {SqlaMessage: row("SqlaMessage"), SqlaBroker: row("SqlaBroker"), AsyncEngine: row("Engine")}
-    )
+    from faststream_sqla.publisher.producer import SqlaProducer
 
 
 @dataclass(kw_only=True)
 class SqlaBrokerConfig(BrokerConfig):
-    producer: SqlaProducer = field(default_factory=SqlaProducer)
+    #: given by the broker (or the router) that owns this config
+    producer: SqlaProducer
     tables: QueueTables = field(default_factory=QueueTables)
     wakeups: WakeupHub = field(default_factory=WakeupHub)
     vacuum: MessageTableVacuum = field(default_factory=MessageTableVacuum)
     stall_watch: LoopStallWatch = field(default_factory=LoopStallWatch)
     health: DatabaseHealth = field(default_factory=DatabaseHealth)
-    default_driver_annotations: UnderlyingDriverAnnotations = field(
-        default_factory=_driver_annotations
-    )
     #: set while TestSqlaBroker runs the broker in memory: its fake producer calls the
     #: handlers, so subscribers started meanwhile run no loops
     in_memory: bool = field(default=False, init=False)

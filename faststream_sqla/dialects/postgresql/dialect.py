@@ -23,7 +23,7 @@ import contextlib
 import itertools
 import logging
 import operator
-from collections.abc import AsyncIterator, Callable, Collection, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -45,11 +45,10 @@ from faststream_sqla.schema import (
     archive_copy,
 )
 
-from ._asyncpg import driver_connection
-from ._claim import CLAIM_PARAMETERS, claim_limit, claimed_columns, ready_ids, state_literal
-from ._compiled import DriverStatement, DriverStatements
-from ._pool import check_in
-from .base import (
+from .._claim import CLAIM_PARAMETERS, claim_limit, claimed_columns, ready_ids, state_literal
+from .._compiled import DriverStatement, DriverStatements
+from .._pool import check_in
+from ..base import (
     CLAIM_ORDER_POSITIONS,
     CLAIMED_COLUMNS,
     SHARED_CLAIM_COLUMNS,
@@ -64,6 +63,8 @@ from .base import (
     claim_order,
     sqlstate,
 )
+from ._asyncpg import driver_connection
+from .channel_claim import PostgresChannelClaim
 
 
 def array_literal(values: Sequence[int | str | None]) -> str:
@@ -204,6 +205,7 @@ CLIENT_FILLED = (*SHARED_CLAIM_COLUMNS, "channel")
 
 class PostgresDialect(Dialect):
     name = "postgresql"
+    channel_claim_type = PostgresChannelClaim
     needs_vacuum = True
     relaxes_commits = True
 
@@ -291,65 +293,6 @@ class PostgresDialect(Dialect):
         for name in CLAIMED_COLUMNS:
             columns.append([shared[name]] * count if name in shared else next(arrays_left))
         return rows_from_columns(columns)
-
-    @asynccontextmanager
-    async def channel_session(self, engine: AsyncEngine) -> AsyncIterator[Any]:
-        # Two round trips on the driver's connection, in autocommit: the read, then the
-        # write as one statement (channels.claim); with rate windows to write, those
-        # two statements in one transaction. A claim that goes on to the channels from
-        # the start when its read left them out reads them alone in between: the
-        # write's version check still covers both reads, as it covers a read made
-        # ahead of its write.
-        async with driver_connection(engine) as conn:
-            yield _ChannelSession(self, engine, conn)
-
-    async def _write_channel_claim(
-        self, engine: AsyncEngine, conn: Any, queue: str, head: Any, planned: Any
-    ) -> list[Sequence[Any]] | None:
-        claim = self.channel_claim
-        parameters = claim.write_parameters(queue, head, planned)
-        # one statement text for any number of channels: only PLAIN's share changes it
-        shape = claim.take_shape(planned)
-        write = self._on_driver.get(
-            ("channel_write", shape[1]),
-            engine.dialect,
-            lambda: claim.statements(shape),
-            tuple(parameters),
-        )
-        arguments = write.arguments(parameters)
-        if not planned.windows and not planned.probes:
-            written = await conn.fetch(write.sql, *arguments)
-        else:
-            upsert = self._on_driver.get(
-                "channel_window",
-                engine.dialect,
-                claim.upsert_window,
-                ("ch_queue", "now", "w_channel", "w_slot", "w_counts"),
-            )
-            async with conn.transaction():
-                written = await conn.fetch(write.sql, *arguments)
-                if written[0][0]:
-                    windows = claim.window_parameters(queue, head.now, planned)
-                    if windows:
-                        await conn.executemany(upsert.sql, [upsert.arguments(w) for w in windows])
-                    await self._mark_probes(conn, engine, queue, head, planned)
-        if not written[0][0]:
-            return None  # another claim wrote first: read again
-        return [tuple(row)[1:] for row in written if row[1] is not None]
-
-    async def _mark_probes(
-        self, conn: Any, engine: AsyncEngine, queue: str, head: Any, planned: Any
-    ) -> None:
-        """The HALF_OPEN marks of the channels this claim probes (rare: a breaker
-        reopening), each with its history row; ProbeMissed if one no longer applies."""
-        from faststream_sqla.channels.claim import ProbeMissed
-
-        claim = self.channel_claim
-        mark, event = claim.half_open_on_driver(self._on_driver, engine.dialect)
-        for probe in claim.probe_parameters(queue, head.now, planned):
-            if await conn.execute(mark.sql, *mark.arguments(probe)) != "UPDATE 1":
-                raise ProbeMissed(probe["p_channel"])
-            await conn.execute(event.sql, *event.arguments(probe))
 
     def _outcomes_statement(
         self, engine: AsyncEngine, *, archives: bool, requeues: bool
@@ -775,22 +718,3 @@ class PostgresListener(NotificationListener):
                 raw.invalidate()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
-
-
-class _ChannelSession:
-    """The channel claim's read and write on one asyncpg connection (channels.claim)."""
-
-    def __init__(self, dialect: PostgresDialect, engine: AsyncEngine, conn: Any) -> None:
-        self.dialect, self.engine, self.conn = dialect, engine, conn
-
-    async def read(self, queue: str, limit: int) -> tuple[Any, list[Any]]:
-        dialect, engine, conn = self.dialect, self.engine, self.conn
-
-        async def run(name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
-            read = dialect._on_driver.of(name, engine.dialect, statement, tuple(parameters))
-            return await conn.fetch(read.sql, *read.arguments(parameters))
-
-        return await dialect.channel_claim.read_with(queue, limit, run)
-
-    async def write(self, queue: str, head: Any, planned: Any) -> list[Sequence[Any]] | None:
-        return await self.dialect._write_channel_claim(self.engine, self.conn, queue, head, planned)

@@ -18,7 +18,7 @@ import asyncmy.errors
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ._pool import check_in
+from .._pool import check_in
 
 
 def error_code(exc: BaseException) -> int | None:

@@ -23,7 +23,7 @@ import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ._pool import check_in
+from .._pool import check_in
 
 # asyncpg's exception classes, most specific first, and the SQLAlchemy class each
 # becomes: the same classing SQLAlchemy's asyncpg dialect applies.
