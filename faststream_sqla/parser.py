@@ -174,3 +174,27 @@ def claimed_from_row(row: Sequence[Any], claimed_at_monotonic: float) -> Claimed
     # `values` fills only the claimed fields, all before claimed_at_monotonic; mypy
     # cannot know a list's length
     return ClaimedMessage(*values, claimed_at_monotonic=claimed_at_monotonic)  # type: ignore[misc]
+
+
+_HEADERS_AT = CLAIMED_COLUMNS.index("headers")
+_PAYLOAD_AT = CLAIMED_COLUMNS.index("payload")
+assert {position for position, _ in _CONVERSIONS} - {_HEADERS_AT, _PAYLOAD_AT} == {
+    i for i, name in enumerate(CLAIMED_COLUMNS) if MESSAGE_COLUMN[name].type is Timestamp
+}, "a typed row needs its headers and payload converted, and nothing else"
+
+
+def _claimed_from_typed_row(row: Sequence[Any], claimed_at_monotonic: float) -> ClaimedMessage:
+    """`claimed_from_row` for a driver that returns times as datetimes (asyncpg,
+    asyncmy): only the headers and the payload need converting."""
+    values = list(row)
+    values[_HEADERS_AT] = _headers.load(values[_HEADERS_AT])
+    payload = values[_PAYLOAD_AT]
+    if payload.__class__ is not bytes:
+        values[_PAYLOAD_AT] = bytes(payload)
+    return ClaimedMessage(*values, claimed_at_monotonic=claimed_at_monotonic)  # type: ignore[misc]
+
+
+def claimed_reader(*, times_as_text: bool) -> Callable[[Sequence[Any], float], ClaimedMessage]:
+    """The claimed-row reader for a driver: `times_as_text` where it returns stored
+    times as text (SQLite's), which only the generic reader converts."""
+    return claimed_from_row if times_as_text else _claimed_from_typed_row

@@ -419,6 +419,9 @@ class Dialect(abc.ABC):
     #: claim's session holds the database's one writer lock
     reads_channels_ahead = True
 
+    #: the driver returns stored times as text, not datetimes (parser.claimed_reader)
+    times_as_text = False
+
     #: the channel claim's statements and session for this database (its
     #: `<database>/channel_claim.py`)
     channel_claim_type: type[ChannelClaim]

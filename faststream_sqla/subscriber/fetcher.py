@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from faststream_sqla.channels.read_ahead import ReadsAhead
 from faststream_sqla.dialects.base import with_retries
-from faststream_sqla.parser import claimed_from_row
+from faststream_sqla.parser import claimed_reader
 
 from .claim_size import ClaimSizer
 from .flusher import FLUSH_CONCURRENCY, flush_batch_size
@@ -58,6 +58,7 @@ class Fetcher:
         on_short_claim: Callable[[], None] | None = None,
     ) -> None:
         self.engine, self.dialect, self.queues = engine, dialect, list(queues)
+        self.claimed_from_row = claimed_reader(times_as_text=dialect.times_as_text)
         self.claimer = claimer
         #: called when a channelled claim took less than its idle workers' room: the
         #: channels' slots may be held by handled messages whose outcomes wait to be
@@ -237,7 +238,8 @@ class Fetcher:
             async with self.claiming:
                 rows = await with_retries(self.dialect, claim)
                 now = time.monotonic()
-                claimed = [claimed_from_row(row, now) for row in rows]
+                from_row = self.claimed_from_row
+                claimed = [from_row(row, now) for row in rows]
                 self.on_claimed(claimed)
                 if self.breakers is not None:
                     self.breakers.claimed(queue, claimed)

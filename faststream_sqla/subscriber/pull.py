@@ -13,7 +13,7 @@ from faststream_sqla import lifecycle, ordering
 from faststream_sqla.admin import controls
 from faststream_sqla.dialects.base import Outcome, reading, with_retries
 from faststream_sqla.message import KEEP_STATE, ClaimedMessage
-from faststream_sqla.parser import claimed_from_row
+from faststream_sqla.parser import claimed_reader
 
 from .claimer import Claimer
 from .loops import wait_event
@@ -82,7 +82,7 @@ class Pull:
 
             while rows := await with_retries(dialect, claim):
                 now = time.monotonic()
-                raw = claimed_from_row(rows[0], now)
+                raw = claimed_reader(times_as_text=dialect.times_as_text)(rows[0], now)
                 settled = lifecycle.before_handler(raw, opts.max_deliveries, now)
                 if settled is not None:
                     await self._write_now(settled, raw)

@@ -252,6 +252,7 @@ def immediate_transaction(work: Callable[[Any], T]) -> Callable[[Any], T]:
 class SQLiteDialect(Dialect):
     name = "sqlite"
     channel_claim_type = SQLiteChannelClaim
+    times_as_text = True
 
     def __init__(self, tables: QueueTables) -> None:
         super().__init__(tables)
