@@ -209,6 +209,16 @@ def bind(name: str, type_: Any = None) -> sa.BindParameter[Any]:
     return sa.bindparam(name, type_=type_)
 
 
+def _limits_of(row: Any, prefix: str = "") -> dict[str, Any]:
+    """A control row's limits, as the read's columns named with `prefix`; `stored`:
+    whether the row exists (an outer join's)."""
+    names = ("paused", "max_concurrency", "rate_count", "rate_period", "rate_slot", "rate_counts")
+    return {
+        f"{prefix}stored": row.c.queue.isnot(None),
+        **{f"{prefix}{name}": row.c[name] for name in names},
+    }
+
+
 class ChannelClaim:
     """The statements of the channel claim for one set of tables, built once (the
     write, once per shape: how many channels get a share). A database's subclass
@@ -396,13 +406,7 @@ class ChannelClaim:
                         part,
                         n=walk.c.n,
                         channel=walk.c.channel,
-                        stored=row.c.queue.isnot(None),
-                        paused=row.c.paused,
-                        max_concurrency=row.c.max_concurrency,
-                        rate_count=row.c.rate_count,
-                        rate_period=row.c.rate_period,
-                        rate_slot=row.c.rate_slot,
-                        rate_counts=row.c.rate_counts,
+                        **_limits_of(row),
                         entries=walk.c.entries,
                         due=self._channel_due(walk.c.channel),
                         # a channel's own circuit breaker: its state, whether it may
@@ -412,13 +416,7 @@ class ChannelClaim:
                         breaker_since=row.c.breaker_changed_at,
                         breaker_until=row.c.breaker_reopens_at,
                         # the control row of a channel's group (groups.py)
-                        group_stored=group.c.queue.isnot(None),
-                        group_paused=group.c.paused,
-                        group_max_concurrency=group.c.max_concurrency,
-                        group_rate_count=group.c.rate_count,
-                        group_rate_period=group.c.rate_period,
-                        group_rate_slot=group.c.rate_slot,
-                        group_rate_counts=group.c.rate_counts,
+                        **_limits_of(group, "group_"),
                     )
                 )
                 .select_from(
@@ -539,19 +537,27 @@ class ChannelClaim:
         """One member's oldest due messages' ids, up to :take_<i> (PLAIN for i None)."""
         if i is None:
             return self._plain_branch()
+        m = self.tables.message
+        return self._channel_branch(
+            bind(f"member_{i}", m.c.channel.type), bind(f"take_{i}", sa.Integer())
+        )
+
+    def _channel_branch(self, channel: sa.ColumnElement[str], limit: Any) -> sa.Select:
+        """`channel`'s oldest due messages' ids, up to `limit`, each the first of its
+        ordering key."""
         tables, m = self.tables, self.tables.message
         return (
             sa.select(m.c.id)
             .where(
                 m.c.queue == bind("ch_queue"),
-                m.c.channel == bind(f"member_{i}", m.c.channel.type),
+                m.c.channel == channel,
                 ready_predicate(m),
                 m.c.channel.isnot(None),
                 m.c.next_attempt_at <= bind("now", m.c.next_attempt_at.type),
                 first_of_its_key(tables),
             )
             .order_by(m.c.next_attempt_at, m.c.id)
-            .limit(bind(f"take_{i}", sa.Integer()))
+            .limit(limit)
         )
 
     def _mark(self, ids: Any) -> sa.Update:
@@ -590,6 +596,19 @@ class ChannelClaim:
     def upsert_window(self) -> Any:
         """A channel's rate window written, its row inserted if missing."""
         raise NotImplementedError
+
+    def _window_on_conflict(self, insert: Any) -> Any:
+        """`upsert_window` as PostgreSQL and SQLite write it, from their own `insert`:
+        INSERT ... ON CONFLICT (queue, channel) DO UPDATE."""
+        c = self.tables.controls
+        upsert = insert(c).values(**self._window_values())
+        return upsert.on_conflict_do_update(
+            index_elements=[c.c.queue, c.c.channel],
+            set_={
+                "rate_slot": upsert.excluded.rate_slot,
+                "rate_counts": upsert.excluded.rate_counts,
+            },
+        )
 
     def insert_if_missing(self) -> Any:
         """An INSERT of a control row that does nothing where the row exists (another

@@ -179,11 +179,9 @@ class MySQLChannelClaim(ChannelClaim):
             m.c.queue == bind("ch_queue"), self._priorities(), m.c.ready_at <= utc_now()
         )
 
-    def _channel_due(self, channel: sa.ColumnElement[str]) -> sa.ColumnElement[Any]:
-        """The id of the first message of `channel` the take would take (NULL: none
-        due; one all in flight too), which spares the take for a channel whose share
-        is one message (`known_ids`). Stops at the first due one; a channel whose
-        entries are all delayed or in flight is read whole."""
+    def _due_entries(self, channel: sa.ColumnElement[str], now: Any) -> sa.Select:
+        """`channel`'s due messages that lead their ordering key, in id order, through
+        the keys index: in-flight and not yet due ones are passed over."""
         tables, m = self.tables, self.tables.message
         k = tables.keys
         assert k is not None
@@ -194,13 +192,18 @@ class MySQLChannelClaim(ChannelClaim):
                 k.c.queue == bind("ch_queue"),
                 k.c.channel == channel,
                 m.c.ready_at == sa.literal(CHANNEL_READY, m.c.ready_at.type),
-                m.c.next_attempt_at <= utc_now(),
+                m.c.next_attempt_at <= now,
                 first_of_its_key(tables),
             )
             .order_by(k.c.id)
-            .limit(1)
-            .scalar_subquery()
         )
+
+    def _channel_due(self, channel: sa.ColumnElement[str]) -> sa.ColumnElement[Any]:
+        """The id of the first message of `channel` the take would take (NULL: none
+        due; one all in flight too), which spares the take for a channel whose share
+        is one message (`known_ids`). Stops at the first due one; a channel whose
+        entries are all delayed or in flight is read whole."""
+        return self._due_entries(channel, utc_now()).limit(1).scalar_subquery()
 
     def _walk(
         self,
@@ -324,26 +327,13 @@ class MySQLChannelClaim(ChannelClaim):
     def _plain_due_column(self) -> sa.Column[Any]:
         return self.tables.message.c.ready_at
 
-    def _branch(self, i: int | None) -> sa.Select:
-        if i is None:
-            return self._plain_branch()
-        tables, m = self.tables, self.tables.message
-        k = tables.keys
+    def _channel_branch(self, channel: sa.ColumnElement[str], limit: Any) -> sa.Select:
+        m, k = self.tables.message, self.tables.keys
         assert k is not None
-        # the keys index walks the channel's live messages in id order; in-flight and
-        # not yet due ones are passed over
+        now = bind("now", m.c.next_attempt_at.type)
         return (
-            sa.select(m.c.id)
-            .select_from(k.join(m, m.c.id == k.c.id))
-            .where(
-                k.c.queue == bind("ch_queue"),
-                k.c.channel == bind(f"member_{i}", m.c.channel.type),
-                m.c.ready_at == sa.literal(CHANNEL_READY, m.c.ready_at.type),
-                m.c.next_attempt_at <= bind("now", m.c.next_attempt_at.type),
-                first_of_its_key(tables),
-            )
-            .order_by(k.c.id)
-            .limit(bind(f"take_{i}", sa.Integer()))
+            self._due_entries(channel, now)
+            .limit(limit)
             .prefix_with("STRAIGHT_JOIN")
             # left to itself MariaDB walked the keys table by id for the ORDER BY
             .with_hint(k, f"FORCE INDEX (ix_{m.name}_channel)")

@@ -106,15 +106,7 @@ class PostgresChannelClaim(ChannelClaim):
         parameters["takes"] = [m.share for m in channels]
 
     def upsert_window(self) -> Any:
-        c = self.tables.controls
-        upsert = pg_insert(c).values(**self._window_values())
-        return upsert.on_conflict_do_update(
-            index_elements=[c.c.queue, c.c.channel],
-            set_={
-                "rate_slot": upsert.excluded.rate_slot,
-                "rate_counts": upsert.excluded.rate_counts,
-            },
-        )
+        return self._window_on_conflict(pg_insert)
 
     def insert_if_missing(self) -> Any:
         return pg_insert(self.tables.controls).on_conflict_do_nothing()

@@ -46,15 +46,7 @@ class SQLiteChannelClaim(ChannelClaim):
         return sa.union_all(*branches)
 
     def upsert_window(self) -> Any:
-        c = self.tables.controls
-        upsert = sqlite_insert(c).values(**self._window_values())
-        return upsert.on_conflict_do_update(
-            index_elements=[c.c.queue, c.c.channel],
-            set_={
-                "rate_slot": upsert.excluded.rate_slot,
-                "rate_counts": upsert.excluded.rate_counts,
-            },
-        )
+        return self._window_on_conflict(sqlite_insert)
 
     def insert_if_missing(self) -> Any:
         return sa.insert(self.tables.controls).prefix_with("OR IGNORE")
