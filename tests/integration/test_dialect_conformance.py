@@ -276,7 +276,7 @@ async def test_mysql_own_transactions_read_committed_and_leave_the_session_alone
         return await counted() > before
 
     try:
-        # the broker's own transactions run on the driver (dialects/_asyncmy.py)
+        # the broker's own transactions run on the driver (dialects/mysql/_asyncmy.py)
         async with d._transaction(engine) as transaction:
             cursor = transaction.cursor
 

@@ -1,5 +1,5 @@
 """MySQL/MariaDB run the broker's own transactions on the pool's asyncmy connection
-(`dialects/_asyncmy.py`): what that route must keep from SQLAlchemy's, and the round
+(`dialects/mysql/_asyncmy.py`): what that route must keep from SQLAlchemy's, and the round
 trip it saves."""
 
 from __future__ import annotations

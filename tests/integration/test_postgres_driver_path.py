@@ -1,5 +1,5 @@
 """PostgreSQL runs claims and outcome writes on the pool's asyncpg connection itself
-(`dialects/_asyncpg.py`): what that path must keep from SQLAlchemy's."""
+(`dialects/postgresql/_asyncpg.py`): what that path must keep from SQLAlchemy's."""
 
 from __future__ import annotations
 

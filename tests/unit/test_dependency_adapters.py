@@ -38,7 +38,7 @@ def _moved(dependency: str, what: str) -> str:
     )
 
 
-# -- aiosqlite (dialects/_aiosqlite.py) -----------------------------------------------
+# -- aiosqlite (dialects/sqlite/_aiosqlite.py) ---------------------------------------
 
 
 async def test_aiosqlite_runs_a_function_on_its_thread_with_the_sqlite3_connection(tmp_path):
