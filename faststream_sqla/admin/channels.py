@@ -20,10 +20,9 @@ from faststream_sqla.channels.store import (
     checked_channel,
     limit_change,
 )
-from faststream_sqla.clock import utc_now
-from faststream_sqla.dialects._claim import ready_predicate, state_literal
+from faststream_sqla.dialects.ranges import ChannelCounts, channel_counts
 from faststream_sqla.exceptions import InvalidOptionError, shown
-from faststream_sqla.schema import CHANNEL_READY, WHOLE_QUEUE, MessageState, QueueTables
+from faststream_sqla.schema import WHOLE_QUEUE, QueueTables
 
 from .models import ChannelStatus, QueueLimits
 
@@ -80,84 +79,9 @@ async def queue_limits(conn: AsyncConnection, tables: QueueTables, queue: str) -
     )
 
 
-#: per channel: ready, in flight, later
-Counts = dict[str, list[int]]
-
-
-def _add(counts: Counts, channel: str, ready: int = 0, in_flight: int = 0, later: int = 0) -> None:
-    found = counts.setdefault(channel, [0, 0, 0])
-    found[0] += int(ready)
-    found[1] += int(in_flight)
-    found[2] += int(later)
-
-
-async def _message_counts(
-    conn: AsyncConnection, tables: QueueTables, queue: str, only: str | None
-) -> Counts:
-    """The queue's live channelled messages by channel. A GROUP BY over them (an
-    operator's read, not the claim's): on MySQL one pass over the keys table's channel
-    index, which holds every one of them; elsewhere one per partial index that holds
-    a kind of them (ready, in flight, waiting behind an ordering key)."""
-    m = tables.message
-    counts: Counts = {}
-    due = sa.func.sum(sa.case((m.c.next_attempt_at <= utc_now(), 1), else_=0))
-    if tables.keys is not None:
-        k = tables.keys
-        where: list[sa.ColumnElement[bool]] = [k.c.queue == queue, k.c.channel.isnot(None)]
-        if only is not None:
-            where.append(k.c.channel == only)
-        ready = sa.and_(
-            m.c.ready_at == sa.literal(CHANNEL_READY, m.c.ready_at.type),
-            m.c.next_attempt_at <= utc_now(),
-        )
-        processing = m.c.state == state_literal(MessageState.PROCESSING)
-        result = await conn.execute(
-            sa.select(
-                k.c.channel,
-                sa.func.count(),
-                sa.func.sum(sa.case((ready, 1), else_=0)),
-                sa.func.sum(sa.case((processing, 1), else_=0)),
-            )
-            .select_from(k.join(m, m.c.id == k.c.id))
-            .where(*where)
-            .group_by(k.c.channel)
-        )
-        for channel, total, ready_n, in_flight_n in result:
-            _add(counts, channel, ready_n, in_flight_n, total - ready_n - in_flight_n)
-        return counts
-    this = [m.c.queue == queue, m.c.channel.isnot(None)]
-    if only is not None:
-        this.append(m.c.channel == only)
-    # the terms of each partial index, as the index states them, so the planner uses it
-    ready_range = await conn.execute(
-        sa.select(m.c.channel, sa.func.count(), due)
-        .where(*this, ready_predicate(m))
-        .group_by(m.c.channel)
-    )
-    for channel, total, due_n in ready_range:
-        _add(counts, channel, ready=due_n, later=total - due_n)
-    in_flight_range = await conn.execute(
-        sa.select(m.c.channel, sa.func.count())
-        .where(*this, m.c.state == state_literal(MessageState.PROCESSING))
-        .group_by(m.c.channel)
-    )
-    for channel, n in in_flight_range:
-        _add(counts, channel, in_flight=n)
-    waiting_range = await conn.execute(
-        sa.select(m.c.channel, sa.func.count())
-        .where(
-            *this, m.c.ordering_key.isnot(None), m.c.state == state_literal(MessageState.WAITING)
-        )
-        .group_by(m.c.channel)
-    )
-    for channel, n in waiting_range:
-        _add(counts, channel, later=n)
-    return counts
-
-
-def _group_counts(counts: Counts, groups: Iterable[str]) -> Counts:
+def _group_counts(counts: ChannelCounts, groups: Iterable[str]) -> ChannelCounts:
     """The (ready, in flight, later) of each of `groups`, summed over its channels."""
-    summed: Counts = {}
+    summed: ChannelCounts = {}
     for group in groups:
         totals = [0, 0, 0]
         for channel, figures in counts.items():
@@ -191,9 +115,9 @@ async def channel_statuses(
     rows: dict[str, Any] = {row.channel: row for row in await conn.execute(query)}
     if only is not None and is_group(only):
         # a group's figures are its channels' together
-        counts = _group_counts(await _message_counts(conn, tables, queue, None), [only])
+        counts = _group_counts(await channel_counts(conn, tables, queue, None), [only])
     else:
-        counts = await _message_counts(conn, tables, queue, only)
+        counts = await channel_counts(conn, tables, queue, only)
         counts.update(_group_counts(counts, filter(is_group, rows)))
     statuses = []
     for name in sorted(rows.keys() | counts.keys()):

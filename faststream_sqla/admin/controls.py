@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import to_aware, utc_now
-from faststream_sqla.dialects._claim import live_ranges
 from faststream_sqla.dialects.base import reading
+from faststream_sqla.dialects.ranges import channelled_range
 from faststream_sqla.ordering import IDS_PER_STATEMENT
 from faststream_sqla.schema import WHOLE_QUEUE, BreakerState, QueueTables
 
@@ -69,12 +69,7 @@ async def channelled_among(
             )
         ).scalars()
     )
-    if tables.keys is not None:
-        source = tables.keys
-        waiting: tuple[sa.ColumnElement[bool], ...] = (source.c.channel.isnot(None),)
-    else:
-        source = tables.message
-        waiting = live_ranges(source)["channelled"]
+    source, waiting = channelled_range(tables)
     for queue in queues:
         if queue not in found and await conn.scalar(
             sa.select(sa.exists().where(source.c.queue == queue, *waiting))

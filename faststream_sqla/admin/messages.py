@@ -7,9 +7,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.clock import to_aware
 from faststream_sqla.dialects import Dialect
-from faststream_sqla.dialects._claim import ready_predicate
-from faststream_sqla.dialects._claim import state_literal as _literal
 from faststream_sqla.dialects.base import reading
+from faststream_sqla.dialects.ranges import purge_ranges
 from faststream_sqla.parser import load_headers
 from faststream_sqla.schema import MessageState
 
@@ -17,7 +16,6 @@ from .models import MessageDetails, Progress
 from .queues import start_progress
 
 #: the states purge removes: waiting for a handler, never in flight
-PURGED = (MessageState.PENDING, MessageState.RETRYABLE, MessageState.WAITING)
 #: rows per purge transaction
 PURGE_BATCH = 1000
 
@@ -63,19 +61,6 @@ async def find_message(
     )
 
 
-def _purge_ranges(dialect: Dialect) -> list[tuple[sa.ColumnElement[bool], ...]]:
-    """The waiting messages as index ranges: on PostgreSQL and SQLite the claim index
-    (PENDING, RETRYABLE) and the ordering-key index (WAITING), whose partial predicates
-    a single `state IN (...)` would not match; on MySQL the ready index holds all."""
-    m = dialect.tables.message
-    if "ready_at" in m.c:
-        return [(m.c.state.in_([_literal(s) for s in PURGED]),)]
-    return [
-        (ready_predicate(m),),
-        (m.c.ordering_key.isnot(None), m.c.state == _literal(MessageState.WAITING)),
-    ]
-
-
 async def purge_queue(
     dialect: Dialect, engine: AsyncEngine, queue: str, progress: Progress | None = None
 ) -> int:
@@ -83,7 +68,7 @@ async def purge_queue(
     claim has locked are skipped, and messages in flight are never touched. Returns how
     many went."""
     m = dialect.tables.message
-    ranges = _purge_ranges(dialect)
+    ranges = purge_ranges(dialect.tables.message)
     total = await start_progress(
         engine, m, [(m.c.queue == queue, *where) for where in ranges], progress
     )

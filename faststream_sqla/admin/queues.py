@@ -3,7 +3,7 @@ the cost does not grow with the backlog.
 
 - Which queues exist: a skip scan, `min(queue) ... WHERE queue > :after`, once per queue
   and per index that holds the queue first (the live ranges of
-  `dialects._claim.live_ranges`, and the archive's index).
+  `dialects.ranges.live_ranges`, and the archive's index).
 - Each count is `count(*)` over a subquery cut at `cap` (the admin API's `exact_up_to`),
   reported as inexact when it reaches the cap.
 - Each kind of message is a few ranges of the claim index: the priorities go in as an
@@ -23,9 +23,10 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import to_aware, utc_now
-from faststream_sqla.dialects._claim import live_ranges, ready_predicate, state_literal
+from faststream_sqla.dialects._claim import state_literal
 from faststream_sqla.dialects.base import TERMINAL, reading
-from faststream_sqla.schema import NOT_READY, PRIORITIES, MessageState, QueueTables
+from faststream_sqla.dialects.ranges import claim_index_order, live_ranges, queue_ranges
+from faststream_sqla.schema import PRIORITIES, MessageState, QueueTables
 
 from .models import Count, Progress, QueueStats
 
@@ -94,27 +95,8 @@ async def queue_stats(
 ) -> QueueStats:
     m, a = tables.message, tables.archive
     one: sa.ColumnClause[Any] = sa.literal_column("1")
-    in_queue = m.c.queue == queue
-    # The priorities as an IN list: each kind below is a few ranges of the claim index
-    # (priority comes second in it), not a walk of the queue's whole prefix.
-    levels = m.c.priority.in_([sa.literal_column(str(p)) for p in PRIORITIES])
-    processing: tuple[sa.ColumnElement[bool], ...]  # one term more with ready_at
-    waiting: tuple[sa.ColumnElement[bool], ...]
-    if "ready_at" in m.c:
-        due = m.c.ready_at
-        claimable = (in_queue, levels, m.c.ready_at < NOT_READY)
-        in_flight = (in_queue, levels, m.c.ready_at == NOT_READY)
-        processing = (*in_flight, m.c.state == state_literal(MessageState.PROCESSING))
-        waiting = (*in_flight, m.c.state == state_literal(MessageState.WAITING))
-    else:
-        due = m.c.next_attempt_at
-        claimable = (in_queue, levels, ready_predicate(m))
-        processing = (in_queue, m.c.state == state_literal(MessageState.PROCESSING))
-        waiting = (
-            in_queue,
-            m.c.ordering_key.isnot(None),
-            m.c.state == state_literal(MessageState.WAITING),
-        )
+    ranges = queue_ranges(m, queue)
+    due, claimable = ranges.due, ranges.claimable
     # Not yet due: delayed publishes (PENDING) and retries waiting out their backoff
     # (RETRYABLE), told apart in one bounded sample of that range.
     later = sa.select(m.c.state).where(*claimable, due > utc_now()).limit(cap).subquery()
@@ -125,8 +107,8 @@ async def queue_stats(
         await conn.execute(
             sa.select(
                 capped_count(sa.select(one).where(*claimable, due <= utc_now()), cap),
-                capped_count(sa.select(one).where(*processing), cap),
-                capped_count(sa.select(one).where(*waiting), cap),
+                capped_count(sa.select(one).where(*ranges.processing), cap),
+                capped_count(sa.select(one).where(*ranges.waiting), cap),
                 capped_count(
                     sa.select(one).where(
                         a.c.queue == queue,
@@ -164,8 +146,7 @@ async def _oldest_ready_age(conn: AsyncConnection, tables: QueueTables, queue: s
     """Seconds since the longest-waiting due message became due: the first entry of each
     priority's range of the claim index."""
     m = tables.message
-    due = m.c.ready_at if "ready_at" in m.c else m.c.next_attempt_at
-    eligible = [] if "ready_at" in m.c else [ready_predicate(m)]
+    due, eligible = claim_index_order(m)
     firsts: Sequence[sa.Select] = [
         sa.select(due.label("due"))
         .where(m.c.queue == queue, m.c.priority == sa.literal_column(str(p)), *eligible)

@@ -23,26 +23,6 @@ def ready_predicate(m: sa.Table) -> sa.ColumnElement[bool]:
     )
 
 
-def live_ranges(
-    m: sa.Table, *, apart: bool = True
-) -> dict[str, tuple[sa.ColumnElement[bool], ...]]:
-    """Predicates whose indexes, between them, hold every live message with the queue
-    first: claimable (the claim index), in flight (the stuck index) and waiting behind
-    an ordering key (the ordering-key index: WAITING messages all have a key). MySQL's
-    one ready index holds all three: one range, "all". `apart`: no message in two
-    ranges (for counting); without it the waiting range is the ordering-key index's
-    own predicate, which a probe for any live row reads without visiting the table."""
-    if "ready_at" in m.c:
-        return {"all": ()}
-    keyed = m.c.ordering_key.isnot(None)
-    return {
-        "ready": (ready_predicate(m), m.c.channel.is_(None)),
-        "channelled": (ready_predicate(m), m.c.channel.isnot(None)),
-        "processing": (m.c.state == state_literal(MessageState.PROCESSING),),
-        "waiting": (keyed, m.c.state == state_literal(MessageState.WAITING)) if apart else (keyed,),
-    }
-
-
 #: the parameters `ready_ids` binds, given on every claim
 CLAIM_PARAMETERS = ("claim_queue", "claim_limit")
 
@@ -146,28 +126,6 @@ def first_of_its_key(tables: QueueTables) -> sa.ColumnElement[bool]:
 def priority_literal(level: int) -> sa.ColumnElement[int]:
     # a literal, not a parameter: the eleven branches are one statement text
     return sa.literal_column(str(int(level)))
-
-
-def active_count(m: sa.Table) -> sa.Select:
-    """How many of one queue's messages wait or are in flight, counted no further than
-    :at_most: a bounded probe of the claim, stuck and ordering-key indexes, whose cost
-    does not grow with the queue. MySQL's one ready index holds every kind, so one probe
-    does."""
-
-    def probe(*where: sa.ColumnElement[bool]) -> sa.ScalarSelect:
-        found = (
-            sa.select(sa.literal_column("1").label("one"))
-            .where(m.c.queue == sa.bindparam("probe_queue"), *where)
-            .limit(sa.bindparam("at_most", type_=sa.Integer()))
-            .subquery()
-        )
-        return sa.select(sa.func.count()).select_from(found).scalar_subquery()
-
-    probes = [probe(*where) for where in live_ranges(m).values()]
-    total: sa.ColumnElement[Any] = probes[0]
-    for more in probes[1:]:
-        total = total + more
-    return sa.select(total)
 
 
 def claimed_columns(m: sa.Table, *, headers_as_text: bool = False) -> list[sa.ColumnElement]:

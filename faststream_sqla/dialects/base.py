@@ -23,7 +23,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
-from faststream_sqla.dialects._claim import active_count, keyed_messages
+from faststream_sqla.dialects._claim import keyed_messages
+from faststream_sqla.dialects.ranges import active_count
 from faststream_sqla.message import KEEP_STATE
 
 if TYPE_CHECKING:
