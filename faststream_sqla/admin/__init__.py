@@ -1,5 +1,7 @@
 """Operating the queue: `QueueAdmin` and what it returns (docs/operations.md)."""
 
+from faststream_sqla.dialects.postgresql.partitions import PartitionReport
+
 from .api import QueueAdmin
 from .models import (
     BreakerStatus,
@@ -18,7 +20,6 @@ from .models import (
     ScheduleInfo,
     to_json,
 )
-from .partitions import PartitionReport
 
 __all__ = [
     "BreakerStatus",

@@ -17,6 +17,7 @@ from faststream_sqla.channels.limits import Rate
 from faststream_sqla.channels.store import UNSET, _Unset
 from faststream_sqla.dialects import Dialect, dialect_for
 from faststream_sqla.dialects.base import TERMINAL, reading
+from faststream_sqla.dialects.postgresql import partitions
 from faststream_sqla.exceptions import (
     InvalidOptionError,
     UnknownMessageError,
@@ -37,7 +38,7 @@ from faststream_sqla.schema import (
 )
 from faststream_sqla.urls import parse_url
 
-from . import archive, controls, dead_letters, messages, partitions, queues, schedules
+from . import archive, controls, dead_letters, messages, queues, schedules
 from . import channels as limits
 from .archive import PRUNE_BATCH
 from .dead_letters import MOVE_BATCH

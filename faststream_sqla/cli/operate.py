@@ -21,7 +21,7 @@ from faststream_sqla.admin.api import MAX_BATCH, MAX_PAGE
 from faststream_sqla.admin.archive import PRUNE_BATCH
 from faststream_sqla.admin.dead_letters import first_line
 from faststream_sqla.admin.models import MoveResult
-from faststream_sqla.admin.partitions import MAX_MONTHS_AHEAD
+from faststream_sqla.dialects.postgresql.partitions import MAX_MONTHS_AHEAD
 from faststream_sqla.exceptions import shown
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 

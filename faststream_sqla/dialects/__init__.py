@@ -16,15 +16,15 @@ def dialect_for(engine: AsyncEngine, tables: QueueTables) -> Dialect:
     name = engine.dialect.name
     tables = tables.for_dialect(name)
     if name == "postgresql":
-        from .postgresql import PostgresDialect
+        from .postgresql.dialect import PostgresDialect
 
         return PostgresDialect(tables)
     if name in ("mysql", "mariadb"):
-        from .mysql import MySQLDialect
+        from .mysql.dialect import MySQLDialect
 
         return MySQLDialect(tables)
     if name == "sqlite":
-        from .sqlite import SQLiteDialect
+        from .sqlite.dialect import SQLiteDialect
 
         return SQLiteDialect(tables)
     msg = f"database {shown(name)} is not supported: use PostgreSQL, MySQL/MariaDB or SQLite"

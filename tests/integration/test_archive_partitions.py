@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from faststream_sqla import InvalidOptionError, MessageState, SqlaBroker
 from faststream_sqla.admin import QueueAdmin
-from faststream_sqla.admin.partitions import is_partitioned
+from faststream_sqla.dialects.postgresql.partitions import is_partitioned
 from faststream_sqla.lifecycle import settled_unhandled
 from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import QueueTables
