@@ -11,12 +11,6 @@ message may be published to it.
 
 from __future__ import annotations
 
-from typing import Any
-
-import sqlalchemy as sa
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.functions import FunctionElement
-
 from faststream_sqla.exceptions import InvalidOptionError, shown
 
 #: what ends a group's part of a channel's name
@@ -48,31 +42,4 @@ def checked_message_channel(channel: str | None) -> str | None:
     return channel
 
 
-class _separator_at(FunctionElement[int]):
-    """The 1-based position of the first `/` in a text (0: none)."""
-
-    type = sa.Integer()
-    inherit_cache = True
-    name = "separator_at"
-
-
-@compiles(_separator_at, "postgresql")
-def _pg(element: _separator_at, compiler: Any, **kw: Any) -> str:
-    (text,) = element.clauses
-    return f"strpos({compiler.process(text, **kw)}, '{SEPARATOR}')"
-
-
-@compiles(_separator_at)
-def _instr(element: _separator_at, compiler: Any, **kw: Any) -> str:
-    # SQLite's and MySQL's instr(text, what)
-    (text,) = element.clauses
-    return f"instr({compiler.process(text, **kw)}, '{SEPARATOR}')"
-
-
-def group_key(channel: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
-    """`group_of` in SQL: the group's name, or '' (the queue's own row's key: callers
-    must tell the two apart) for a channel in no group."""
-    return sa.func.substr(channel, 1, _separator_at(channel))
-
-
-__all__ = ["SEPARATOR", "checked_message_channel", "group_key", "group_of", "is_group"]
+__all__ = ["SEPARATOR", "checked_message_channel", "group_of", "is_group"]

@@ -30,8 +30,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 
-from faststream_sqla.channels.groups import group_key
+from faststream_sqla.channels.groups import SEPARATOR
 from faststream_sqla.channels.plan import (
     EXTRA_CANDIDATES,
     PLAIN,
@@ -203,6 +205,33 @@ def as_claimed(row: Sequence[Any], now: datetime) -> tuple[Any, ...]:
     values[_CLAIMS] += 1
     values[_ACQUIRED] = now
     return tuple(values)
+
+
+class _separator_at(FunctionElement[int]):
+    """The 1-based position of the first `/` in a text (0: none)."""
+
+    type = sa.Integer()
+    inherit_cache = True
+    name = "separator_at"
+
+
+@compiles(_separator_at, "postgresql")
+def _strpos(element: _separator_at, compiler: Any, **kw: Any) -> str:
+    (text,) = element.clauses
+    return f"strpos({compiler.process(text, **kw)}, '{SEPARATOR}')"
+
+
+@compiles(_separator_at)
+def _instr(element: _separator_at, compiler: Any, **kw: Any) -> str:
+    # SQLite's and MySQL's instr(text, what)
+    (text,) = element.clauses
+    return f"instr({compiler.process(text, **kw)}, '{SEPARATOR}')"
+
+
+def group_key(channel: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+    """`channels.groups.group_of` in SQL: the group's name, or '' (the queue's own
+    row's key: callers must tell the two apart) for a channel in no group."""
+    return sa.func.substr(channel, 1, _separator_at(channel))
 
 
 def bind(name: str, type_: Any = None) -> sa.BindParameter[Any]:
