@@ -30,10 +30,44 @@ def async_driver_advice(url: sa.URL) -> str:
     return f"use the async driver: {masked(url.set(drivername=drivername))}"
 
 
+#: asyncpg's statement cache, as a URL query parameter (docs/production.md#connection-poolers)
+STATEMENT_CACHE_SIZE = "statement_cache_size"
+
+
+def _statement_cache_option(url: sa.URL, options: dict[str, Any]) -> sa.URL:
+    """`?statement_cache_size=N` of an asyncpg URL moved into `connect_args` as a number.
+
+    SQLAlchemy hands unknown query parameters to asyncpg's `connect()` as text, which
+    asyncpg refuses for this one. A pooler in transaction mode needs it 0, and then
+    SQLAlchemy's own cache of prepared statements off too: a cached statement would run
+    again on whichever server connection the pooler hands out next. Arguments given in
+    `connect_args` win over the URL's.
+    """
+    if url.get_driver_name() != "asyncpg" or STATEMENT_CACHE_SIZE not in url.query:
+        return url
+    given = url.query[STATEMENT_CACHE_SIZE]
+    try:
+        size = int(given if isinstance(given, str) else given[-1])
+        if size < 0:
+            raise ValueError(size)
+    except ValueError:
+        msg = f"{STATEMENT_CACHE_SIZE} in the URL must be a whole number >= 0, got {given!r}"
+        raise InvalidOptionError(msg) from None
+    cache = {STATEMENT_CACHE_SIZE: size}
+    if size == 0 and "prepared_statement_cache_size" not in url.query:
+        cache["prepared_statement_cache_size"] = 0
+    options["connect_args"] = {**cache, **options.get("connect_args", {})}
+    return url.difference_update_query([STATEMENT_CACHE_SIZE])
+
+
 def create_engine(url: str | sa.URL, **options: Any) -> AsyncEngine:
     """An async engine for `url`; InvalidOptionError (password masked) naming the async
-    driver to use when the URL's driver is not async, unknown or not installed."""
+    driver to use when the URL's driver is not async, unknown or not installed.
+
+    On asyncpg, `?statement_cache_size=0` turns off prepared statement caches, for a
+    pooler in transaction mode (`_statement_cache_option`)."""
     parsed = parse_url(url)
+    parsed = _statement_cache_option(parsed, options)
     try:
         return create_async_engine(parsed, **options)
     except (ImportError, sa.exc.ArgumentError, sa.exc.InvalidRequestError) as e:
