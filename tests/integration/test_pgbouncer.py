@@ -26,7 +26,7 @@ from faststream_sqla import MessageState, SqlaBroker
 from faststream_sqla.dialects.postgresql.dialect import DEAF_WARNING
 from faststream_sqla.schema import QueueTables
 
-from .helpers import FAST, Recorder, captured_logger, rows, run_python, wait_until
+from .helpers import FAST, Recorder, captured_logger, rows, run_python, run_script, wait_until
 
 pytestmark = pytest.mark.databases("postgresql")
 
@@ -168,7 +168,19 @@ async def test_transaction_pooling_drains_every_message_by_polling(
         await asyncio.wait_for(listener.checked.wait(), 60)
         # no notification can wake the subscriber now: only its polling finds these
         await _publish_from_another_process(url, own + 20, others)
-        total = own + 20 + others
+        # the outbox, on an engine of the application's own, set up as the page says
+        app_engine = create_async_engine(
+            transaction_pooler.url(database_url).replace(f"?{POOLER_OPTION}", ""),
+            connect_args={"statement_cache_size": 0, "prepared_statement_cache_size": 0},
+        )
+        outbox = own + 20 + others
+        try:
+            async with app_engine.begin() as conn:
+                for n in range(outbox, outbox + 10):
+                    await broker.publish(n, queue="orders", connection=conn)
+        finally:
+            await app_engine.dispose()
+        total = outbox + 10
         await handled.wait_for(total, timeout=120)
         assert listener.hearing is False
 
@@ -193,6 +205,16 @@ async def test_transaction_pooling_drains_every_message_by_polling(
     }
     assert log.messages.count(DEAF_WARNING) == 1
     assert not [r for r in log.records if r.exc_info], "no statement failed"
+
+
+async def test_admin_commands_work_through_transaction_pooling(database_url, transaction_pooler):
+    url = transaction_pooler.url(database_url)
+    async with SqlaBroker(url) as producer:
+        await producer.publish_batch(*range(3), queue="orders")
+    listed = await run_script(url, "queues", "--json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    (orders,) = [q for q in json.loads(listed.stdout) if q["queue"] == "orders"]
+    assert orders["ready"]["value"] == 3
 
 
 async def test_session_pooling_keeps_notifications(database_url, session_pooler):
