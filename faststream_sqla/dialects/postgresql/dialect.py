@@ -661,6 +661,8 @@ class PostgresListener(NotificationListener):
 
     While it is down, subscribers fall back to polling at max_fetch_interval; after a
     reconnect every queue is woken once, since notifications may have been missed.
+    Each connection first proves that notifications reach it (`_hears_itself`); where
+    none do, the listener says so once and ends, and polling alone remains.
     """
 
     def __init__(
