@@ -74,9 +74,9 @@ class PgBouncer:
         )
         await _until_answers(self.port)
 
-    def url(self, database_url: sa.URL) -> str:
-        """`database_url` through this PgBouncer, with the option a pooler needs."""
-        through = database_url.set(host="127.0.0.1", port=self.port)
+    def url(self, postgres_url: sa.URL) -> str:
+        """`postgres_url` through this PgBouncer, with the option a pooler needs."""
+        through = postgres_url.set(host="127.0.0.1", port=self.port)
         return f"{through.render_as_string(hide_password=False)}?{POOLER_OPTION}"
 
     def stop(self) -> None:
@@ -88,7 +88,7 @@ class PgBouncer:
 
 
 @pytest.fixture
-async def database_url(server_databases) -> AsyncIterator[sa.URL]:
+async def postgres_url(server_databases) -> AsyncIterator[sa.URL]:
     """This worker's PostgreSQL database, emptied of messages."""
     url = sa.make_url(server_databases["postgresql"])
     engine = create_async_engine(url)
@@ -111,15 +111,15 @@ async def _pgbouncer(url: sa.URL, pool_mode: str) -> PgBouncer:
 
 
 @pytest.fixture
-async def transaction_pooler(database_url) -> AsyncIterator[PgBouncer]:
-    bouncer = await _pgbouncer(database_url, "transaction")
+async def transaction_pooler(postgres_url) -> AsyncIterator[PgBouncer]:
+    bouncer = await _pgbouncer(postgres_url, "transaction")
     yield bouncer
     bouncer.stop()
 
 
 @pytest.fixture
-async def session_pooler(database_url) -> AsyncIterator[PgBouncer]:
-    bouncer = await _pgbouncer(database_url, "session")
+async def session_pooler(postgres_url) -> AsyncIterator[PgBouncer]:
+    bouncer = await _pgbouncer(postgres_url, "session")
     yield bouncer
     bouncer.stop()
 
@@ -146,9 +146,9 @@ async def _publish_from_another_process(url: str, first: int, count: int) -> Non
 
 
 async def test_transaction_pooling_drains_every_message_by_polling(
-    database_url, transaction_pooler
+    postgres_url, transaction_pooler
 ):
-    url = transaction_pooler.url(database_url)
+    url = transaction_pooler.url(postgres_url)
     logger, log = captured_logger("test.pgbouncer.transaction")
     broker = SqlaBroker(url, logger=logger)
     handled = Recorder()
@@ -170,7 +170,7 @@ async def test_transaction_pooling_drains_every_message_by_polling(
         await _publish_from_another_process(url, own + 20, others)
         # the outbox, on an engine of the application's own, set up as the page says
         app_engine = create_async_engine(
-            transaction_pooler.url(database_url).replace(f"?{POOLER_OPTION}", ""),
+            transaction_pooler.url(postgres_url).replace(f"?{POOLER_OPTION}", ""),
             connect_args={"statement_cache_size": 0, "prepared_statement_cache_size": 0},
         )
         outbox = own + 20 + others
@@ -184,7 +184,7 @@ async def test_transaction_pooling_drains_every_message_by_polling(
         await handled.wait_for(total, timeout=120)
         assert listener.hearing is False
 
-        engine = create_async_engine(database_url)
+        engine = create_async_engine(postgres_url)
         try:
 
             async def all_archived() -> bool:
@@ -207,8 +207,8 @@ async def test_transaction_pooling_drains_every_message_by_polling(
     assert not [r for r in log.records if r.exc_info], "no statement failed"
 
 
-async def test_admin_commands_work_through_transaction_pooling(database_url, transaction_pooler):
-    url = transaction_pooler.url(database_url)
+async def test_admin_commands_work_through_transaction_pooling(postgres_url, transaction_pooler):
+    url = transaction_pooler.url(postgres_url)
     async with SqlaBroker(url) as producer:
         await producer.publish_batch(*range(3), queue="orders")
     listed = await run_script(url, "queues", "--json")
@@ -217,8 +217,8 @@ async def test_admin_commands_work_through_transaction_pooling(database_url, tra
     assert orders["ready"]["value"] == 3
 
 
-async def test_session_pooling_keeps_notifications(database_url, session_pooler):
-    url = session_pooler.url(database_url)
+async def test_session_pooling_keeps_notifications(postgres_url, session_pooler):
+    url = session_pooler.url(postgres_url)
     broker = SqlaBroker(url)
     handled = Recorder()
 
