@@ -34,8 +34,9 @@ def async_driver_advice(url: sa.URL) -> str:
 STATEMENT_CACHE_SIZE = "statement_cache_size"
 
 
-def _statement_cache_option(url: sa.URL, options: dict[str, Any]) -> sa.URL:
-    """`?statement_cache_size=N` of an asyncpg URL moved into `connect_args` as a number.
+def _statement_cache_option(url: sa.URL, options: dict[str, Any]) -> None:
+    """`?statement_cache_size=N` of an asyncpg URL given to asyncpg as a number, in
+    `options["connect_args"]`.
 
     SQLAlchemy hands unknown query parameters to asyncpg's `connect()` as text, which
     asyncpg refuses for this one. A pooler in transaction mode needs it 0, and then
@@ -44,7 +45,7 @@ def _statement_cache_option(url: sa.URL, options: dict[str, Any]) -> sa.URL:
     `connect_args` win over the URL's.
     """
     if url.get_driver_name() != "asyncpg" or STATEMENT_CACHE_SIZE not in url.query:
-        return url
+        return
     given = url.query[STATEMENT_CACHE_SIZE]
     try:
         size = int(given if isinstance(given, str) else given[-1])
@@ -56,8 +57,9 @@ def _statement_cache_option(url: sa.URL, options: dict[str, Any]) -> sa.URL:
     cache = {STATEMENT_CACHE_SIZE: size}
     if size == 0 and "prepared_statement_cache_size" not in url.query:
         cache["prepared_statement_cache_size"] = 0
+    # connect_args take precedence over the URL's text, which stays in the URL so that
+    # the commands the broker suggests (`db upgrade --url ...`) keep the option
     options["connect_args"] = {**cache, **options.get("connect_args", {})}
-    return url.difference_update_query([STATEMENT_CACHE_SIZE])
 
 
 def create_engine(url: str | sa.URL, **options: Any) -> AsyncEngine:
@@ -67,7 +69,7 @@ def create_engine(url: str | sa.URL, **options: Any) -> AsyncEngine:
     On asyncpg, `?statement_cache_size=0` turns off prepared statement caches, for a
     pooler in transaction mode (`_statement_cache_option`)."""
     parsed = parse_url(url)
-    parsed = _statement_cache_option(parsed, options)
+    _statement_cache_option(parsed, options)
     try:
         return create_async_engine(parsed, **options)
     except (ImportError, sa.exc.ArgumentError, sa.exc.InvalidRequestError) as e:
