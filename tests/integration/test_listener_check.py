@@ -9,28 +9,15 @@ import pytest
 from faststream_sqla import SqlaBroker
 
 from .helpers import Recorder
+from .test_wakeups import _listening_subscriber
 
 pytestmark = pytest.mark.databases("postgresql")
-NO_POLLING = {"min_fetch_interval": 0.0, "max_fetch_interval": 3600.0, "flush_interval": 0.01}
-
-
-async def _listening(url: str, got: Recorder) -> SqlaBroker:
-    broker = SqlaBroker(url)
-
-    @broker.subscriber("a", **NO_POLLING)
-    async def handle(body: str) -> None:
-        got.record(body)
-
-    await broker.start()
-    assert broker.notifications is not None
-    await broker.notifications.wait_connects(1)
-    return broker
 
 
 async def test_a_direct_listener_hears_its_own_echo_and_passes_on_no_other(server_databases):
     url = server_databases["postgresql"]
     handled = Recorder()  # by either broker: they share the queue
-    first = await _listening(url, handled)
+    first = await _listening_subscriber(url, handled)
     heard = Recorder()
     passed_on = first.notifications.on_queue
 
@@ -40,7 +27,7 @@ async def test_a_direct_listener_hears_its_own_echo_and_passes_on_no_other(serve
 
     first.notifications.on_queue = spy
     try:
-        second = await _listening(url, handled)  # its check's echo reaches the first too
+        second = await _listening_subscriber(url, handled)  # its check's echo reaches the first too
         try:
             assert (first.notifications.hearing, second.notifications.hearing) == (True, True)
             async with SqlaBroker(url) as producer:

@@ -27,6 +27,7 @@ from faststream_sqla.dialects.postgresql.dialect import DEAF_WARNING
 from faststream_sqla.schema import QueueTables
 
 from .helpers import FAST, Recorder, captured_logger, rows, run_python, run_script, wait_until
+from .test_wakeups import NO_POLLING
 
 pytestmark = pytest.mark.databases("postgresql")
 
@@ -35,7 +36,6 @@ POOLER_OPTION = "statement_cache_size=0"
 #: server connections per database: in transaction mode fewer than the broker's pool
 #: has clients, so clients share them; in session mode each client keeps its own
 SERVER_CONNECTIONS = {"transaction": 2, "session": 30}
-NO_POLLING = {"min_fetch_interval": 0.0, "max_fetch_interval": 3600.0, "flush_interval": 0.01}
 
 
 class PgBouncer:
