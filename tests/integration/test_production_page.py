@@ -134,6 +134,7 @@ async def test_the_pages_commands_migrate_and_run_the_service(
             env={**os.environ, "FASTSTREAM_SQLA_URL": database_url},
             stdout=out,
             stderr=out,
+            start_new_session=True,  # a process group of its own, as a unit's cgroup
         )
         try:
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
@@ -147,11 +148,14 @@ async def test_the_pages_commands_migrate_and_run_the_service(
                 return [r["state"] for r in done] == [MessageState.COMPLETED] * 5
 
             await wait_until(all_completed, timeout=60)
-            proc.send_signal(signal.SIGTERM)
+            if source == "systemd":  # systemd signals every process of the unit
+                os.killpg(proc.pid, signal.SIGTERM)
+            else:  # Kubernetes signals the container's first process
+                proc.send_signal(signal.SIGTERM)
             code = await asyncio.wait_for(proc.wait(), 60)
         finally:
             if proc.returncode is None:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)  # the group this test started
                 await proc.wait()
     output = log.read_text()
     # One process re-raises SIGTERM once it has shut down (uvicorn's way: status 143 in
