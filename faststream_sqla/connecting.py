@@ -30,10 +30,46 @@ def async_driver_advice(url: sa.URL) -> str:
     return f"use the async driver: {masked(url.set(drivername=drivername))}"
 
 
+#: asyncpg's statement cache, as a URL query parameter (docs/production.md#connection-poolers)
+STATEMENT_CACHE_SIZE = "statement_cache_size"
+
+
+def _statement_cache_option(url: sa.URL, options: dict[str, Any]) -> None:
+    """`?statement_cache_size=N` of an asyncpg URL given to asyncpg as a number, in
+    `options["connect_args"]`.
+
+    SQLAlchemy hands unknown query parameters to asyncpg's `connect()` as text, which
+    asyncpg refuses for this one. A pooler in transaction mode needs it 0, and then
+    SQLAlchemy's own cache of prepared statements off too: a cached statement would run
+    again on whichever server connection the pooler hands out next. Arguments given in
+    `connect_args` win over the URL's.
+    """
+    if url.get_driver_name() != "asyncpg" or STATEMENT_CACHE_SIZE not in url.query:
+        return
+    given = url.query[STATEMENT_CACHE_SIZE]
+    try:
+        size = int(given if isinstance(given, str) else given[-1])
+        if size < 0:
+            raise ValueError(size)
+    except ValueError:
+        msg = f"{STATEMENT_CACHE_SIZE} in the URL must be a whole number >= 0, got {given!r}"
+        raise InvalidOptionError(msg) from None
+    cache = {STATEMENT_CACHE_SIZE: size}
+    if size == 0 and "prepared_statement_cache_size" not in url.query:
+        cache["prepared_statement_cache_size"] = 0
+    # connect_args take precedence over the URL's text, which stays in the URL so that
+    # the commands the broker suggests (`db upgrade --url ...`) keep the option
+    options["connect_args"] = {**cache, **options.get("connect_args", {})}
+
+
 def create_engine(url: str | sa.URL, **options: Any) -> AsyncEngine:
     """An async engine for `url`; InvalidOptionError (password masked) naming the async
-    driver to use when the URL's driver is not async, unknown or not installed."""
+    driver to use when the URL's driver is not async, unknown or not installed.
+
+    On asyncpg, `?statement_cache_size=0` turns off prepared statement caches, for a
+    pooler in transaction mode (`_statement_cache_option`)."""
     parsed = parse_url(url)
+    _statement_cache_option(parsed, options)
     try:
         return create_async_engine(parsed, **options)
     except (ImportError, sa.exc.ArgumentError, sa.exc.InvalidRequestError) as e:

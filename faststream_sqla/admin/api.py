@@ -10,11 +10,12 @@ from datetime import datetime, timedelta
 from types import TracebackType
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from typing_extensions import Self
 
 from faststream_sqla.channels.limits import Rate
 from faststream_sqla.channels.store import UNSET, _Unset
+from faststream_sqla.connecting import create_engine
 from faststream_sqla.dialects import Dialect, dialect_for
 from faststream_sqla.dialects.base import TERMINAL, reading
 from faststream_sqla.dialects.postgresql import partitions
@@ -36,7 +37,6 @@ from faststream_sqla.schema import (
     TableNames,
     validate_queue_name,
 )
-from faststream_sqla.urls import parse_url
 
 from . import archive, controls, dead_letters, messages, queues, schedules
 from . import channels as limits
@@ -95,9 +95,7 @@ class QueueAdmin:
     ) -> None:
         require_whole("exact_up_to", exact_up_to, 10_000_000)
         self._owned = not isinstance(engine, AsyncEngine)
-        self.engine = (
-            engine if isinstance(engine, AsyncEngine) else create_async_engine(parse_url(engine))
-        )
+        self.engine = engine if isinstance(engine, AsyncEngine) else create_engine(engine)
         self.exact_up_to = exact_up_to
         names = TableNames(message_table, archive_table)
         self.dialect: Dialect = dialect_for(self.engine, QueueTables(names))

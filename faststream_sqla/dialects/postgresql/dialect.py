@@ -23,6 +23,7 @@ import contextlib
 import itertools
 import logging
 import operator
+import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -644,11 +645,24 @@ SELECT CAST(x AS text), holder FROM (
 """
 
 
+#: notifications that check the listener hears (never a queue's name: see _hears_itself)
+ECHO_PREFIX = "faststream-sqla:echo:"
+#: how long the check waits for its own notification before it concludes none arrive
+ECHO_TIMEOUT = 10.0
+DEAF_WARNING = (
+    "notifications sent to PostgreSQL do not reach this broker (a connection pooler in "
+    "transaction mode between them?): subscribers poll every max_fetch_interval instead; "
+    "see docs/production.md#connection-poolers"
+)
+
+
 class PostgresListener(NotificationListener):
     """LISTENs on a connection of its own; re-listens after losing it.
 
     While it is down, subscribers fall back to polling at max_fetch_interval; after a
     reconnect every queue is woken once, since notifications may have been missed.
+    Each connection first proves that notifications reach it (`_hears_itself`); where
+    none do, the listener says so once and ends, and polling alone remains.
     """
 
     def __init__(
@@ -667,6 +681,10 @@ class PostgresListener(NotificationListener):
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self.backend_pid: int | None = None
+        #: False once notifications proved not to arrive (see `_hears_itself`)
+        self.hearing: bool | None = None
+        self.checked = asyncio.Event()
+        self._echo: tuple[str, asyncio.Event] | None = None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"faststream-sqla:listen:{self.channel}")
@@ -683,7 +701,32 @@ class PostgresListener(NotificationListener):
             await self._changed.wait_for(lambda: self.connects >= count)
 
     def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if payload.startswith(ECHO_PREFIX):  # another process's check, or ours
+            if self._echo is not None and payload == self._echo[0]:
+                self._echo[1].set()
+            return
         self.on_queue(payload)
+
+    async def _hears_itself(self) -> bool:
+        """Whether a NOTIFY sent on another connection reaches this LISTEN.
+
+        Behind a pooler in transaction mode (PgBouncer's `pool_mode = transaction`) the
+        LISTEN succeeds on a server connection that goes back to the pool at once, and
+        nothing is ever heard: the pooler drops the notifications. A connection of our
+        own pool sends the echo, so it never shares the LISTEN's client connection.
+        """
+        token = f"{ECHO_PREFIX}{uuid.uuid4().hex}"
+        self._echo = (token, asyncio.Event())
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(sa.select(sa.func.pg_notify(self.channel, token)))
+            try:
+                await asyncio.wait_for(self._echo[1].wait(), ECHO_TIMEOUT)
+            except asyncio.TimeoutError:
+                return False
+            return True
+        finally:
+            self._echo = None
 
     async def _run(self) -> None:
         delay = 0.1
@@ -695,6 +738,13 @@ class PostgresListener(NotificationListener):
                 lost = asyncio.Event()
                 driver.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await driver.add_listener(self.channel, self._notified)
+                self.hearing = await self._hears_itself()
+                self.checked.set()
+                if not self.hearing:
+                    self.log(logging.WARNING, DEAF_WARNING)
+                    await driver.remove_listener(self.channel, self._notified)
+                    await check_in(raw, transaction_ended=False)
+                    return
                 self.backend_pid = driver.get_server_pid()
                 self.connected.set()
                 async with self._changed:
