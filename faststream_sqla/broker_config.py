@@ -13,6 +13,7 @@ from faststream.exceptions import IncorrectState
 
 from faststream_sqla._faststream import serializer_of
 from faststream_sqla.health import DatabaseHealth
+from faststream_sqla.producer import SqlaProducer
 from faststream_sqla.schema import QueueTables
 from faststream_sqla.stall import LoopStallWatch
 from faststream_sqla.vacuum import MessageTableVacuum
@@ -22,13 +23,11 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from faststream_sqla.dialects import Dialect
-    from faststream_sqla.publisher.producer import SqlaProducer
 
 
 @dataclass(kw_only=True)
 class SqlaBrokerConfig(BrokerConfig):
-    #: given by the broker (or the router) that owns this config
-    producer: SqlaProducer
+    producer: SqlaProducer = field(default_factory=SqlaProducer)
     tables: QueueTables = field(default_factory=QueueTables)
     wakeups: WakeupHub = field(default_factory=WakeupHub)
     vacuum: MessageTableVacuum = field(default_factory=MessageTableVacuum)

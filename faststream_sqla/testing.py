@@ -15,7 +15,7 @@ from typing_extensions import override
 from faststream_sqla._faststream import serializer_of
 from faststream_sqla.broker.broker import SqlaBroker
 from faststream_sqla.message import ClaimedMessage
-from faststream_sqla.publisher.producer import SqlaProducer
+from faststream_sqla.producer import SqlaProducer
 from faststream_sqla.response import SqlaPublishCommand
 
 if TYPE_CHECKING:

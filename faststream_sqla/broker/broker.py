@@ -30,7 +30,7 @@ from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.message import ClaimedMessage, SqlaMessage
 from faststream_sqla.migrations import check_schema
 from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelope
-from faststream_sqla.publisher.producer import QueueLimits, SqlaProducer
+from faststream_sqla.producer import QueueLimits, SqlaProducer
 from faststream_sqla.response import Connection, SqlaPublishCommand, check_batch_arguments
 from faststream_sqla.schedules import ScheduleRunner
 from faststream_sqla.schema import QueueTables, TableNames

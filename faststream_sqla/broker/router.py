@@ -11,7 +11,6 @@ from faststream.middlewares import AckPolicy
 
 from faststream_sqla.broker_config import SqlaBrokerConfig
 from faststream_sqla.message import ClaimedMessage
-from faststream_sqla.publisher.producer import SqlaProducer
 
 from .broker import driver_annotations
 from .registrator import SqlaRegistrator
@@ -62,7 +61,6 @@ class SqlaRouter(SqlaRegistrator, BrokerRouter[ClaimedMessage, SqlaBrokerConfig]
         super().__init__(
             handlers=handlers,
             config=SqlaBrokerConfig(
-                producer=SqlaProducer(),
                 default_driver_annotations=driver_annotations(),
                 prefix=prefix,
                 ack_policy=ack_policy,

@@ -148,8 +148,8 @@ class ReadAhead:
         try:
             session = await self._stack.enter_async_context(dialect.channel_session(engine))
             if self._inherited is not None:
-                head, candidates, _ = self._inherited
-                return session, head, candidates
+                inherited_head, candidates, _ = self._inherited
+                return session, inherited_head, candidates
             head, candidates = await session.read(self.queue, self.limit * self.claims)
         except BaseException as exc:
             await self._stack.__aexit__(type(exc), exc, exc.__traceback__)

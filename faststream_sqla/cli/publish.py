@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from faststream_sqla.durations import seconds_of
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.options import DeliveryOptions
-from faststream_sqla.publisher.producer import row_options
+from faststream_sqla.producer import row_options
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
 from .common import (

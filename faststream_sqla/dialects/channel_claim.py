@@ -292,7 +292,7 @@ class ChannelClaim:
         m = self.tables.message
         # A scalar "SELECT 1 ... LIMIT 1" (1 or NULL), not EXISTS: PostgreSQL may run an
         # EXISTS as a hash of every channel's due messages, built each claim.
-        found = sa.select(sa.literal_column("1")).where(
+        found: sa.Select[Any] = sa.select(sa.literal_column("1")).where(
             m.c.queue == bind("ch_queue"),
             m.c.channel == channel,
             ready_predicate(m),

@@ -9,7 +9,7 @@ from typing import Any
 
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.options import DeliveryOptions
-from faststream_sqla.publisher.producer import checked_headers, row_options
+from faststream_sqla.producer import checked_headers, row_options
 from faststream_sqla.schema import MAX_SCHEDULE_NAME_LENGTH, validate_queue_name
 
 from .timing import DEFAULT_CATCH_UP_LIMIT, Missed, Timing, checked_missed
