@@ -128,10 +128,3 @@ class RetryAfter(SqlaBrokerError):
         self.seconds = min(float(value), MAX_RETRY_DELAY_SECONDS)
         self.reason = reason
         super().__init__(f"retry after {self.seconds:g}s" + (f": {reason}" if reason else ""))
-
-
-class ProbeMissed(SqlaBrokerError):
-    """Internal, never raised to a caller: a channel's breaker changed between a
-    channel claim's read and its write, so the claim rolls back and reads again. Here,
-    below both the channels' orchestration and the drivers that raise it, so that
-    neither imports the other."""

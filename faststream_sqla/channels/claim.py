@@ -13,10 +13,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from faststream_sqla.clock import utc_now
-from faststream_sqla.exceptions import ProbeMissed
 from faststream_sqla.schema import WHOLE_QUEUE
 
-from .plan import Candidate, QueueRow, plan
+from .plan import Candidate, ProbeMissed, QueueRow, plan
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine

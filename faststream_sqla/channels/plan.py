@@ -29,6 +29,12 @@ WHOLE_AT_MOST = 2 * SCAN_PER_CANDIDATE
 PLAIN = ""
 
 
+class ProbeMissed(Exception):
+    """A channel's breaker changed between a claim's read and its write, so the probe
+    this plan gave it no longer applies: the write raises it, and the claim rolls back
+    and reads again. Never raised to a caller."""
+
+
 def rate_of(count: int | None, period: float | None) -> Rate | None:
     """A rate read as its two columns; None where either is unset."""
     return None if count is None or period is None else Rate(count, period)

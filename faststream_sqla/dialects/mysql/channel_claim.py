@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 
-from faststream_sqla.channels.plan import PLAIN, SCAN_PER_CANDIDATE
+from faststream_sqla.channels.plan import PLAIN, SCAN_PER_CANDIDATE, ProbeMissed
 from faststream_sqla.clock import utc_now
-from faststream_sqla.exceptions import ProbeMissed
 from faststream_sqla.schema import (
     CHANNEL_READY,
     CLAIM_COUNTERS,

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from faststream_sqla.exceptions import ProbeMissed
+from faststream_sqla.channels.plan import ProbeMissed
 
 from .._claim import claimed_columns, first_of_its_key, ready_predicate
 from ..channel_claim import ChannelClaim, TakeShape, bind

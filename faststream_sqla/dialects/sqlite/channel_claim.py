@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from faststream_sqla.exceptions import ProbeMissed
+from faststream_sqla.channels.plan import ProbeMissed
 
 from .._claim import claimed_columns
 from ..channel_claim import ChannelClaim, TakeShape
