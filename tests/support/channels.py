@@ -1,4 +1,5 @@
-"""Measures the channel tests share: how many handlers of a channel run at once, when claims happen."""
+"""Measures the channel tests share: how many handlers of a channel run at once, and when
+claims happen."""
 
 from __future__ import annotations
 

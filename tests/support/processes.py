@@ -1,4 +1,5 @@
-"""Worker processes for the tests that run several: start them together, read their lines, stop them."""
+"""Worker processes (the scripts in workers/) for the tests that run several: start them
+together, read their lines, stop them and check how they ended."""
 
 from __future__ import annotations
 

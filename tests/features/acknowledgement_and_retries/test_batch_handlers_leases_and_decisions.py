@@ -152,7 +152,7 @@ async def test_batch_publish_gives_each_message_its_own_correlation_id(database_
 async def test_nack_delay_must_be_sane(delay):
     from faststream_sqla.message import SqlaMessage as Message
 
-    from tests.features.acknowledgement_and_retries.test_options_and_lifecycle import claimed
+    from .test_state_machine_rules import claimed
 
     msg = Message(raw_message=claimed(), body=b"")
     with pytest.raises(InvalidOptionError):

@@ -1,15 +1,16 @@
-"""Option validation, and the message state machine as pure functions."""
+"""The message state machine as pure functions (faststream_sqla.lifecycle): what an attempt,
+a decision or a release writes, and how a message or a batch records its decisions,
+without a database."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from faststream.message import AckStatus
-from faststream_sqla import MessageState, SqlaBroker, SqlaRouter, TestSqlaBroker
-from faststream_sqla import lifecycle
-from faststream_sqla.exceptions import InvalidOptionError, InvalidQueueNameError, shown
+
+from faststream_sqla import MessageState, lifecycle
+from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.parser import HeadersCache, SqlaBatchParser, SqlaParser
 from faststream_sqla.retry import ConstantRetryStrategy
@@ -19,96 +20,6 @@ T0 = datetime(2024, 1, 1, 12, 0, tzinfo=timezone.utc)
 
 def naive(value: datetime) -> datetime:
     return value.astimezone(timezone.utc).replace(tzinfo=None)
-
-
-# -- options ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def broker(tmp_path) -> SqlaBroker:
-    return SqlaBroker(f"sqlite+aiosqlite:///{tmp_path}/never-created.db")
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "names"),
-    [
-        ({"max_workers": 0}, "max_workers"),
-        ({"fetch_batch_size": 0}, "fetch_batch_size"),
-        ({"overfetch_factor": 0.5}, "overfetch_factor"),
-        ({"min_fetch_interval": 2.0, "max_fetch_interval": 1.0}, "min_fetch_interval"),
-        ({"flush_interval": -0.1}, "flush_interval"),
-        ({"release_stuck_timeout": 0}, "release_stuck_timeout"),
-        ({"max_deliveries": 0}, "max_deliveries"),
-        ({"retry_strategy": "x"}, "retry_strategy"),
-        ({"max_fetch_interval": float("inf")}, "max_fetch_interval"),
-        ({"max_workers": True}, "max_workers"),
-        ({"max_fetch_batch_size": 0}, "max_fetch_batch_size"),
-        ({"fetch_batch_size": 50, "max_fetch_batch_size": 49}, "max_fetch_batch_size"),
-    ],
-)
-def test_invalid_subscriber_option(broker: SqlaBroker, kwargs, names) -> None:
-    with pytest.raises(InvalidOptionError, match=names):
-        broker.subscriber("q", **kwargs)
-    assert not list(broker.subscribers)
-
-
-@pytest.mark.parametrize(
-    ("queues", "match"),
-    [
-        ([], "at least one queue"),
-        (["a", "b", "a"], "repeat"),
-        (["a", 5], "must be a str"),
-        ("", "empty"),
-        ("q" * 256, "255"),
-        ("a\nb", "control characters"),
-    ],
-)
-def test_invalid_subscriber_queues(broker: SqlaBroker, queues, match) -> None:
-    with pytest.raises(InvalidOptionError, match=match):
-        broker.subscriber(queues)
-    assert not list(broker.subscribers)
-
-
-def test_valid_options_accepted(broker: SqlaBroker) -> None:
-    sub = broker.subscriber(["a", "b"], max_workers=3, fetch_batch_size=10, overfetch_factor=1.5)
-    assert sub.queues == ("a", "b")
-    assert sub.options.buffer_capacity == 15
-    assert sub.options.largest_claim == 1000
-
-
-def test_largest_claim_follows_the_options(broker: SqlaBroker) -> None:
-    assert broker.subscriber("a", fetch_batch_size=5000).options.largest_claim == 5000
-    pinned = broker.subscriber("b", fetch_batch_size=20, max_fetch_batch_size=20)
-    assert pinned.options.largest_claim == 20
-
-
-def test_non_str_queue_argument_is_typed_error(broker: SqlaBroker) -> None:
-    with pytest.raises(InvalidQueueNameError):
-        broker.subscriber(5)  # type: ignore[arg-type]
-
-
-async def test_router_prefix_counts_towards_queue_name_limit(broker: SqlaBroker) -> None:
-    router = SqlaRouter(prefix="svc.")
-    router.subscriber("q" * 255)
-    with pytest.raises(InvalidQueueNameError):
-        broker.include_router(router)
-        async with TestSqlaBroker(broker):
-            pass
-
-
-def test_broker_rejects_bad_url_and_table_names() -> None:
-    with pytest.raises(InvalidOptionError, match="not a database URL"):
-        SqlaBroker("not a url")
-    with pytest.raises(InvalidOptionError, match="bad name!"):
-        SqlaBroker(message_table="bad name!")
-    with pytest.raises(InvalidOptionError):
-        SqlaBroker(archive_table="x" * 49)
-    assert SqlaBroker(message_table="jobs", archive_table="jobs_done").tables.message.name == "jobs"
-
-
-def test_same_message_and_archive_table_is_rejected() -> None:
-    with pytest.raises(InvalidOptionError):
-        SqlaBroker(message_table="jobs", archive_table="jobs")
 
 
 # -- lifecycle ----------------------------------------------------------------------
@@ -347,81 +258,3 @@ def test_header_cache_gives_each_message_its_own_dict() -> None:
     assert cache.load({"already": "decoded"}) == {"already": "decoded"}
     # a hand-edited row must not make every claim of its queue fail
     assert cache.load("not json") == {} and cache.load("[1, 2]") == {}
-
-
-@pytest.mark.parametrize("arrived", [[0, 1, 2, 3], [2, 0, 3, 1]])
-def test_postgresql_claim_arrays_become_rows_oldest_first(arrived) -> None:
-    # (priority DESC, next_attempt_at, id) orders a claim; batch publishes share
-    # next_attempt_at
-    from faststream_sqla.dialects.base import CLAIMED_COLUMNS
-    from faststream_sqla.dialects.postgresql import rows_from_columns
-
-    due = [naive(T0), naive(T0), naive(T0 + timedelta(seconds=1)), naive(T0 - timedelta(seconds=2))]
-    ids = [7, 9, 3, 1]  # higher priority first, then by due time, then id
-    priority = [5, 5, 5, 0]
-    values = {"id": ids, "next_attempt_at": due, "priority": priority}
-
-    def column(name: str) -> list:  # the arrays in the order the server sent them
-        return [values[name][k] if name in values else f"{name}-{ids[k]}" for k in arrived]
-
-    columns = [column(name) for name in CLAIMED_COLUMNS]
-    rows = rows_from_columns(columns)
-    assert [row[0] for row in rows] == ids
-    assert all(row[1] == f"queue-{row[0]}" for row in rows)  # each row kept together
-
-
-def test_postgresql_outcome_parameters_are_array_text_and_exact_microseconds() -> None:
-    from faststream_sqla.clock import micros_since_epoch
-    from faststream_sqla.dialects.base import Outcome
-    from faststream_sqla.dialects.postgresql import array_literal, outcome_parameters
-    from faststream_sqla.schema import MessageState
-
-    assert array_literal([1, None, -3]) == "{1,NULL,-3}"
-    assert array_literal([]) == "{}"
-    first = datetime(2026, 11, 22, 7, 0, 0, 123456)
-    assert micros_since_epoch(first) == 1795330800123456
-    assert micros_since_epoch(None) is None
-
-    done = Outcome(5, 1, MessageState.COMPLETED, 1, 1, first, first)
-    params = outcome_parameters([done])
-    assert params["ids"] == "{5}" and params["states"] == "{COMPLETED}"
-    assert params["first_us"] == "{1795330800123456}"
-    # no array to encode when nothing is retried or failed (unnest pads with NULLs)
-    assert params["next_us"] is None and params["errors"] is None
-
-    failed = Outcome(6, 2, MessageState.RETRYABLE, 2, 2, first, first, first, 'boom "quoted", {braced}')
-    params = outcome_parameters([done, failed])
-    assert params["states"] == "{COMPLETED,RETRYABLE}"
-    assert params["next_us"] == "{NULL,1795330800123456}"
-    assert params["errors"] == [None, 'boom "quoted", {braced}']  # free text stays a list
-
-
-async def test_publish_encodes_like_the_codec_it_skips(broker: SqlaBroker) -> None:
-    # With FastStream's default codec the producer calls encode_message itself (no
-    # coroutine per body); rows must be what the codec's own encode gives.
-    from faststream._internal.parser import DefaultCodec
-    from faststream.response.publish_type import PublishType
-
-    from faststream_sqla.response import SqlaPublishCommand
-
-    class SameAsDefault(DefaultCodec):  # not the default type: the codec is awaited
-        __slots__ = ()
-
-    bodies = ("text", b"\x00raw", {"a": [1, 2]}, 7, None, [1.5, "x"])
-    cmd = SqlaPublishCommand(*bodies, queue="q", _publish_type=PublishType.PUBLISH)
-    producer = broker.config.producer
-    direct = await producer.build_rows(cmd, cmd.batch_items)
-    producer.codec = SameAsDefault()
-    awaited = await producer.build_rows(cmd, cmd.batch_items)
-    assert [(r.payload, r.headers) for r in direct] == [(r.payload, r.headers) for r in awaited]
-
-
-def test_an_error_shows_a_value_whole_up_to_100_characters_then_its_start_and_length():
-    assert shown("q" * 100) == repr("q" * 100)
-    assert shown("q" * 10_000) == repr("q" * 100) + "... (10000 characters)"
-    assert shown("a\nb") == "'a\\nb'"  # control characters escaped, as repr does
-    assert shown(list(range(1000))).endswith("... (4890 characters in all)")
-    assert len(shown(list(range(1000)))) < 130
-    # repr() of an int of over 4,300 digits raises ValueError
-    assert shown(10**5000) == f"an integer of {(10**5000).bit_length()} bits"
-    assert shown(None) == "None" and shown(2**64) == str(2**64)
