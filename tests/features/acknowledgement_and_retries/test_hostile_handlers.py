@@ -1,6 +1,6 @@
 """Handlers that hang, raise on every call or leak memory: the subscriber keeps serving
 the other messages, and the hanging and raising ones end FAILED (the dead letters)
-with their cause recorded (issue 20)."""
+with their cause recorded."""
 
 from __future__ import annotations
 

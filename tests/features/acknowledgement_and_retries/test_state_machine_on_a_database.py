@@ -1,4 +1,4 @@
-"""The message state machine, driven by hypothesis on a real database (issue 20).
+"""The message state machine, driven by hypothesis on a real database.
 
 Any interleaving of publishes, claims, outcomes (ack, nack, reject, an unstarted
 release) from current and from stale claims, and release-stuck sweeps must leave every

@@ -1,4 +1,4 @@
-"""The short form of the chaos runs in chaos/ (issue 20): real worker processes,
+"""The short form of the chaos runs in chaos/: real worker processes,
 killed with SIGKILL mid-drain, on every database."""
 
 from __future__ import annotations

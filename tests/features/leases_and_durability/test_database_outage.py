@@ -1,5 +1,5 @@
 """A worker that loses its database waits the outage out: it logs it once and its end
-once, starts no handler meanwhile, and spends no attempt on it (issue 20, defect 10).
+once, starts no handler meanwhile, and spends no attempt on it.
 A handler's failure to reach some other service is still an ordinary failed attempt."""
 
 from __future__ import annotations

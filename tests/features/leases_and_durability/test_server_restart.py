@@ -1,6 +1,6 @@
 """A database server stopped and started again mid-drain, on a throwaway instance of
 its own (chaos/servers.py): workers and publishers report the outage once, reconnect by
-themselves, and nothing is lost or left behind (issue 20)."""
+themselves, and nothing is lost or left behind."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A stale-outcome warning names its likely cause (issue 20, defect 11): after a lost
+"""A stale-outcome warning names its likely cause: after a lost
 connection, an outcome written again finds its own first write, not release-stuck."""
 
 from __future__ import annotations

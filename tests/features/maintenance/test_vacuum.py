@@ -152,7 +152,7 @@ def test_the_interval_grows_with_the_square_root_of_the_table():
 
 @pytest.mark.databases("postgresql")
 async def test_no_vacuum_while_a_snapshot_keeps_every_dead_row(server_databases):
-    """Issue 20, defect 8: under a long-held snapshot every vacuum removed nothing, and
+    """Under a long-held snapshot every vacuum once removed nothing, and
     45 of them drove the row estimate to about 0 and the claims to a sort of every
     ready row. Now a vacuum runs only when the horizon has moved since the last one."""
     url = server_databases["postgresql"]

@@ -1,5 +1,5 @@
 """A publish that cannot reach the database raises DatabaseUnreachableError, with the
-driver's own error chained, on every database (issue 20, defect 9)."""
+driver's own error chained, on every database."""
 
 from __future__ import annotations
 

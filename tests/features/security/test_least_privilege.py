@@ -1,5 +1,5 @@
 """The grants of docs/security.md, run as written: a producer role publishes and cannot
-read, change or delete what is queued; a worker role drains the queue (issue 20)."""
+read, change or delete what is queued; a worker role drains the queue."""
 
 from __future__ import annotations
 
