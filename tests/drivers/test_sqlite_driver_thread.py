@@ -18,8 +18,7 @@ from faststream_sqla.dialects.sqlite import (
     through_sqlalchemy,
 )
 from faststream_sqla.schema import QueueTables
-
-from tests.support.helpers import FAST, Recorder, rows
+from tests.support.helpers import recording, rows
 
 
 @pytest.fixture
@@ -82,11 +81,7 @@ async def test_a_callers_own_sqlite_engine_publishes_and_consumes(tmp_path: Path
     await upgrade_schema(url)
     engine = create_async_engine(url)
     broker = SqlaBroker(engine)
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+    got = recording(broker, "q")
 
     try:
         async with broker:

@@ -69,3 +69,14 @@ def assert_at_most_per_second(times: list[Any], rate: int) -> None:
     for i, start in enumerate(times):
         in_window = [t for t in times[i:] if t - start < timedelta(seconds=1)]
         assert len(in_window) <= rate, times
+
+
+def measured(
+    broker: SqlaBroker, queue: str = "work", *, pause: float = 0.02, **options: Any
+) -> tuple[Recorder, Concurrency]:
+    """A subscriber on `queue` (FAST intervals unless `options` say otherwise) whose
+    handler takes `pause` seconds and records `(channel, body)`; returns what it recorded
+    and how many of its calls ran at once, per channel."""
+    got, seen = Recorder(), Concurrency()
+    broker.subscriber(queue, **{**FAST, **options})(running_handler(got, seen, pause=pause))
+    return got, seen

@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from faststream_sqla import SqlaBroker, SqlaMessage
 from faststream_sqla.clock import utc_now
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import Dialect, NewMessage, with_retries
@@ -48,6 +49,56 @@ class Recorder:
             self._waiters.append((n, fut))
             await asyncio.wait_for(fut, timeout)
         return self.calls
+
+
+def recording(
+    broker: SqlaBroker,
+    queue: str,
+    *,
+    body: type = str,
+    record: Callable[[Any, SqlaMessage], Any] | None = None,
+    **options: Any,
+) -> Recorder:
+    """A subscriber on `queue` (FAST intervals unless `options` say otherwise) whose handler
+    takes a body of type `body` and records it, or what `record(body, msg)` returns;
+    returns its Recorder. A handler that does more than record is declared in its test."""
+    got = Recorder()
+    if record is None:
+
+        async def handle(payload):  # type: ignore[no-untyped-def]
+            got.record(payload)
+
+        handle.__annotations__ = {"payload": body, "return": None}
+    else:
+
+        async def handle(payload, msg):  # type: ignore[no-untyped-def]
+            got.record(record(payload, msg))
+
+        handle.__annotations__ = {"payload": body, "msg": SqlaMessage, "return": None}
+    broker.subscriber(queue, **{**FAST, **options})(handle)
+    return got
+
+
+@asynccontextmanager
+async def one_handled(
+    broker: SqlaBroker, got: Recorder, body: Any = "x", *, queue: str = "q", calls: int = 1
+) -> AsyncIterator[int]:
+    """Start `broker`, publish `body` to `queue` and wait for the `calls`-th call `got`
+    records; the block runs while the broker still runs and gets the message's id. The
+    broker stops at the block's end, so that the outcomes are written."""
+    async with broker:
+        await broker.start()
+        message_id = await broker.publish(body, queue=queue)
+        await got.wait_for(calls)
+        yield message_id
+
+
+async def handle_one(
+    broker: SqlaBroker, got: Recorder, body: Any = "x", *, queue: str = "q", calls: int = 1
+) -> int:
+    """`one_handled` with nothing to do in the block: the id of the message handled."""
+    async with one_handled(broker, got, body, queue=queue, calls=calls) as message_id:
+        return message_id
 
 
 async def rows(engine: AsyncEngine, table: sa.Table, *where: Any) -> list[sa.RowMapping]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
-
 from faststream import AckPolicy
 from faststream.exceptions import AckMessage, NackMessage, RejectMessage
+
 from faststream_sqla import MessageState, SqlaBroker, SqlaMessage
 from faststream_sqla.clock import utc_now
 from faststream_sqla.retry import ConstantRetryStrategy, NoRetryStrategy
-
-from tests.support.helpers import FAST, Recorder, rows
+from tests.support.helpers import FAST, Recorder, handle_one, one_handled, rows
 
 RETRY_TWICE = ConstantRetryStrategy(delay_seconds=0, max_attempts=3)
 
@@ -25,10 +24,7 @@ async def _run_once(database_url, behaviour, *, ack_policy, retry_strategy=NoRet
         got.record(msg)
         await behaviour(msg)
 
-    async with broker:
-        await broker.start()
-        await broker.publish("x", queue="q")
-        await got.wait_for(1)
+    await handle_one(broker, got)
     return broker
 
 
@@ -117,10 +113,7 @@ async def test_retries_count_attempts_then_fail_with_last_error(database_url, en
         got.record((msg.attempts_count, msg.deliveries_count, msg.first_attempt_at))
         raise RuntimeError(f"attempt {msg.attempts_count + 1} failed")
 
-    async with broker:
-        await broker.start()
-        message_id = await broker.publish("x", queue="q")
-        await got.wait_for(3)
+    message_id = await handle_one(broker, got, calls=3)
 
     assert [c[:2] for c in got.calls] == [(0, 1), (1, 2), (2, 3)]
     first_attempt = got.calls[1][2]
@@ -146,10 +139,7 @@ async def test_success_after_retry_completes(database_url, engine, tables):
         if msg.attempts_count == 0:
             raise RuntimeError("first try fails")
 
-    async with broker:
-        await broker.start()
-        await broker.publish("x", queue="q")
-        await got.wait_for(2)
+    await handle_one(broker, got, calls=2)
 
     (row,) = await rows(engine, tables.archive)
     assert row["state"] == MessageState.COMPLETED
@@ -176,10 +166,7 @@ async def test_max_deliveries_fails_without_running_handler(database_url, engine
     async def handle(body: str) -> None:
         got.record(body)
 
-    async with broker:
-        await broker.start()
-        await broker.publish("alive", queue="q")
-        await got.wait_for(1)
+    async with one_handled(broker, got, "alive"):
         await broker.stop()
 
     assert got.calls == ["alive"]

@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from faststream import AckPolicy
 from faststream.exceptions import NackMessage
+
 from faststream_sqla import MessageState, SqlaBroker, SqlaMessage, SqlaRouter
 from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.message import SqlaBatchMessage
 from faststream_sqla.retry import ConstantRetryStrategy
-
-from tests.support.helpers import FAST, Recorder, rows, wait_until
+from tests.support.helpers import FAST, Recorder, handle_one, rows, wait_until
 
 LATER = ConstantRetryStrategy(delay_seconds=3600, max_attempts=5)
 
@@ -100,19 +99,20 @@ async def test_lease_is_renewed_while_a_handler_runs_long(database_url, engine, 
     assert (row["state"], row["deliveries_count"]) == (MessageState.COMPLETED, 1)
 
 
-async def test_manual_policy_honours_raised_decisions(database_url, engine, tables):
-    broker = SqlaBroker(database_url)
+async def handle_raising(broker: SqlaBroker, decision: BaseException) -> None:
+    """One message to a handler under AckPolicy.MANUAL that raises `decision`."""
     got = Recorder()
 
     @broker.subscriber("q", ack_policy=AckPolicy.MANUAL, retry_strategy=LATER, **FAST)
     async def handle(body: str) -> None:
         got.record(body)
-        raise NackMessage(delay=120)
+        raise decision
 
-    async with broker:
-        await broker.start()
-        await broker.publish("x", queue="q")
-        await got.wait_for(1)
+    await handle_one(broker, got)
+
+
+async def test_manual_policy_honours_raised_decisions(make_broker, engine, tables):
+    await handle_raising(make_broker(), NackMessage(delay=120))
 
     (row,) = await rows(engine, tables.message)
     assert row["state"] == MessageState.RETRYABLE
@@ -131,10 +131,7 @@ async def test_router_subscribers_follow_the_broker_ack_policy(database_url, eng
 
     broker = SqlaBroker(database_url, ack_policy=AckPolicy.REJECT_ON_ERROR)
     broker.include_router(router)
-    async with broker:
-        await broker.start()
-        await broker.publish("x", queue="r.q")
-        await got.wait_for(1)
+    await handle_one(broker, got, "x", queue="r.q")
 
     (row,) = await rows(engine, tables.archive)
     assert row["state"] == MessageState.FAILED
@@ -164,19 +161,8 @@ async def test_sync_driver_url_is_a_typed_error():
         await SqlaBroker("postgresql+psycopg2://postgres@127.0.0.1/test").start()
 
 
-async def test_invalid_raised_nack_delay_is_recorded_not_obeyed(database_url, engine, tables):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", ack_policy=AckPolicy.MANUAL, retry_strategy=LATER, **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
-        raise NackMessage(delay=10**12)
-
-    async with broker:
-        await broker.start()
-        await broker.publish("x", queue="q")
-        await got.wait_for(1)
+async def test_invalid_raised_nack_delay_is_recorded_not_obeyed(make_broker, engine, tables):
+    await handle_raising(make_broker(), NackMessage(delay=10**12))
 
     (row,) = await rows(engine, tables.message)
     assert row["state"] == MessageState.RETRYABLE

@@ -11,8 +11,7 @@ from pydantic import BaseModel
 from faststream_sqla import MessageState, SqlaBroker, SqlaMessage
 from faststream_sqla.exceptions import InvalidOptionError, RetryAfter, SqlaBrokerError
 from faststream_sqla.retry import ConstantRetryStrategy
-
-from tests.support.helpers import FAST, Recorder, rows, wait_until
+from tests.support.helpers import FAST, Recorder, one_handled, rows, wait_until
 
 #: without the error classes, every failure here would be retried at once, 5 times
 RETRY_AT_ONCE = ConstantRetryStrategy(delay_seconds=0, max_attempts=5)
@@ -49,10 +48,7 @@ async def test_retry_after_sets_the_delay_capped_at_a_day(
         got.record(body)
         raise raised
 
-    async with broker:
-        await broker.start()
-        message_id = await broker.publish("x", queue="q")
-        await got.wait_for(1)
+    async with one_handled(broker, got) as message_id:
         row = await _settled(engine, tables, message_id, archived=False)
 
     assert row["state"] == MessageState.RETRYABLE and row["attempts_count"] == 1
@@ -70,10 +66,7 @@ async def test_a_nack_delay_is_capped_at_a_day(database_url, engine, tables):
         got.record(body)
         await msg.nack(delay=10**7)
 
-    async with broker:
-        await broker.start()
-        message_id = await broker.publish("x", queue="q")
-        await got.wait_for(1)
+    async with one_handled(broker, got) as message_id:
         row = await _settled(engine, tables, message_id, archived=False)
     waited = row["next_attempt_at"] - row["last_attempt_at"]
     assert DAY <= waited < DAY + timedelta(seconds=5)
@@ -94,10 +87,7 @@ async def test_a_permanent_exception_fails_without_retries(database_url, engine,
         got.record(body)
         raise PaymentDeclined("card 4242 declined")
 
-    async with broker:
-        await broker.start()
-        message_id = await broker.publish("x", queue="q")
-        await got.wait_for(1)
+    async with one_handled(broker, got) as message_id:
         row = await _settled(engine, tables, message_id, archived=True)
     assert got.calls == ["x"]
     assert (row["state"], row["attempts_count"]) == (MessageState.FAILED, 1)

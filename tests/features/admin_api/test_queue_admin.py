@@ -20,8 +20,7 @@ from faststream_sqla.admin import Count, QueueAdmin
 from faststream_sqla.dialects.base import Outcome
 from faststream_sqla.lifecycle import settled_unhandled
 from faststream_sqla.parser import claimed_from_row
-
-from tests.support.helpers import FAST, Recorder, rows
+from tests.support.helpers import recording, rows
 
 FAR = datetime(2099, 1, 1)
 
@@ -182,14 +181,10 @@ async def test_dead_letters_page_and_summary(database_url, engine, dialect, admi
 
 
 async def test_redrive_moves_dead_letters_back_with_an_audit_trail(
-    database_url, engine, dialect, admin, tables
+    make_broker, engine, dialect, admin, tables
 ):
-    got = Recorder()
-    broker = SqlaBroker(database_url)
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+    broker = make_broker()
+    got = recording(broker, "q")
 
     async with broker:
         await broker.connect()
@@ -266,7 +261,9 @@ async def test_prune_deletes_only_old_archive_rows(database_url, engine, dialect
         await admin.prune_archive(timedelta(0))
 
 
-async def test_prune_runs_beside_draining_workers(database_url, engine, dialect, admin, tables):
+async def test_prune_runs_beside_draining_workers(
+    database_url, make_broker, engine, dialect, admin, tables
+):
     """Prune's short transactions and the workers' archive writes do not get in each
     other's way: every message is handled and archived, and only the old rows go."""
     a = tables.archive
@@ -278,12 +275,8 @@ async def test_prune_runs_beside_draining_workers(database_url, engine, dialect,
         await conn.execute(
             sa.update(a).where(a.c.id.in_(old_ids)).values(archived_at=datetime(2020, 1, 1))
         )
-    got = Recorder()
-    broker = SqlaBroker(database_url)
-
-    @broker.subscriber("live", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+    broker = make_broker()
+    got = recording(broker, "live")
 
     async with broker:
         await broker.connect()

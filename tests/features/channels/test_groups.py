@@ -12,13 +12,17 @@ import pytest
 from faststream_sqla import SqlaBroker, SqlaMessage
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.channels import Rate
-from faststream_sqla.channels.plan import Member, share_out
 from faststream_sqla.channels.groups import group_of
+from faststream_sqla.channels.plan import Member, share_out
 from faststream_sqla.channels.store import set_limits
 from faststream_sqla.exceptions import InvalidOptionError
-
+from tests.support.channels import (
+    Concurrency,
+    assert_at_most_per_second,
+    claim_times,
+    measured,
+)
 from tests.support.helpers import FAST, Recorder
-from tests.support.channels import Concurrency, running_handler, assert_at_most_per_second, claim_times
 
 
 def test_a_channel_belongs_to_the_group_its_name_starts_with() -> None:
@@ -116,11 +120,9 @@ async def test_a_group_rate_holds_across_its_channels(database_url, engine, dial
     assert_at_most_per_second(await claim_times(database_url, publish, 12), 5)
 
 
-async def test_a_paused_group_stops_its_channels_only(database_url, engine, tables):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-    seen = Concurrency()
-    broker.subscriber("work", max_workers=4, **FAST)(running_handler(got, seen, pause=0))
+async def test_a_paused_group_stops_its_channels_only(make_broker, engine, tables):
+    broker = make_broker()
+    got, seen = measured(broker, max_workers=4, pause=0)
     async with QueueAdmin(engine) as admin, broker:
         await admin.pause_channel("work", "acme/")
         await broker.start()

@@ -20,18 +20,17 @@ from tests.support.channels import (
     Concurrency,
     assert_at_most_per_second,
     claim_times,
+    measured,
     running_handler,
 )
 from tests.support.helpers import FAST, Recorder, rows
 
 
 async def test_channelled_messages_are_handled_and_carry_their_channel(
-    database_url, engine, tables
+    make_broker, engine, tables
 ):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-    seen = Concurrency()
-    broker.subscriber("work", max_workers=4, **FAST)(running_handler(got, seen, pause=0))
+    broker = make_broker()
+    got, seen = measured(broker, max_workers=4, pause=0)
     async with broker:
         await broker.start()
         await broker.publish_batch(*(f"a{i}" for i in range(5)), queue="work", channel="a")
@@ -45,13 +44,11 @@ async def test_channelled_messages_are_handled_and_carry_their_channel(
     assert not await rows(engine, tables.message)
 
 
-async def test_a_channel_never_runs_more_than_its_limit(database_url, engine, dialect):
+async def test_a_channel_never_runs_more_than_its_limit(make_broker, engine, dialect):
     await set_limits(dialect, engine, "work", "a", max_concurrency=2)
     await set_limits(dialect, engine, "work", channel_max_concurrency=3)
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-    seen = Concurrency()
-    broker.subscriber("work", max_workers=8, **FAST)(running_handler(got, seen))
+    broker = make_broker()
+    got, seen = measured(broker, max_workers=8)
     async with broker:
         await broker.start()
         await broker.publish_batch(*(f"a{i}" for i in range(20)), queue="work", channel="a")
@@ -61,12 +58,10 @@ async def test_a_channel_never_runs_more_than_its_limit(database_url, engine, di
     assert seen.peak["b"] == 3  # the queue's default for its channels
 
 
-async def test_the_queue_limit_holds_across_channels(database_url, engine, dialect):
+async def test_the_queue_limit_holds_across_channels(make_broker, engine, dialect):
     await set_limits(dialect, engine, "work", max_concurrency=3)
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-    seen = Concurrency()
-    broker.subscriber("work", max_workers=8, **FAST)(running_handler(got, seen))
+    broker = make_broker()
+    got, seen = measured(broker, max_workers=8)
     async with broker:
         await broker.start()
         for channel in "abcd":
@@ -111,12 +106,10 @@ async def test_a_rate_limited_channel_starts_at_most_its_rate(database_url, engi
     assert claimed_at[-1] - claimed_at[0] >= timedelta(seconds=2)
 
 
-async def test_limits_change_while_workers_run(database_url, engine, dialect):
+async def test_limits_change_while_workers_run(make_broker, engine, dialect):
     await set_limits(dialect, engine, "work", "a", max_concurrency=1)
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-    seen = Concurrency()
-    broker.subscriber("work", max_workers=8, **FAST)(running_handler(got, seen, pause=0.05))
+    broker = make_broker()
+    got, seen = measured(broker, max_workers=8, pause=0.05)
     async with broker:
         await broker.start()
         await broker.publish_batch(*range(10), queue="work", channel="a")

@@ -8,24 +8,18 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from faststream_sqla import SqlaBroker
-
-from tests.support.helpers import Recorder
+from tests.support.helpers import Recorder, recording
 
 NO_POLLING = {"min_fetch_interval": 0.0, "max_fetch_interval": 3600.0, "flush_interval": 0.01}
 
 
-async def test_local_publish_wakes_an_idle_subscriber(database_url):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", **NO_POLLING)
-    async def handle(body: str) -> None:
-        got.record(body)
+async def test_local_publish_wakes_an_idle_subscriber(make_broker):
+    broker = make_broker()
+    got = recording(broker, "q", **NO_POLLING)
 
     async with broker:
         await broker.start()
@@ -36,13 +30,9 @@ async def test_local_publish_wakes_an_idle_subscriber(database_url):
     assert got.calls == ["first", "second", "third"]
 
 
-async def test_local_outbox_publish_wakes_at_commit(database_url, engine):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", **NO_POLLING)
-    async def handle(body: str) -> None:
-        got.record(body)
+async def test_local_outbox_publish_wakes_at_commit(make_broker, engine):
+    broker = make_broker()
+    got = recording(broker, "q", **NO_POLLING)
 
     async with broker:
         await broker.start()

@@ -18,14 +18,12 @@ from faststream_sqla import (
     MessageSerializationError,
     Schedule,
     SqlaBroker,
-    SqlaMessage,
 )
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.cli import app
 from faststream_sqla.exceptions import SqlaBrokerError
 from faststream_sqla.subscriber.config import ConsumeOptions
-
-from tests.support.helpers import FAST, Recorder, rows
+from tests.support.helpers import recording, rows
 
 EAST_OF_UTC = timezone(timedelta(hours=-5))
 
@@ -64,13 +62,9 @@ async def test_bad_publish_input_is_a_typed_error_and_the_transaction_survives(
     assert await rows(engine, tables.message) == []
 
 
-async def test_a_content_type_the_caller_gives_is_kept(database_url, engine, tables):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: bytes, msg: SqlaMessage) -> None:
-        got.record(msg.content_type)
+async def test_a_content_type_the_caller_gives_is_kept(make_broker, engine, tables):
+    broker = make_broker()
+    got = recording(broker, "q", body=bytes, record=lambda body, msg: msg.content_type)
 
     async with broker:
         await broker.start()

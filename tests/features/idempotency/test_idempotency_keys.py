@@ -9,8 +9,7 @@ import sqlalchemy as sa
 
 from faststream_sqla import Envelope, IdempotencyConflictError, SqlaBroker, SqlaBrokerError
 from faststream_sqla.exceptions import InvalidOptionError
-
-from tests.support.helpers import FAST, Recorder, rows, wait_until
+from tests.support.helpers import recording, rows, wait_until
 
 
 async def test_the_same_key_and_payload_returns_the_first_id_and_writes_nothing(
@@ -83,13 +82,9 @@ async def test_a_key_twice_in_one_batch_with_other_payloads_writes_nothing(
     assert await rows(engine, tables.message) == []
 
 
-async def test_once_archived_the_key_is_free_again(database_url, engine, tables):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+async def test_once_archived_the_key_is_free_again(make_broker, engine, tables):
+    broker = make_broker()
+    got = recording(broker, "q")
 
     async with broker:
         await broker.start()

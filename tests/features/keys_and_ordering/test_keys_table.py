@@ -17,21 +17,16 @@ from faststream_sqla.migrations import (
     downgrade_schema,
     upgrade_schema,
 )
-
-from tests.support.helpers import FAST, Recorder, rows
+from tests.support.helpers import FAST, Recorder, recording, rows
 
 
 async def test_only_keyed_messages_have_key_rows_and_settling_removes_them(
-    database_url, engine, tables, dialect_name
+    database_url, make_broker, engine, tables, dialect_name
 ):
     tables = tables.for_dialect(engine.dialect.name)
     assert (tables.keys is not None) == (dialect_name == "mysql")
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+    broker = make_broker()
+    got = recording(broker, "q")
 
     async with broker:
         await broker.connect()
@@ -58,16 +53,12 @@ async def test_only_keyed_messages_have_key_rows_and_settling_removes_them(
 
 
 async def test_a_message_deleted_by_hand_does_not_hold_its_key(
-    database_url, engine, tables
+    make_broker, engine, tables
 ):
     """On MySQL an operator's `DELETE FROM message` leaves the key row behind; the
     claim and the release then ignore a key row whose message is gone."""
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", release_stuck_interval=0.05, **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+    broker = make_broker()
+    got = recording(broker, "q", release_stuck_interval=0.05)
 
     async with broker:
         await broker.connect()

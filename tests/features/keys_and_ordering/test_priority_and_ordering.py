@@ -7,11 +7,10 @@ from collections import defaultdict
 
 import pytest
 
-from faststream_sqla import Envelope, MessageState, SqlaBroker, SqlaMessage
+from faststream_sqla import Envelope, MessageState, SqlaBroker
 from faststream_sqla.exceptions import InvalidOptionError, QueueFullError
 from faststream_sqla.retry import ConstantRetryStrategy
-
-from tests.support.helpers import FAST, Recorder, rows, wait_until
+from tests.support.helpers import FAST, Recorder, recording, rows, wait_until
 
 
 async def test_a_claim_takes_higher_priorities_first(database_url, engine, tables, dialect):
@@ -34,13 +33,9 @@ async def test_a_claim_takes_higher_priorities_first(database_url, engine, table
     assert [row[0] for row in rest] == [ids[0], ids[5]]  # "later" is not due
 
 
-async def test_handlers_see_the_priority_and_it_is_archived(database_url, engine, tables):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", max_workers=1, **FAST)
-    async def handle(body: str, msg: SqlaMessage) -> None:
-        got.record((body, msg.priority))
+async def test_handlers_see_the_priority_and_it_is_archived(make_broker, engine, tables):
+    broker = make_broker()
+    got = recording(broker, "q", max_workers=1, record=lambda body, msg: (body, msg.priority))
 
     async with broker:
         await broker.connect()
@@ -166,13 +161,9 @@ async def test_a_retrying_message_holds_its_key_until_it_fails(database_url, eng
     assert archive == {b"poison": MessageState.FAILED, b"next": MessageState.COMPLETED}
 
 
-async def test_a_key_moves_on_after_its_message_expires(database_url, engine, tables):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+async def test_a_key_moves_on_after_its_message_expires(make_broker, engine, tables):
+    broker = make_broker()
+    got = recording(broker, "q")
 
     async with broker:
         await broker.connect()
@@ -190,7 +181,7 @@ async def test_a_key_moves_on_after_its_message_expires(database_url, engine, ta
 
 
 async def test_later_messages_of_a_key_wait_outside_the_claim_until_their_turn(
-    database_url, engine, tables, dialect
+    database_url, make_broker, engine, tables, dialect
 ):
     broker = SqlaBroker(database_url, max_queue_size=4)
     async with broker:
@@ -209,12 +200,8 @@ async def test_later_messages_of_a_key_wait_outside_the_claim_until_their_turn(
         MessageState.PENDING, MessageState.WAITING, MessageState.WAITING, MessageState.PENDING
     ]
 
-    got = Recorder()
-    consumer = SqlaBroker(database_url)
-
-    @consumer.subscriber("q", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+    consumer = make_broker()
+    got = recording(consumer, "q")
 
     async with consumer:
         await consumer.start()
@@ -223,15 +210,11 @@ async def test_later_messages_of_a_key_wait_outside_the_claim_until_their_turn(
 
 
 async def test_a_waiting_first_message_of_a_key_is_released_by_the_sweep(
-    database_url, engine, tables
+    make_broker, engine, tables
 ):
     # what a publisher that died between its commit and its release leaves behind
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", release_stuck_interval=0.05, **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+    broker = make_broker()
+    got = recording(broker, "q", release_stuck_interval=0.05)
 
     async with broker:
         await broker.connect()

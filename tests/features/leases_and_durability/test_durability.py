@@ -12,7 +12,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from faststream_sqla import MessageState, SqlaBroker, SqlaMessage
 from faststream_sqla.clock import utc_now
-from faststream_sqla.schema import QueueTables
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
     InvalidOptionError,
@@ -21,9 +20,9 @@ from faststream_sqla.exceptions import (
     SchemaMissingError,
     SchemaOutdatedError,
 )
-
+from faststream_sqla.schema import QueueTables
 from tests.conftest import on_servers
-from tests.support.helpers import FAST, Recorder, rows, wait_until
+from tests.support.helpers import FAST, Recorder, handle_one, recording, rows, wait_until
 
 
 async def test_graceful_stop_requeues_prefetched_and_finishes_running(database_url, engine, tables):
@@ -71,10 +70,7 @@ async def test_handler_cut_off_by_graceful_timeout_spends_no_attempt(database_ur
         started.record(body)
         await asyncio.Event().wait()  # never finishes on its own
 
-    async with broker:
-        await broker.start()
-        await broker.publish("slow", queue="q")
-        await started.wait_for(1)
+    await handle_one(broker, started, "slow")
 
     (row,) = await rows(engine, tables.message)
     assert row["state"] == MessageState.PENDING
@@ -95,15 +91,14 @@ async def _insert_stuck(engine, tables, queue: str) -> int:
         return result.inserted_primary_key[0]
 
 
-async def test_release_stuck_redelivers_only_own_queues(database_url, engine, tables):
+async def test_release_stuck_redelivers_only_own_queues(make_broker, engine, tables):
     mine = await _insert_stuck(engine, tables, "q")
     other = await _insert_stuck(engine, tables, "other")
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", release_stuck_timeout=1, release_stuck_interval=0.05, **FAST)
-    async def handle(body: str, msg: SqlaMessage) -> None:
-        got.record((msg.message_id, msg.deliveries_count))
+    broker = make_broker()
+    got = recording(
+        broker, "q", release_stuck_timeout=1, release_stuck_interval=0.05,
+        record=lambda body, msg: (msg.message_id, msg.deliveries_count),
+    )
 
     async with broker:
         await broker.start()
@@ -119,14 +114,10 @@ async def test_release_stuck_redelivers_only_own_queues(database_url, engine, ta
 
 @pytest.mark.parametrize("via", ["connection", "session"])
 async def test_outbox_publish_exists_only_if_transaction_commits(
-    database_url, engine, tables, business_table, via
+    make_broker, engine, tables, business_table, via
 ):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+    broker = make_broker()
+    got = recording(broker, "q")
 
     async def write(order_id: int, body: str, *, commit: bool) -> None:
         if via == "connection":
@@ -154,13 +145,9 @@ async def test_outbox_publish_exists_only_if_transaction_commits(
     assert len(await rows(engine, tables.archive)) == 2
 
 
-async def test_outbox_message_is_not_delivered_before_commit(database_url, engine, business_table):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+async def test_outbox_message_is_not_delivered_before_commit(make_broker, engine, business_table):
+    broker = make_broker()
+    got = recording(broker, "q")
 
     async with broker:
         await broker.start()
@@ -224,16 +211,12 @@ async def test_queue_names_are_data_not_sql(database_url, engine, tables):
 
 
 async def test_queue_names_that_differ_in_case_or_trailing_spaces_are_different_queues(
-    database_url, engine, tables
+    make_broker, engine, tables
 ):
     """MySQL and MariaDB compare text case-blind and ignore trailing spaces unless told
     otherwise (migration 0008): queues must stay apart as on PostgreSQL and SQLite."""
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("orders", **FAST)
-    async def handle(body: str, msg: SqlaMessage) -> None:
-        got.record((body, msg.queue))
+    broker = make_broker()
+    got = recording(broker, "orders", record=lambda body, msg: (body, msg.queue))
 
     async with broker:
         await broker.start()
@@ -334,11 +317,7 @@ async def _kill_other_connections(url: str) -> int:
 async def test_lost_connections_are_replaced_and_nothing_is_lost(server, server_databases):
     url = server_databases[server]
     broker = SqlaBroker(url)
-    got = Recorder()
-
-    @broker.subscriber("reconnect", **FAST)
-    async def handle(n: int) -> None:
-        got.record(n)
+    got = recording(broker, "reconnect", body=int)
 
     async with broker:
         await broker.start()
@@ -372,14 +351,10 @@ class FlakyOnce:
 
 @pytest.mark.parametrize("operation", ["claim", "write_outcomes"])
 async def test_failing_loop_step_is_retried_and_nothing_is_lost(
-    database_url, engine, tables, operation
+    make_broker, engine, tables, operation
 ):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(n: int) -> None:
-        got.record(n)
+    broker = make_broker()
+    got = recording(broker, "q", body=int)
 
     async with broker:
         await broker.connect()
@@ -406,11 +381,7 @@ async def test_open_outbox_transaction_does_not_hold_up_other_messages(server, s
     engine = create_async_engine(url)
     tables = QueueTables()
     broker = SqlaBroker(url)
-    got = Recorder()
-
-    @broker.subscriber("busy", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+    got = recording(broker, "busy")
 
     async def archived_once() -> bool:
         return len(await rows(engine, tables.archive, tables.archive.c.queue == "busy")) == 1
@@ -430,14 +401,10 @@ async def test_open_outbox_transaction_does_not_hold_up_other_messages(server, s
         await engine.dispose()
 
 
-async def test_outcome_batches_are_written_two_at_a_time(database_url, engine, tables):
+async def test_outcome_batches_are_written_two_at_a_time(make_broker, engine, tables):
     """A second outcome batch does not wait for the first one's commit."""
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", fetch_batch_size=5, max_workers=5, **FAST)
-    async def handle(n: int) -> None:
-        got.record(n)
+    broker = make_broker()
+    got = recording(broker, "q", body=int, fetch_batch_size=5, max_workers=5)
 
     second_started = asyncio.Event()
     calls = 0

@@ -3,21 +3,16 @@ connection, an outcome written again finds its own first write, not release-stuc
 
 from __future__ import annotations
 
-from faststream_sqla import MessageState, SqlaBroker
-
-from tests.support.helpers import FAST, Recorder, captured_logger, rows, wait_until
+from faststream_sqla import MessageState
+from tests.support.helpers import captured_logger, recording, rows, wait_until
 
 
 async def test_an_outcome_written_again_after_a_lost_reply_is_not_blamed_on_release_stuck(
-    database_url, dialect_name, engine, tables
+    make_broker, dialect_name, engine, tables
 ):
     logger, lines = captured_logger(f"test.stale.{dialect_name}")
-    broker = SqlaBroker(database_url, logger=logger)
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
+    broker = make_broker(logger=logger)
+    got = recording(broker, "q")
 
     async with broker:
         await broker.connect()

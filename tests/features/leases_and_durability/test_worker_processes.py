@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from faststream_sqla import MessageState, SqlaBroker, SqlaMessage
-from tests.support.helpers import FAST, Recorder, holds_a_transaction, rows, wait_until
+from tests.support.helpers import FAST, Recorder, holds_a_transaction, recording, rows, wait_until
 from tests.support.processes import (
     WORKERS,
     exit_code,
@@ -38,7 +38,9 @@ async def publish(database_url: str, queue: str, *bodies: object, chunk: int = 5
     return ids
 
 
-async def test_sigkilled_worker_message_is_delivered_again(database_url, engine, tables, tmp_path):
+async def test_sigkilled_worker_message_is_delivered_again(
+    database_url, make_broker, engine, tables, tmp_path
+):
     log = tmp_path / "stuck.log"
     (message_id,) = await publish(database_url, "jobs", "job")
     async with spawn(sys.executable, WORKERS / "stuck.py", database_url, log=log) as proc:
@@ -52,12 +54,11 @@ async def test_sigkilled_worker_message_is_delivered_again(database_url, engine,
         message_id, MessageState.PROCESSING, 1
     )
 
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("jobs", release_stuck_timeout=0.5, release_stuck_interval=0.1, **FAST)
-    async def handle(body: str, msg: SqlaMessage) -> None:
-        got.record((msg.message_id, msg.deliveries_count, msg.attempts_count))
+    broker = make_broker()
+    got = recording(
+        broker, "jobs", release_stuck_timeout=0.5, release_stuck_interval=0.1,
+        record=lambda body, msg: (msg.message_id, msg.deliveries_count, msg.attempts_count),
+    )
 
     async with broker:
         await broker.start()

@@ -15,8 +15,7 @@ from faststream_sqla.admin.partitions import is_partitioned
 from faststream_sqla.lifecycle import settled_unhandled
 from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import QueueTables
-
-from tests.support.helpers import FAST, Recorder
+from tests.support.helpers import recording
 
 OLD = datetime(2024, 1, 15, 12, 0)
 
@@ -45,7 +44,7 @@ async def _partitions(engine):
 
 
 async def test_partitioning_keeps_rows_and_maintain_keeps_months(
-    database_url, engine, dialect, dialect_name, tables
+    database_url, make_broker, engine, dialect, dialect_name, tables
 ):
     admin = QueueAdmin(engine)
     if dialect_name != "postgresql":
@@ -82,12 +81,8 @@ async def test_partitioning_keeps_rows_and_maintain_keeps_months(
         assert (await admin.partition_archive()).created == []  # once only
 
         # the broker archives into the partitions; replay reads across them
-        got = Recorder()
-        broker = SqlaBroker(database_url)
-
-        @broker.subscriber("q", **FAST)
-        async def handle(body: str) -> None:
-            got.record(body)
+        broker = make_broker()
+        got = recording(broker, "q")
 
         async with broker:
             await broker.connect()

@@ -13,8 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from faststream_sqla import Envelope, SqlaBroker, SqlaMessage
 from faststream_sqla.opentelemetry import SqlaTelemetryMiddleware
 from faststream_sqla.retry import ConstantRetryStrategy
-
-from tests.support.helpers import FAST, Recorder, wait_until
+from tests.support.helpers import FAST, Recorder, one_handled, recording, wait_until
 
 
 @pytest.fixture
@@ -53,10 +52,7 @@ async def test_one_trace_from_publish_through_retries_to_the_outcome(
         if msg.attempts_count == 0:
             raise RuntimeError("first attempt fails")
 
-    async with broker:
-        await broker.start()
-        message_id = await broker.publish("o-1", queue="orders")
-        await attempts.wait_for(2)
+    async with one_handled(broker, attempts, "o-1", queue="orders", calls=2) as message_id:
         settles = await spans_named(exporter, "orders settle", 2)
 
     (create,) = named(exporter, "orders create")
@@ -81,14 +77,10 @@ async def test_one_trace_from_publish_through_retries_to_the_outcome(
 
 
 async def test_outbox_publish_continues_the_callers_trace(
-    database_url, engine, provider, exporter
+    make_broker, engine, provider, exporter
 ):
-    broker = SqlaBroker(database_url, middlewares=[SqlaTelemetryMiddleware(tracer_provider=provider)])
-    handled = Recorder()
-
-    @broker.subscriber("outbox", **FAST)
-    async def handle(body: str) -> None:
-        handled.record(body)
+    broker = make_broker(middlewares=[SqlaTelemetryMiddleware(tracer_provider=provider)])
+    handled = recording(broker, "outbox")
 
     tracer = provider.get_tracer("test")
     async with broker:
@@ -107,14 +99,13 @@ async def test_outbox_publish_continues_the_callers_trace(
 
 
 async def test_each_message_of_a_batch_carries_its_own_context(
-    database_url, provider, exporter
+    make_broker, provider, exporter
 ):
-    broker = SqlaBroker(database_url, middlewares=[SqlaTelemetryMiddleware(tracer_provider=provider)])
-    handled = Recorder()
-
-    @broker.subscriber("parts", **FAST)
-    async def handle(body: str, msg: SqlaMessage) -> None:
-        handled.record((body, msg.headers["traceparent"], msg.headers.get("kept")))
+    broker = make_broker(middlewares=[SqlaTelemetryMiddleware(tracer_provider=provider)])
+    handled = recording(
+        broker, "parts",
+        record=lambda body, msg: (body, msg.headers["traceparent"], msg.headers.get("kept")),
+    )
 
     async with broker:
         await broker.start()

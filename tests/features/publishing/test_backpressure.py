@@ -8,17 +8,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from faststream_sqla import InvalidOptionError, QueueFullError, SqlaBroker
+from tests.support.helpers import recording, rows, wait_until
 
-from tests.support.helpers import FAST, Recorder, rows, wait_until
 
-
-async def test_a_full_queue_refuses_then_accepts_after_draining(database_url, engine, tables):
-    broker = SqlaBroker(database_url, max_queue_size=5)
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(n: int) -> None:
-        got.record(n)
+async def test_a_full_queue_refuses_then_accepts_after_draining(make_broker, engine, tables):
+    broker = make_broker(max_queue_size=5)
+    got = recording(broker, "q", body=int)
 
     async with broker:
         await broker.connect()

@@ -5,20 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from faststream_sqla import SqlaBroker, SqlaMessage
+from faststream_sqla import SqlaBroker
 from faststream_sqla.exceptions import InvalidOptionError
-from tests.support.helpers import FAST, Recorder
+from tests.support.helpers import recording
 
 
 # -- id_generator=, as FastStream's other brokers take it -----------------------------------
-async def test_id_generator_makes_the_correlation_ids(database_url, engine, tables):
+async def test_id_generator_makes_the_correlation_ids(database_url, make_broker, engine, tables):
     made = iter(f"order-{n}" for n in range(100))
-    broker = SqlaBroker(database_url, id_generator=lambda: next(made))
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: str, msg: SqlaMessage) -> None:
-        got.record((body, msg.correlation_id))
+    broker = make_broker(id_generator=lambda: next(made))
+    got = recording(broker, "q", record=lambda body, msg: (body, msg.correlation_id))
 
     async with broker:
         await broker.start()

@@ -6,12 +6,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from faststream_sqla import Envelope, MessageState, SqlaBroker, SqlaMessage, SqlaResponse
+from faststream_sqla import Envelope, MessageState, SqlaBroker, SqlaResponse
 from faststream_sqla.exceptions import InvalidOptionError, MessageSerializationError
-
-from tests.support.helpers import FAST, Recorder, rows, wait_until
+from tests.support.helpers import FAST, Recorder, handle_one, recording, rows, wait_until
 
 LATER = datetime(2040, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
@@ -93,10 +91,7 @@ async def test_a_response_carries_options_to_the_reply(database_url, engine, tab
         got.record(body)
         return SqlaResponse(f"re: {body}", headers={"r": "1"}, next_attempt_at=LATER)
 
-    async with broker:
-        await broker.start()
-        await broker.publish("hi", queue="in")
-        await got.wait_for(1)
+    await handle_one(broker, got, "hi", queue="in")
 
     async def reply_stored() -> list:
         return await rows(engine, tables.message, tables.message.c.queue == "out")
@@ -115,13 +110,9 @@ def test_an_unknown_option_is_a_type_error():
 # -- expiry ---------------------------------------------------------------------------
 
 
-async def test_an_expired_message_never_reaches_a_handler(database_url, engine, tables):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: str, msg: SqlaMessage) -> None:
-        got.record((body, msg.expires_at))
+async def test_an_expired_message_never_reaches_a_handler(make_broker, engine, tables):
+    broker = make_broker()
+    got = recording(broker, "q", record=lambda body, msg: (body, msg.expires_at))
 
     past = datetime.now(timezone.utc) - timedelta(seconds=1)
     async with broker:

@@ -8,8 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from faststream_sqla import MessageState, SqlaBroker, SqlaMessage
-
-from tests.support.helpers import FAST, Recorder, rows
+from tests.support.helpers import FAST, Recorder, recording, rows
 
 
 class Order(BaseModel):
@@ -98,13 +97,11 @@ async def test_publisher_object_and_handler_return_value(database_url):
     assert sorted(got.calls) == [2, 10]
 
 
-async def test_delayed_delivery_waits_for_next_attempt_at(database_url, engine, tables):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("q", **FAST)
-    async def handle(body: str, msg: SqlaMessage) -> None:
-        got.record((body, msg.created_at, msg.next_attempt_at))
+async def test_delayed_delivery_waits_for_next_attempt_at(make_broker, engine, tables):
+    broker = make_broker()
+    got = recording(
+        broker, "q", record=lambda body, msg: (body, msg.created_at, msg.next_attempt_at)
+    )
 
     async with broker:
         await broker.start()
@@ -122,15 +119,11 @@ async def test_delayed_delivery_waits_for_next_attempt_at(database_url, engine, 
     assert abs(pending["next_attempt_at"] - later.replace(tzinfo=None)) < timedelta(milliseconds=1)
 
 
-async def test_sixteen_mebibyte_payload_fits(database_url, engine, tables):
+async def test_sixteen_mebibyte_payload_fits(make_broker, engine, tables):
     # MariaDB needs max_allowed_packet >= 64 MiB for this (.ci/run sets it; docs say why).
     body = bytes(range(256)) * (16 * 1024 * 1024 // 256)
-    broker = SqlaBroker(database_url)
-    got = Recorder()
-
-    @broker.subscriber("big", **FAST)
-    async def handle(payload: bytes) -> None:
-        got.record(payload)
+    broker = make_broker()
+    got = recording(broker, "big", body=bytes)
 
     async with broker:
         await broker.start()

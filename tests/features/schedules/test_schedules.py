@@ -26,9 +26,17 @@ from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.schedules import SCHEDULE_HEADER, TICK_HEADER
 from faststream_sqla.schedules.store import database_now
 from faststream_sqla.schema import QueueTables
-
-from tests.support.helpers import FAST, CuttableDatabase, Recorder, captured_logger, rows, wait_until
 from tests.support.cli import cli, cli_json
+from tests.support.helpers import (
+    FAST,
+    CuttableDatabase,
+    Recorder,
+    captured_logger,
+    one_handled,
+    recording,
+    rows,
+    wait_until,
+)
 from tests.support.processes import WORKERS, read_line, run_until, started_together
 
 
@@ -111,18 +119,11 @@ async def test_cron_schedule_fires_on_its_seconds(database_url, engine, tables):
     assert (row["kind"], row["cron"], row["timezone"]) == ("cron", "* * * * * */2", "Europe/Berlin")
 
 
-async def test_a_broker_without_schedules_starts_no_runner(database_url):
-    broker = SqlaBroker(database_url)
-    got = Recorder()
+async def test_a_broker_without_schedules_starts_no_runner(make_broker):
+    broker = make_broker()
+    got = recording(broker, "plain")
 
-    @broker.subscriber("plain", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
-
-    async with broker:
-        await broker.start()
-        await broker.publish("x", queue="plain")
-        await got.wait_for(1)
+    async with one_handled(broker, got, "x", queue="plain"):
         assert broker.schedule_runner is None
         names = {task.get_name() for task in asyncio.all_tasks()}
         assert "faststream-sqla schedules" not in names

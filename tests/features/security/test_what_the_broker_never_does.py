@@ -8,9 +8,7 @@ import os
 from pathlib import Path
 
 import faststream_sqla
-from faststream_sqla import SqlaBroker
-
-from tests.support.helpers import FAST, Recorder
+from tests.support.helpers import one_handled, recording
 
 PACKAGE = Path(faststream_sqla.__file__).resolve().parent
 #: modules that turn bytes into code or objects
@@ -61,18 +59,11 @@ def _own_socket_inodes() -> set[str]:
     return inodes
 
 
-async def test_a_running_broker_listens_on_no_port(database_url):
+async def test_a_running_broker_listens_on_no_port(make_broker):
     listening_before = _own_socket_inodes() & _listening_socket_inodes()
-    broker = SqlaBroker(database_url)
-    got = Recorder()
+    broker = make_broker()
+    got = recording(broker, "q")
 
-    @broker.subscriber("q", **FAST)
-    async def handle(body: str) -> None:
-        got.record(body)
-
-    async with broker:
-        await broker.start()
-        await broker.publish("hello", queue="q")
-        await got.wait_for(1)
+    async with one_handled(broker, got, "hello"):
         listening = _own_socket_inodes() & _listening_socket_inodes()
     assert listening <= listening_before  # the test runner's own, if any
