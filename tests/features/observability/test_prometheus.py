@@ -13,7 +13,6 @@ from faststream_sqla import InvalidOptionError, SqlaBroker
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.prometheus import QueueStateCollector, SqlaPrometheusMiddleware
 from faststream_sqla.retry import ConstantRetryStrategy, NoRetryStrategy
-
 from tests.support.helpers import FAST, Recorder, wait_until
 
 
@@ -58,33 +57,26 @@ async def test_middleware_counts_consumed_and_published_messages(database_url):
 
         await wait_until(settled)
 
-    assert sample(registry, "faststream_received_messages_total", handler="good") == 2
-    assert sample(
-        registry, "faststream_received_processed_messages_total", handler="good", status="acked"
-    ) == 2
-    assert sample(
-        registry, "faststream_received_processed_messages_exceptions_total",
-        handler="bad", exception_type="ValueError",
-    ) == 1
-    # a batch handler's call counts every message it holds
-    assert sample(registry, "faststream_received_messages_total", handler="many") == 5
-    assert sample(
-        registry, "faststream_received_processed_messages_total", handler="many", status="acked"
-    ) == 5
-    assert sample(
-        registry, "faststream_received_processed_messages_duration_seconds_count", handler="good"
-    ) == 2
-    assert sample(registry, "faststream_received_messages_in_process", handler="good") == 0
-    # publish_batch counts each message it stored, in one timed call
-    assert sample(
-        registry, "faststream_published_messages_total", destination="many", status="success"
-    ) == 5
-    assert sample(
-        registry, "faststream_published_messages_duration_seconds_count", destination="many"
-    ) == 1
-    assert sample(
-        registry, "faststream_published_messages_total", destination="good", status="success"
-    ) == 2
+    counted = [
+        ("received_messages_total", {"handler": "good"}, 2),
+        ("received_processed_messages_total", {"handler": "good", "status": "acked"}, 2),
+        (
+            "received_processed_messages_exceptions_total",
+            {"handler": "bad", "exception_type": "ValueError"},
+            1,
+        ),
+        # a batch handler's call counts every message it holds
+        ("received_messages_total", {"handler": "many"}, 5),
+        ("received_processed_messages_total", {"handler": "many", "status": "acked"}, 5),
+        ("received_processed_messages_duration_seconds_count", {"handler": "good"}, 2),
+        ("received_messages_in_process", {"handler": "good"}, 0),
+        # publish_batch counts each message it stored, in one timed call
+        ("published_messages_total", {"destination": "many", "status": "success"}, 5),
+        ("published_messages_duration_seconds_count", {"destination": "many"}, 1),
+        ("published_messages_total", {"destination": "good", "status": "success"}, 2),
+    ]
+    for name, labels, value in counted:
+        assert sample(registry, f"faststream_{name}", **labels) == value, (name, labels)
     assert b'handler="good"' in generate_latest(registry)
 
 
