@@ -122,7 +122,7 @@ async def archived(engine: AsyncEngine, tables: QueueTables) -> list[sa.RowMappi
     return await rows(engine, tables.archive)
 
 
-# -- the driver routes (test_postgres_driver_path, test_mysql_driver_path) ------------
+# -- the driver routes (tests/drivers: test_postgresql_driver_path, test_mysql_driver_path)
 
 
 @asynccontextmanager
