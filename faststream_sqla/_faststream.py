@@ -4,7 +4,7 @@ Third-party brokers build on `faststream._internal` (its broker, subscriber and 
 use cases, configs and protected `_x` hooks, which every FastStream broker overrides);
 that surface is covered by the `faststream<0.8` pin and the whole test suite. Two further
 attributes are private even there, and are kept here, one function each, so that a
-FastStream release that changes them breaks one place: tests/unit/test_dependency_adapters.py
+FastStream release that changes them breaks one place: tests/drivers/test_dependency_adapters.py
 checks both against the installed FastStream and names its version when they moved.
 """
 

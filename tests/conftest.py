@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import os
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from faststream_sqla import SqlaBroker
 from faststream_sqla.dialects import Dialect, dialect_for
 from faststream_sqla.migrations import upgrade_schema
 from faststream_sqla.schema import QueueTables
@@ -184,6 +186,25 @@ async def dialect(engine: AsyncEngine, tables: QueueTables) -> Dialect:
     d.configure_engine(engine, owned=False)
     await d.prepare(engine)
     return d
+
+
+@pytest.fixture
+async def make_broker(database_url: str) -> AsyncIterator[Callable[..., SqlaBroker]]:
+    """`make_broker(**options)` builds `SqlaBroker(database_url, **options)` on the test's
+    database (schema in place, no messages). The test declares its subscribers (see
+    `tests.support.helpers.recording`), then connects or starts it, usually as
+    `async with broker: await broker.start()`; a broker still running at teardown (a
+    failed assertion inside that block) is closed."""
+    made: list[SqlaBroker] = []
+
+    def make(**options: Any) -> SqlaBroker:
+        broker = SqlaBroker(database_url, **options)
+        made.append(broker)
+        return broker
+
+    yield make
+    for broker in reversed(made):
+        await broker.stop()
 
 
 #: a table of the user's own, written in the same transaction as an outbox publish

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
     # The defaults are written out (not read from ConsumeOptions) so that signatures and
-    # the API reference show them; tests/unit/test_docs.py keeps the two equal.
+    # the API reference show them; tests/features/docs/test_docs_site.py keeps the two equal.
     # Registrator's subscriber/publisher register an endpoint built elsewhere; ours
     # build it from a queue name and options.
     @override

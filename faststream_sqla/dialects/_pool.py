@@ -1,7 +1,7 @@
 """Returning a pooled connection the broker used below SQLAlchemy's `Connection`.
 
 The one place the package touches SQLAlchemy's pool internals (`_close_special`); the
-test in tests/unit/test_pool_adapter.py fails loudly if an upgrade changes it.
+test in tests/drivers/test_pool_adapter.py fails loudly if an upgrade changes it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The one place the package touches aiosqlite's internals: `Connection._execute(fn, *args)`
 is how aiosqlite runs each of its own methods on the connection's thread, and `_conn` is
 the `sqlite3.Connection` living there. Neither is public API, so the range of aiosqlite
-these were tested with is pinned in pyproject.toml, and tests/unit/test_dependency_adapters.py
+these were tested with is pinned in pyproject.toml, and tests/drivers/test_dependency_adapters.py
 fails, naming the installed version, if an upgrade changes them. Anything that is not
 aiosqlite's connection (another driver, a wrapper) is reported as such and the caller
 takes SQLAlchemy's public route instead.
