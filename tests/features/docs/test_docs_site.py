@@ -111,13 +111,12 @@ _TEST_PATH = re.compile(r"\btests/[\w/]*\w(?:\.py)?")
 
 
 def test_the_test_paths_that_pages_ci_and_tests_name_exist() -> None:
-    # A moved or renamed test file must take along the pages, CI's lists and the
-    # docstrings that name it. (The package's own comments are left out here while the
-    # driver work moves them.)
+    # A moved or renamed test file must take along the pages, CI's lists, the package's
+    # comments and the docstrings that name it.
     sources = [
         ROOT / "README.md", ROOT / "mkdocs.yml", ROOT / "pyproject.toml", ROOT / ".ci" / "run",
         *sorted(DOCS.rglob("*.md")),
-        *(path for folder in ("tests", "chaos", "benchmarks", "examples")
+        *(path for folder in ("faststream_sqla", "tests", "chaos", "benchmarks", "examples")
           for path in sorted((ROOT / folder).rglob("*.py"))),
     ]  # fmt: skip
     named = [
