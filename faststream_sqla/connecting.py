@@ -4,6 +4,7 @@ not async, a database that does not answer)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -41,9 +42,21 @@ def create_engine(url: str | sa.URL, **options: Any) -> AsyncEngine:
         raise InvalidOptionError(msg + async_driver_advice(parsed)) from e
 
 
+def missing_sqlite_file(url: sa.URL) -> Path | None:
+    """The file a SQLite URL names, if it does not exist (connecting would create it)."""
+    if url.get_backend_name() != "sqlite" or url.query.get("uri") or url.query.get("mode"):
+        return None
+    if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
+        return None
+    path = Path(url.database)
+    return None if path.exists() else path.resolve()
+
+
 def unreachable(url: sa.URL, error: BaseException) -> DatabaseUnreachableError:
     """The error for a database at `url` that did not answer (`error` is the cause)."""
-    reason = mask_passwords(str(error)) or type(error).__name__
+    # the driver's own words: SQLAlchemy's wrapper adds the statement and a link line
+    cause = error.orig if isinstance(error, sa.exc.DBAPIError) and error.orig else error
+    reason = mask_passwords(str(cause)) or type(cause).__name__
     return DatabaseUnreachableError(f"cannot reach the database at {masked(url)}: {reason}")
 
 

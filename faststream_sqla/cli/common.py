@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
 
 import sqlalchemy as sa
@@ -14,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from faststream_sqla.connecting import create_engine
+from faststream_sqla.connecting import create_engine, missing_sqlite_file
 from faststream_sqla.durations import integer
 from faststream_sqla.exceptions import InvalidOptionError, SqlaBrokerError, shown
 from faststream_sqla.schema import TableNames
@@ -71,16 +70,6 @@ def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
 
 def usage_error(message: str) -> NoReturn:
     raise fail(message, EXIT_USAGE)
-
-
-def missing_sqlite_file(url: sa.URL) -> Path | None:
-    """The file a SQLite URL names, if it does not exist (connecting would create it)."""
-    if url.get_backend_name() != "sqlite" or url.query.get("uri") or url.query.get("mode"):
-        return None
-    if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
-        return None
-    path = Path(url.database)
-    return None if path.exists() else path.resolve()
 
 
 def run(url: str, action: Callable[[AsyncEngine], Awaitable[T]], *, may_create: bool = False) -> T:
