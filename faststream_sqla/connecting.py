@@ -4,6 +4,7 @@ not async, a database that does not answer)."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +24,57 @@ ASYNC_DRIVERS = {
 }
 
 
+#: the extra of this package that installs each async driver (`pip install "...[extra]"`)
+DRIVER_EXTRAS = {"asyncpg": "postgres", "asyncmy": "mysql"}
+
+
+def install_advice(driver: str) -> str:
+    """How to install an async driver this package knows, else how to install `driver`."""
+    extra = DRIVER_EXTRAS.get(driver)
+    if extra is None:
+        return f"pip install {driver}"
+    return f'pip install "faststream-sqla[{extra}]"'
+
+
+def installed(module: str) -> bool:
+    """Whether `module` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: blocked by a None in sys.modules
+        return False
+
+
 def async_driver_advice(url: sa.URL) -> str:
     """What to write instead of a URL whose driver is not async (or not installed)."""
     drivername = ASYNC_DRIVERS.get(url.get_backend_name())
     if drivername is None:
         return "use postgresql+asyncpg://, mysql+asyncmy:// or sqlite+aiosqlite:///"
-    return f"use the async driver: {masked(url.set(drivername=drivername))}"
+    advice = f"use the async driver: {masked(url.set(drivername=drivername))}"
+    driver = drivername.partition("+")[2]
+    if not installed(driver):
+        advice += f", after installing it: {install_advice(driver)}"
+    return advice
 
 
 def create_engine(url: str | sa.URL, **options: Any) -> AsyncEngine:
     """An async engine for `url`; InvalidOptionError (password masked) naming the async
-    driver to use when the URL's driver is not async, unknown or not installed."""
+    driver to use when the URL's driver is not async or unknown, and the extra to install
+    when the URL names the right driver but it is not installed."""
     parsed = parse_url(url)
     try:
         return create_async_engine(parsed, **options)
-    except (ImportError, sa.exc.ArgumentError, sa.exc.InvalidRequestError) as e:
+    except ImportError as e:
+        if parsed.drivername in ASYNC_DRIVERS.values() and e.name:
+            # the URL is right: only the package is missing
+            msg = (
+                f"the {parsed.get_driver_name()} driver of {masked(parsed)} is not installed "
+                f"(no module named {e.name!r}); install it: {install_advice(e.name)}"
+            )
+            raise InvalidOptionError(msg) from e
+        reason = mask_passwords(str(e)).rstrip(".")
+        msg = f"invalid database URL {masked(parsed)}: {reason}; {async_driver_advice(parsed)}"
+        raise InvalidOptionError(msg) from e
+    except (sa.exc.ArgumentError, sa.exc.InvalidRequestError) as e:
         msg = f"invalid database URL {masked(parsed)}: {mask_passwords(str(e)).rstrip('.')}; "
         raise InvalidOptionError(msg + async_driver_advice(parsed)) from e
 
