@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from faststream_sqla.connecting import create_engine, missing_sqlite_file
 from faststream_sqla.durations import integer
 from faststream_sqla.exceptions import InvalidOptionError, SqlaBrokerError, shown
-from faststream_sqla.schema import TableNames
+from faststream_sqla.schema import TableNames, validate_queue_name
 from faststream_sqla.urls import mask_passwords, masked
 
 T = TypeVar("T")
@@ -102,6 +102,8 @@ def run(url: str, action: Callable[[AsyncEngine], Awaitable[T]], *, may_create: 
 
     try:
         return asyncio.run(go())
+    except InvalidOptionError as e:  # a value given that cannot work: bad usage
+        raise fail(str(e), EXIT_USAGE) from None
     except SqlaBrokerError as e:  # ours: the message names the problem already
         raise fail(str(e)) from None
     except Exception as e:
@@ -111,8 +113,17 @@ def run(url: str, action: Callable[[AsyncEngine], Awaitable[T]], *, may_create: 
         ) from None
 
 
+def queue_name(name: str) -> str:
+    """`name` if it can be a queue's; else a usage error naming the problem (checked
+    before a command connects, asks for confirmation or starts anything)."""
+    try:
+        return validate_queue_name(name)
+    except InvalidOptionError as e:
+        usage_error(str(e))
+
+
 def names_of(message_table: str, archive_table: str) -> TableNames:
     try:
         return TableNames(message_table, archive_table)
     except SqlaBrokerError as e:
-        raise fail(str(e)) from None
+        raise fail(str(e), EXIT_USAGE) from None

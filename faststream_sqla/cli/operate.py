@@ -34,6 +34,7 @@ from .common import (
     integer_in,
     names_of,
     out,
+    queue_name,
     run,
     usage_error,
 )
@@ -355,6 +356,8 @@ def purge(
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """Delete a queue's waiting messages (never those being handled)."""
+    queue_name(queue)
+    names_of(message_table, archive_table)  # both before the question
     if not yes:
         typer.confirm(f"Delete every waiting message of queue {queue!r}?", abort=True)
     with progress_bar("purging", json_output) as advance:
@@ -461,6 +464,7 @@ def archive_prune(
 ) -> None:
     """Delete archive rows older than --older-than, in batches (safe while workers run)."""
     age = parse_duration(older_than, "--older-than")
+    names_of(message_table, archive_table)  # before the question
     if not yes:
         typer.confirm(f"Delete every archived message older than {older_than}?", abort=True)
     with progress_bar("pruning", json_output) as advance:

@@ -23,6 +23,7 @@ from .common import (
     integer_in,
     names_of,
     out,
+    queue_name,
     run,
     usage_error,
 )
@@ -87,6 +88,7 @@ def publish(
     from faststream_sqla.broker.broker import SqlaBroker  # the broker only for this command
 
     names = names_of(message_table, archive_table)
+    queue_name(queue)
     headers = parse_headers(header or [])
     given = {
         "delay": delay,
