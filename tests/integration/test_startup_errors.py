@@ -12,9 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from faststream_sqla import upgrade_schema
-from faststream_sqla.migrations import downgrade_schema
+from faststream_sqla.migrations import downgrade_schema, version_table_for
+from faststream_sqla.schema import TableNames
 
 from ..conftest import on_servers
 
@@ -23,6 +26,9 @@ BIN = Path(sys.executable).parent
 EXIT_TIMEOUT = 120
 #: FastStream's own line before the broker starts; the error follows it
 STARTING = "FastStream app starting..."
+
+#: the tables the outdated-schema test migrates to an old revision, and drops after
+NAMES = {"message": "old_msg", "archive": "old_msg_archive"}
 
 APP = """
 import os
@@ -82,7 +88,7 @@ async def test_a_missing_schema_is_one_line_naming_the_upgrade_command(database_
 
 
 async def test_an_outdated_schema_is_one_line_naming_the_upgrade_command(database_url, tmp_path):
-    names = {"message_table": "old_msg", "archive_table": "old_msg_archive"}
+    names = {"message_table": NAMES["message"], "archive_table": NAMES["archive"]}
     await upgrade_schema(database_url, revision="0001", **names)
     try:
         code, lines, output = await faststream_run(
@@ -90,6 +96,13 @@ async def test_an_outdated_schema_is_one_line_naming_the_upgrade_command(databas
         )
     finally:
         await downgrade_schema(database_url, **names)
+        # base leaves Alembic's version table of these names behind: the database is shared
+        engine = create_async_engine(database_url)
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text(f"DROP TABLE IF EXISTS {version_table_for(TableNames(**NAMES))}")
+            )
+        await engine.dispose()
     assert_short(code, lines, output, names="faststream-sqla db upgrade --url")
     assert lines[-1].startswith("SchemaOutdatedError: ")
 
