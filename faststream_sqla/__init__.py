@@ -28,7 +28,11 @@ from faststream_sqla.publisher.usecase import SqlaPublisher
 from faststream_sqla.response import SqlaResponse
 from faststream_sqla.schedules import Schedule
 from faststream_sqla.schema import MessageState
+from faststream_sqla.startup_errors import install as _install_short_startup_errors
 from faststream_sqla.testing import TestSqlaBroker
+
+# under `faststream run`, our errors print as one line instead of a long traceback
+_install_short_startup_errors()
 
 __all__ = (
     "DatabaseUnreachableError",

@@ -4,6 +4,8 @@ not async, a database that does not answer)."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,12 +24,36 @@ ASYNC_DRIVERS = {
 }
 
 
+#: the extra of this package that installs each async driver (`pip install "...[extra]"`)
+DRIVER_EXTRAS = {"asyncpg": "postgres", "asyncmy": "mysql"}
+
+
+def install_advice(driver: str) -> str:
+    """How to install an async driver this package knows, else how to install `driver`."""
+    extra = DRIVER_EXTRAS.get(driver)
+    if extra is None:
+        return f"pip install {driver}"
+    return f'pip install "faststream-sqla[{extra}]"'
+
+
+def installed(module: str) -> bool:
+    """Whether `module` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: blocked by a None in sys.modules
+        return False
+
+
 def async_driver_advice(url: sa.URL) -> str:
     """What to write instead of a URL whose driver is not async (or not installed)."""
     drivername = ASYNC_DRIVERS.get(url.get_backend_name())
     if drivername is None:
         return "use postgresql+asyncpg://, mysql+asyncmy:// or sqlite+aiosqlite:///"
-    return f"use the async driver: {masked(url.set(drivername=drivername))}"
+    advice = f"use the async driver: {masked(url.set(drivername=drivername))}"
+    driver = drivername.partition("+")[2]
+    if not installed(driver):
+        advice += f", after installing it: {install_advice(driver)}"
+    return advice
 
 
 #: asyncpg's statement cache, as a URL query parameter (docs/production.md#connection-poolers)
@@ -64,7 +90,8 @@ def _statement_cache_option(url: sa.URL, options: dict[str, Any]) -> None:
 
 def create_engine(url: str | sa.URL, **options: Any) -> AsyncEngine:
     """An async engine for `url`; InvalidOptionError (password masked) naming the async
-    driver to use when the URL's driver is not async, unknown or not installed.
+    driver to use when the URL's driver is not async or unknown, and the extra to install
+    when the URL names the right driver but it is not installed.
 
     On asyncpg, `?statement_cache_size=0` turns off prepared statement caches, for a
     pooler in transaction mode (`_statement_cache_option`)."""
@@ -72,14 +99,37 @@ def create_engine(url: str | sa.URL, **options: Any) -> AsyncEngine:
     _statement_cache_option(parsed, options)
     try:
         return create_async_engine(parsed, **options)
-    except (ImportError, sa.exc.ArgumentError, sa.exc.InvalidRequestError) as e:
+    except ImportError as e:
+        if parsed.drivername in ASYNC_DRIVERS.values() and e.name:
+            # the URL is right: only the package is missing
+            msg = (
+                f"the {parsed.get_driver_name()} driver of {masked(parsed)} is not installed "
+                f"(no module named {e.name!r}); install it: {install_advice(e.name)}"
+            )
+            raise InvalidOptionError(msg) from e
+        reason = mask_passwords(str(e)).rstrip(".")
+        msg = f"invalid database URL {masked(parsed)}: {reason}; {async_driver_advice(parsed)}"
+        raise InvalidOptionError(msg) from e
+    except (sa.exc.ArgumentError, sa.exc.InvalidRequestError) as e:
         msg = f"invalid database URL {masked(parsed)}: {mask_passwords(str(e)).rstrip('.')}; "
         raise InvalidOptionError(msg + async_driver_advice(parsed)) from e
 
 
+def missing_sqlite_file(url: sa.URL) -> Path | None:
+    """The file a SQLite URL names, if it does not exist (connecting would create it)."""
+    if url.get_backend_name() != "sqlite" or url.query.get("uri") or url.query.get("mode"):
+        return None
+    if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
+        return None
+    path = Path(url.database)
+    return None if path.exists() else path.resolve()
+
+
 def unreachable(url: sa.URL, error: BaseException) -> DatabaseUnreachableError:
     """The error for a database at `url` that did not answer (`error` is the cause)."""
-    reason = mask_passwords(str(error)) or type(error).__name__
+    # the driver's own words: SQLAlchemy's wrapper adds the statement and a link line
+    cause = error.orig if isinstance(error, sa.exc.DBAPIError) and error.orig else error
+    reason = mask_passwords(str(cause)) or type(cause).__name__
     return DatabaseUnreachableError(f"cannot reach the database at {masked(url)}: {reason}")
 
 

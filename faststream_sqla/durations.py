@@ -21,6 +21,21 @@ _DURATION = re.compile(
 _INTEGER = re.compile(r"\s*-?[0-9]+\s*", re.ASCII)
 
 
+#: a duration as the API takes it: seconds, or a timedelta
+Seconds = float | timedelta
+
+
+def plain_seconds(value: object) -> object:
+    """A timedelta as its seconds; any other value as given, for its caller to check."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+def in_seconds(value: Seconds) -> float:
+    """`plain_seconds` for an option typed as a duration (a wrong type is passed on as
+    given, for the option's own check to name)."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
 def integer(text: str) -> int | None:
     """`text` as an integer in ASCII digits, with an optional minus sign and spaces
     around; None if it is not one."""

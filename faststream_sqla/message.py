@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from faststream.message import AckStatus, StreamMessage
 
 from .clock import to_aware
+from .durations import Seconds, plain_seconds
 from .exceptions import InvalidOptionError, shown
 
 if TYPE_CHECKING:
@@ -22,7 +23,9 @@ MAX_NACK_DELAY_SECONDS = 10 * 365 * 24 * 3600
 
 
 def validate_delay(delay: object, what: str = "delay") -> float:
-    """A delay in seconds: finite, not negative, at most ten years."""
+    """A delay in seconds (a number or a timedelta): finite, not negative, at most ten
+    years."""
+    delay = plain_seconds(delay)
     if (
         isinstance(delay, bool)
         or not isinstance(delay, (int, float))
@@ -217,17 +220,16 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
             await self._settle()
         await super().ack()
 
-    async def nack(self, delay: float | None = None) -> None:
+    async def nack(self, delay: Seconds | None = None) -> None:
         """Give the message back for another attempt.
 
-        `delay` (seconds) replaces the retry strategy's delay; the strategy's
+        `delay` (seconds or a timedelta) replaces the retry strategy's delay; the strategy's
         `max_attempts` still applies, so a poison message still ends FAILED.
         """
-        if delay is not None:
-            validate_delay(delay, "nack delay")
+        seconds = None if delay is None else validate_delay(delay, "nack delay")
         if self.committed is None:
             self.raw_message.decision = AckStatus.NACKED
-            self.raw_message.nack_delay = delay
+            self.raw_message.nack_delay = seconds
             await self._settle()
         await super().nack()
 
@@ -243,22 +245,23 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
         bytes as given, anything else as decoded JSON; None if nothing was saved."""
         return decode_saved_state(self.raw_message.saved_state)
 
-    async def defer(self, delay: float = 0.0, *, state: Any = KEEP_STATE) -> None:
+    async def defer(self, delay: Seconds = 0.0, *, state: Any = KEEP_STATE) -> None:
         """Give the message back to the queue for later, as a step of longer work rather
         than a failure: no attempt is spent, the retry strategy is not consulted and the
         message keeps its row, its id and its place among its ordering key's messages.
 
-        `delay` (seconds) is how long it waits before it may be claimed again. `state`
-        (bytes, or anything JSON can hold, up to 1 MiB encoded) is saved with it and read
-        by the next delivery as `msg.state`; None clears it; leave it out to keep what
-        was saved before. The state is written with the outcome, after the handler
-        returns, and fenced like it: a process whose claim lapsed saves nothing.
+        `delay` (seconds or a timedelta) is how long it waits before it may be claimed
+        again. `state` (bytes, or anything JSON can hold, up to 1 MiB encoded) is saved
+        with it and read by the next delivery as `msg.state`; None clears it; leave it
+        out to keep what was saved before. The state is written with the outcome, after
+        the handler returns, and fenced like it: a process whose claim lapsed saves
+        nothing.
         """
-        validate_delay(delay, "defer delay")
+        seconds = validate_delay(delay, "defer delay")
         encoded = KEEP_STATE if state is KEEP_STATE else encode_saved_state(state)
         if self.committed is None:
             raw = self.raw_message
-            raw.decision, raw.nack_delay = AckStatus.NACKED, delay
+            raw.decision, raw.nack_delay = AckStatus.NACKED, seconds
             raw.deferred, raw.new_state = True, encoded
             await self._settle()
         await super().nack()
@@ -304,13 +307,12 @@ class SqlaBatchMessage(StreamMessage[list[ClaimedMessage]]):
         self._settle_all(AckStatus.ACKED)
         await super().ack()
 
-    async def nack(self, delay: float | None = None) -> None:
-        if delay is not None:
-            validate_delay(delay, "nack delay")
+    async def nack(self, delay: Seconds | None = None) -> None:
+        seconds = None if delay is None else validate_delay(delay, "nack delay")
         if self._messages is not None:
             for item in self._messages:
-                await item.nack(delay=delay)
-        self._settle_all(AckStatus.NACKED, delay)
+                await item.nack(delay=seconds)
+        self._settle_all(AckStatus.NACKED, seconds)
         await super().nack()
 
     async def reject(self) -> None:

@@ -4,7 +4,7 @@
 `SqlaResponse` and each `Envelope` of a batch take the same keyword arguments,
 `**options: Unpack[DeliveryOptionArgs]`, and carry them as one `DeliveryOptions`. A new
 option is a field here (and in the TypedDict, which a test keeps equal), validated in
-`publisher.producer.build_rows`, and a column in `schema.MESSAGE_COLUMNS`.
+`producer.build_rows`, and a column in `schema.MESSAGE_COLUMNS`.
 """
 
 from __future__ import annotations

@@ -203,6 +203,18 @@ def checked_headers(headers: Mapping[str, Any] | None) -> dict[str, Any]:
     return copy
 
 
+def nonempty(items: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The messages of a publish; InvalidOptionError when a publish middleware left none
+    (`cmd.batch_bodies = ()`, which FastStream's contract allows on the command)."""
+    if not items:
+        msg = (
+            "a publish middleware set batch_bodies to nothing (batch_bodies = ()); "
+            "a publish needs at least one message"
+        )
+        raise InvalidOptionError(msg)
+    return items
+
+
 class SqlaProducer(ProducerProto[SqlaPublishCommand]):
     """Inserts messages through the broker's dialect."""
 
@@ -250,12 +262,12 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
 
     @override
     async def publish(self, cmd: SqlaPublishCommand) -> int:
-        ids = await self._insert(cmd, bodies=(cmd.body,))
+        ids = await self._insert(cmd, bodies=nonempty(cmd.batch_items[:1]))
         return ids[0]
 
     @override
     async def publish_batch(self, cmd: SqlaPublishCommand) -> list[int]:
-        return await self._insert(cmd, bodies=cmd.batch_items)
+        return await self._insert(cmd, bodies=nonempty(cmd.batch_items))
 
     @override
     async def request(self, cmd: SqlaPublishCommand) -> Any:

@@ -71,10 +71,14 @@ class SqlaPublishCommand(PublishCommand):
         self.extra_bodies = messages
         self.options = options
         self.connection = connection
+        #: a middleware set `batch_bodies = ()`: no message left (refused at publish)
+        self.emptied = False
 
     @property
     def batch_items(self) -> tuple[Any, ...]:
         """The messages to insert as given, `Envelope`s included (for the producer)."""
+        if self.emptied and self.body is None and not self.extra_bodies:
+            return ()
         return (self.body, *self.extra_bodies)
 
     @property
@@ -88,6 +92,11 @@ class SqlaPublishCommand(PublishCommand):
         # A middleware replaces bodies in place; each keeps its item's Envelope options.
         items = self.batch_items
         bodies = tuple(bodies)
+        if not bodies:
+            # FastStream's contract: nothing left, body None; the publish refuses it
+            self.body, self.extra_bodies, self.emptied = None, (), True
+            return
+        self.emptied = False
         if len(bodies) != len(items):
             if any(isinstance(item, Envelope) for item in items):
                 msg = (
@@ -95,9 +104,6 @@ class SqlaPublishCommand(PublishCommand):
                     f"of {len(items)} messages, some with Envelope options of their own; "
                     "replace the bodies one for one, or set Envelope items"
                 )
-                raise InvalidOptionError(msg)
-            if not bodies:
-                msg = "a publish middleware set batch_bodies to nothing; a batch needs a message"
                 raise InvalidOptionError(msg)
             self.body, *rest = bodies
             self.extra_bodies = tuple(rest)

@@ -49,6 +49,7 @@ from .models import (
     DeadLetterPage,
     DeadLetterSummary,
     MessageDetails,
+    MessagePage,
     MoveResult,
     Progress,
     QueueLimits,
@@ -171,6 +172,29 @@ class QueueAdmin:
         if found is None:
             raise UnknownMessageError(f"no message {message_id} in the queue or the archive")
         return found
+
+    async def messages(
+        self,
+        queue: str,
+        *,
+        states: Sequence[str] | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> MessagePage:
+        """`queue`'s live messages, oldest first, in `states` (ready, scheduled,
+        retrying, processing, waiting; default all), `limit` a page; pass a page's
+        `next_page` as `after` for the next. UnknownQueueError for a queue no message
+        ever had."""
+        validate_queue_name(queue)
+        wanted = messages.checked_states(states)
+        require_whole("limit", limit, MAX_PAGE)
+        messages.message_cursor(after)  # a bad token fails before the database is asked
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            await self._known_queue(conn, queue)
+            return await messages.message_page(
+                conn, self.tables, queue, wanted, limit=limit, after=after
+            )
 
     async def dead_letters(
         self,

@@ -101,6 +101,33 @@ class DeadLetterPage:
 
 
 @dataclass(frozen=True)
+class LiveMessage:
+    """A message of a queue's live table, as `messages` lists it."""
+
+    id: int
+    queue: str
+    #: ready, scheduled, retrying, processing or waiting (`MESSAGE_LIST_STATES`)
+    state: str
+    priority: int
+    channel: str | None
+    ordering_key: str | None
+    correlation_id: str | None
+    attempts_count: int
+    deliveries_count: int
+    created_at: datetime
+    #: when it is due (ready: when it became due)
+    next_attempt_at: datetime | None
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class MessagePage:
+    items: list[LiveMessage]
+    #: pass as `after` for the next page; None on the last one
+    next_page: str | None
+
+
+@dataclass(frozen=True)
 class ErrorCount:
     error: str
     count: int

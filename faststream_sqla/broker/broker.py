@@ -23,12 +23,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from typing_extensions import Unpack, override
 
 from faststream_sqla.broker_config import SqlaBrokerConfig
-from faststream_sqla.connecting import create_engine, ensure_reachable, unreachable
+from faststream_sqla.connecting import (
+    create_engine,
+    ensure_reachable,
+    missing_sqlite_file,
+    unreachable,
+)
 from faststream_sqla.dialects import dialect_for
 from faststream_sqla.dialects.base import NotificationListener, reading
-from faststream_sqla.exceptions import InvalidOptionError, shown
+from faststream_sqla.exceptions import InvalidOptionError, SchemaMissingError, shown
 from faststream_sqla.message import ClaimedMessage, SqlaMessage
-from faststream_sqla.migrations import check_schema
+from faststream_sqla.migrations import check_schema, upgrade_command
 from faststream_sqla.options import DeliveryOptionArgs, DeliveryOptions, Envelope
 from faststream_sqla.producer import QueueLimits, SqlaProducer
 from faststream_sqla.response import Connection, SqlaPublishCommand, check_batch_arguments
@@ -276,6 +281,15 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             if owned:
                 await engine.dispose()
             raise
+        missing = missing_sqlite_file(engine.url)
+        if self._connection_kwargs["validate_schema"] and missing and missing.parent.is_dir():
+            # connecting would create an empty file, only for the schema check to fail (in a
+            # directory that does not exist, it fails to open: the unreachable error below)
+            if owned:
+                await engine.dispose()
+            fix = upgrade_command(engine, self.config.tables.names)
+            msg = f"no SQLite database at {missing} (the file does not exist); run: {fix}"
+            raise SchemaMissingError(msg)
         dialect.configure_engine(engine, owned=owned)
         try:
             await ensure_reachable(engine)

@@ -13,6 +13,7 @@ from faststream.middlewares import AckPolicy
 from typing_extensions import override
 
 from faststream_sqla.broker_config import SqlaBrokerConfig
+from faststream_sqla.durations import Seconds, in_seconds
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.publisher.factory import create_publisher
@@ -48,15 +49,15 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         fetch_batch_size: int = 100,
         max_fetch_batch_size: int | None = None,
         overfetch_factor: float = 2.0,
-        min_fetch_interval: float = 0.0,
-        max_fetch_interval: float = 1.0,
-        flush_interval: float = 0.05,
-        release_stuck_interval: float = 10.0,
-        release_stuck_timeout: float = 30.0,
+        min_fetch_interval: Seconds = 0.0,
+        max_fetch_interval: Seconds = 1.0,
+        flush_interval: Seconds = 0.05,
+        release_stuck_interval: Seconds = 10.0,
+        release_stuck_timeout: Seconds = 30.0,
         permanent_exceptions: Sequence[type[BaseException]] = (),
-        handler_timeout: float | None = None,
+        handler_timeout: Seconds | None = None,
         circuit_breaker_threshold: int | None = None,
-        circuit_breaker_cooldown: float = 30.0,
+        circuit_breaker_cooldown: Seconds = 30.0,
         circuit_breaker_per_channel: bool = False,
         # FastStream arguments
         no_reply: bool = False,
@@ -98,9 +99,10 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             permanent_exceptions: exception types after which a message is FAILED at
                 once, without further retries (like `RejectMessage`); a body that fails
                 the handler's pydantic model always is.
-            handler_timeout: seconds a handler (one message, or a batch) may run; past
-                that it is cancelled and the attempt fails with HandlerTimeoutError,
-                retried by the retry strategy (default: no limit).
+            handler_timeout: how long a handler (one message, or a batch) may run (seconds
+                or a timedelta, as every duration here); past that it is cancelled and
+                the attempt fails with HandlerTimeoutError, retried by the retry strategy
+                (default: no limit).
             circuit_breaker_threshold: consecutive failed attempts (across every process)
                 after which no process claims from the queue for circuit_breaker_cooldown,
                 then one probe message decides (default: no breaker).
@@ -142,20 +144,20 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             fetch_batch_size=fetch_batch_size,
             max_fetch_batch_size=max_fetch_batch_size,
             overfetch_factor=overfetch_factor,
-            min_fetch_interval=min_fetch_interval,
-            max_fetch_interval=max_fetch_interval,
-            flush_interval=flush_interval,
-            release_stuck_interval=release_stuck_interval,
-            release_stuck_timeout=release_stuck_timeout,
+            min_fetch_interval=in_seconds(min_fetch_interval),
+            max_fetch_interval=in_seconds(max_fetch_interval),
+            flush_interval=in_seconds(flush_interval),
+            release_stuck_interval=in_seconds(release_stuck_interval),
+            release_stuck_timeout=in_seconds(release_stuck_timeout),
             permanent_exceptions=(
                 tuple(permanent_exceptions)
                 # anything else goes on as given, for ConsumeOptions to refuse by name
                 if isinstance(permanent_exceptions, (list, tuple))
                 else permanent_exceptions  # type: ignore[arg-type]
             ),
-            handler_timeout=handler_timeout,
+            handler_timeout=None if handler_timeout is None else in_seconds(handler_timeout),
             circuit_breaker_threshold=circuit_breaker_threshold,
-            circuit_breaker_cooldown=circuit_breaker_cooldown,
+            circuit_breaker_cooldown=in_seconds(circuit_breaker_cooldown),
             circuit_breaker_per_channel=circuit_breaker_per_channel,
         )
         subscriber = create_subscriber(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
 
 import sqlalchemy as sa
@@ -14,10 +13,10 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from faststream_sqla.connecting import create_engine
+from faststream_sqla.connecting import create_engine, missing_sqlite_file
 from faststream_sqla.durations import integer
 from faststream_sqla.exceptions import InvalidOptionError, SqlaBrokerError, shown
-from faststream_sqla.schema import TableNames
+from faststream_sqla.schema import TableNames, validate_queue_name
 from faststream_sqla.urls import mask_passwords, masked
 
 T = TypeVar("T")
@@ -73,16 +72,6 @@ def usage_error(message: str) -> NoReturn:
     raise fail(message, EXIT_USAGE)
 
 
-def missing_sqlite_file(url: sa.URL) -> Path | None:
-    """The file a SQLite URL names, if it does not exist (connecting would create it)."""
-    if url.get_backend_name() != "sqlite" or url.query.get("uri") or url.query.get("mode"):
-        return None
-    if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
-        return None
-    path = Path(url.database)
-    return None if path.exists() else path.resolve()
-
-
 def run(url: str, action: Callable[[AsyncEngine], Awaitable[T]], *, may_create: bool = False) -> T:
     """Run `action` on an engine for `url`, turning every expected failure into one
     line and exit 1. Only a command that `may_create` a database (`db upgrade`) may
@@ -113,6 +102,8 @@ def run(url: str, action: Callable[[AsyncEngine], Awaitable[T]], *, may_create: 
 
     try:
         return asyncio.run(go())
+    except InvalidOptionError as e:  # a value given that cannot work: bad usage
+        raise fail(str(e), EXIT_USAGE) from None
     except SqlaBrokerError as e:  # ours: the message names the problem already
         raise fail(str(e)) from None
     except Exception as e:
@@ -122,8 +113,17 @@ def run(url: str, action: Callable[[AsyncEngine], Awaitable[T]], *, may_create: 
         ) from None
 
 
+def queue_name(name: str) -> str:
+    """`name` if it can be a queue's; else a usage error naming the problem (checked
+    before a command connects, asks for confirmation or starts anything)."""
+    try:
+        return validate_queue_name(name)
+    except InvalidOptionError as e:
+        usage_error(str(e))
+
+
 def names_of(message_table: str, archive_table: str) -> TableNames:
     try:
         return TableNames(message_table, archive_table)
     except SqlaBrokerError as e:
-        raise fail(str(e)) from None
+        raise fail(str(e), EXIT_USAGE) from None

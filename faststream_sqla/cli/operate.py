@@ -20,7 +20,8 @@ from faststream_sqla.admin import QueueAdmin, to_json
 from faststream_sqla.admin.api import MAX_BATCH, MAX_PAGE
 from faststream_sqla.admin.archive import PRUNE_BATCH
 from faststream_sqla.admin.dead_letters import first_line
-from faststream_sqla.admin.models import MoveResult
+from faststream_sqla.admin.messages import MESSAGE_LIST_STATES
+from faststream_sqla.admin.models import MoveResult, QueueStats
 from faststream_sqla.dialects.postgresql.partitions import MAX_MONTHS_AHEAD
 from faststream_sqla.exceptions import shown
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
@@ -34,6 +35,7 @@ from .common import (
     integer_in,
     names_of,
     out,
+    queue_name,
     run,
     usage_error,
 )
@@ -164,6 +166,13 @@ def _time(value: datetime | None) -> str:
 # -- looking -------------------------------------------------------------------------
 
 
+def _flow(paused: bool, breaker: str) -> str:
+    """What holds a queue's claims back, in one short cell: paused, and the breaker
+    when it is not CLOSED; "-" when nothing does."""
+    held = (["paused"] if paused else []) + ([breaker] if breaker != "CLOSED" else [])
+    return ", ".join(held) or "-"
+
+
 @app.command()
 def queues(
     url: Url,
@@ -172,10 +181,28 @@ def queues(
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
-    """Per queue: messages by state, failures, oldest ready age, handled per minute."""
-    stats = with_admin(url, message_table, archive_table, lambda a: a.queues(queue or None))
+    """Per queue: messages by state, failures, oldest ready age, handled per minute,
+    whether it is paused and its circuit breaker's state."""
+
+    async def read(admin: QueueAdmin) -> tuple[list[QueueStats], set[str], dict[str, str]]:
+        stats = await admin.queues(queue or None)
+        paused = set(await admin.paused_queues())
+        # the queue's own breaker (a channel's is in `breaker status`)
+        breakers = {b.queue: b.state for b in await admin.breakers() if b.channel is None}
+        return stats, paused, breakers
+
+    stats, paused, breakers = with_admin(url, message_table, archive_table, read)
     if json_output:
-        return print_json(stats)
+        return print_json(
+            [
+                {
+                    **to_json(s),
+                    "paused": s.queue in paused,
+                    "breaker": breakers.get(s.queue, "CLOSED"),
+                }
+                for s in stats
+            ]
+        )
     if not stats:
         out.print("No queues: no message is queued or archived.")
         return None
@@ -189,6 +216,7 @@ def queues(
         "failed 1h",
         "oldest ready",
         "done 1m",
+        "flow",
         first=[s.queue for s in stats],
     )
     for s in stats:
@@ -202,8 +230,62 @@ def queues(
             str(s.failed_last_hour),
             _age(s.oldest_ready_age),
             str(s.handled_last_minute),
+            _flow(s.queue in paused, breakers.get(s.queue, "CLOSED")),
         )
     out.print(table)
+    return None
+
+
+@app.command()
+def messages(
+    url: Url,
+    queue: Annotated[str, typer.Argument(help="The queue whose messages to list.")],
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            help=f"Only this state (repeatable): {', '.join(MESSAGE_LIST_STATES)}.",
+            show_default=False,
+        ),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option(
+            parser=integer_in(1, MAX_PAGE), metavar=f"1-{MAX_PAGE}", help="Messages per page."
+        ),
+    ] = 50,
+    after: Annotated[str | None, typer.Option(help="The next-page token a page printed.")] = None,
+    json_output: Json = False,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+) -> None:
+    """A queue's live messages by state, oldest first, a page at a time."""
+    queue_name(queue)
+    page = with_admin(
+        url,
+        message_table,
+        archive_table,
+        lambda a: a.messages(queue, states=state or None, limit=limit, after=after),
+    )
+    if json_output:
+        return print_json(page)
+    if not page.items:
+        out.print(f"No messages of queue {escape(queue)} in those states.")
+        return None
+    table = listing("id", "state", "priority", "channel", "attempts", "created", "due", "error")
+    for m in page.items:
+        table.add_row(
+            str(m.id),
+            m.state,
+            str(m.priority),
+            escape(m.channel or "-"),
+            str(m.attempts_count),
+            _time(m.created_at),
+            _time(m.next_attempt_at),
+            escape(first_line(m.last_error))[:80] if m.last_error else "-",
+        )
+    out.print(table)
+    if page.next_page is not None:
+        out.print(f"More: --after {page.next_page}")
     return None
 
 
@@ -355,6 +437,8 @@ def purge(
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """Delete a queue's waiting messages (never those being handled)."""
+    queue_name(queue)
+    names_of(message_table, archive_table)  # both before the question
     if not yes:
         typer.confirm(f"Delete every waiting message of queue {queue!r}?", abort=True)
     with progress_bar("purging", json_output) as advance:
@@ -461,6 +545,7 @@ def archive_prune(
 ) -> None:
     """Delete archive rows older than --older-than, in batches (safe while workers run)."""
     age = parse_duration(older_than, "--older-than")
+    names_of(message_table, archive_table)  # before the question
     if not yes:
         typer.confirm(f"Delete every archived message older than {older_than}?", abort=True)
     with progress_bar("pruning", json_output) as advance:

@@ -7,11 +7,13 @@ import json
 from typing import Annotated, Any
 
 import typer
+from faststream.message import encode_message
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.durations import seconds_of
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.options import DeliveryOptions
+from faststream_sqla.parser import CONTENT_TYPE_HEADER
 from faststream_sqla.producer import row_options
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
@@ -23,17 +25,36 @@ from .common import (
     integer_in,
     names_of,
     out,
+    queue_name,
     run,
     usage_error,
 )
 
+#: how JSON meant as an object, a list or a string begins; plain text rarely does
+JSON_OPENERS = ("{", "[", '"')
 
-def parse_body(text: str) -> Any:
-    """JSON if the text parses as JSON (an object, a list, a number...), else the text."""
+
+def parse_body(text: str, *, as_text: bool = False) -> Any:
+    """JSON if the text parses as JSON (an object, a list, a number...), else the text;
+    all text with `as_text`. Text that opens like a JSON object, list or string but does
+    not parse is a usage error: a typo such as {id: 1} would else be stored as text."""
+    if as_text:
+        return text
     try:
         return json.loads(text)
-    except ValueError:
+    except ValueError as e:
+        if text.lstrip().startswith(JSON_OPENERS):
+            usage_error(
+                f"BODY looks like JSON but does not parse ({e}); fix it, or pass --text "
+                "to publish it as text/plain"
+            )
         return text
+
+
+def stored_content_type(message: Any, headers: dict[str, str]) -> str | None:
+    """The content type the publish stores: one given as a header, else the encoder's."""
+    given = {name.lower(): value for name, value in headers.items()}.get(CONTENT_TYPE_HEADER)
+    return given or encode_message(message, None)[1]
 
 
 def parse_headers(pairs: list[str]) -> dict[str, str]:
@@ -49,7 +70,13 @@ def parse_headers(pairs: list[str]) -> dict[str, str]:
 @app.command()
 def publish(
     queue: Annotated[str, typer.Argument(help="The queue to publish to.", show_default=False)],
-    body: Annotated[str, typer.Argument(help="The body: JSON if it parses as JSON, else text.")],
+    body: Annotated[
+        str,
+        typer.Argument(
+            help="The body: JSON if it parses as JSON, else text (text that opens like "
+            "JSON must parse, or come with --text)."
+        ),
+    ],
     url: Url,
     header: Annotated[
         list[str] | None, typer.Option("--header", help="A header, NAME=VALUE (repeatable).")
@@ -79,6 +106,9 @@ def publish(
         str | None,
         typer.Option(help="One waiting message per key: a second publish returns its id."),
     ] = None,
+    as_text: Annotated[
+        bool, typer.Option("--text", help="Publish BODY as text/plain, even if it is JSON.")
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")] = False,
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
@@ -87,6 +117,7 @@ def publish(
     from faststream_sqla.broker.broker import SqlaBroker  # the broker only for this command
 
     names = names_of(message_table, archive_table)
+    queue_name(queue)
     headers = parse_headers(header or [])
     given = {
         "delay": delay,
@@ -105,7 +136,8 @@ def publish(
         row_options(DeliveryOptions(**options))
     except InvalidOptionError as e:
         usage_error(str(e))
-    message = parse_body(body)
+    message = parse_body(body, as_text=as_text)
+    content_type = stored_content_type(message, headers)
 
     async def action(engine: AsyncEngine) -> int:
         broker = SqlaBroker(
@@ -117,6 +149,7 @@ def publish(
 
     message_id = run(url, action)
     if json_output:
-        typer.echo(json.dumps({"id": message_id, "queue": queue}))
+        typer.echo(json.dumps({"id": message_id, "queue": queue, "content_type": content_type}))
     else:
-        out.print(f"Published message {message_id} to {queue}.", highlight=False)
+        stored_as = content_type or "an empty body"
+        out.print(f"Published message {message_id} to {queue} ({stored_as}).", highlight=False)

@@ -21,7 +21,18 @@ from faststream_sqla.exceptions import SqlaBrokerError
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 from faststream_sqla.urls import mask_passwords, parse_url
 
-from .common import ArchiveTable, MessageTable, Url, app, err, fail, names_of, out, usage_error
+from .common import (
+    ArchiveTable,
+    MessageTable,
+    Url,
+    app,
+    err,
+    fail,
+    names_of,
+    out,
+    queue_name,
+    usage_error,
+)
 from .operate import Since, Until, listing, time_range
 
 
@@ -72,6 +83,8 @@ def report(
     percentiles (exact) and throughput, computed by Spark over the archive."""
     start, end = time_range(since, until)
     names = names_of(message_table, archive_table)
+    for name in queue or ():
+        queue_name(name)
     try:
         parse_url(url)
     except SqlaBrokerError as e:

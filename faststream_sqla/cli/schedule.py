@@ -11,7 +11,7 @@ from rich.markup import escape
 from faststream_sqla.admin.models import ScheduleInfo
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
-from .common import ArchiveTable, MessageTable, Url, app, out
+from .common import ArchiveTable, MessageTable, Url, app, names_of, out
 from .operate import Json, Yes, _time, listing, print_json, with_admin
 
 schedule_app = typer.Typer(
@@ -108,6 +108,7 @@ def schedule_delete(
 ) -> None:
     """Remove a schedule. A process whose code still declares it writes it again at
     its next start: remove it from the code first."""
+    names_of(message_table, archive_table)  # before the question
     if not yes:
         typer.confirm(f"Delete schedule {name!r}?", abort=True)
     with_admin(url, message_table, archive_table, lambda a: a.delete_schedule(name))

@@ -15,14 +15,16 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import sqlalchemy as sa
+from faststream.exceptions import IncorrectState
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.admin import QueueAdmin
+from faststream_sqla.broker.broker import SqlaBroker
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.schema import validate_queue_name
 
@@ -56,13 +58,15 @@ class QueueStateCollector(Collector):
     (`await collector.start()`, or `async with collector:`); it reads the queues then,
     and again only when a scrape finds the reading older than `interval` seconds.
 
-    `source`: a `QueueAdmin`, an `AsyncEngine` or a URL (then the collector owns its
-    engine). `queues`: the queues to report (default: every queue with messages).
+    `source`: a `SqlaBroker` (read through its engine and tables once it is connected,
+    so the collector can be built at import, next to the broker), a `QueueAdmin`, an
+    `AsyncEngine` or a URL (then the collector owns its engine). `queues`: the queues to
+    report (default: every queue with messages).
     """
 
     def __init__(
         self,
-        source: QueueAdmin | AsyncEngine | str | sa.URL,
+        source: SqlaBroker | QueueAdmin | AsyncEngine | str | sa.URL,
         *,
         queues: Sequence[str] | None = None,
         interval: float = DEFAULT_INTERVAL,
@@ -85,8 +89,14 @@ class QueueStateCollector(Collector):
                 f"{shown(metrics_prefix)}"
             )
             raise InvalidOptionError(msg)
+        #: the broker whose engine the admin is made of at start, if given one
+        self._broker = source if isinstance(source, SqlaBroker) else None
         self._owns_admin = not isinstance(source, QueueAdmin)
-        self.admin = source if isinstance(source, QueueAdmin) else QueueAdmin(source)
+        self._admin: QueueAdmin | None = None
+        if isinstance(source, QueueAdmin):
+            self._admin = source
+        elif self._broker is None:
+            self._admin = QueueAdmin(cast("AsyncEngine | str | sa.URL", source))
         self.queues = None if queues is None else [validate_queue_name(q) for q in queues]
         self.interval = float(interval)
         self.prefix = metrics_prefix
@@ -100,9 +110,24 @@ class QueueStateCollector(Collector):
         if registry is not None:
             registry.register(self)
 
+    @property
+    def admin(self) -> QueueAdmin:
+        """What the collector reads through (made at start when given a broker)."""
+        if self._admin is None:
+            msg = "the collector reads through the broker once started: await collector.start()"
+            raise IncorrectState(msg)
+        return self._admin
+
     # -- reading ------------------------------------------------------------------------
     async def start(self) -> None:
         """Read the queues once now; scrapes refresh the reading from this event loop."""
+        if self._broker is not None and self._admin is None:
+            broker = self._broker
+            await broker.connect()  # no-op once the app started it; else connects it
+            names = broker.tables.names
+            self._admin = QueueAdmin(
+                broker.engine, message_table=names.message, archive_table=names.archive
+            )
         self._loop = asyncio.get_running_loop()
         await self.refresh()
 
@@ -110,8 +135,10 @@ class QueueStateCollector(Collector):
         reading, self._reading, self._loop = self._reading, None, None
         if reading is not None:
             await asyncio.wrap_future(reading)
-        if self._owns_admin:
-            await self.admin.close()
+        if self._owns_admin and self._admin is not None:
+            await self._admin.close()  # an engine of the broker's stays open: not ours
+        if self._broker is not None:
+            self._admin = None  # a restart reads through the broker's engine of then
 
     async def __aenter__(self) -> QueueStateCollector:
         await self.start()

@@ -71,6 +71,7 @@ class ConsumeOptions:
     circuit_breaker_per_channel: bool = False
 
     def __post_init__(self) -> None:
+
         # Every option has bounds: a value that cannot work (a claim size past the
         # database's integers, a busy-looping interval, a lease of centuries) fails here,
         # when the subscriber is built, not in every claim later.

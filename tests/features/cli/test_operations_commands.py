@@ -95,12 +95,12 @@ async def test_purge_asks_first(database_url, seeded):
         (["purge", "nope", "--yes"], 1, "no queue 'nope'"),
         (["dlq", "redrive", "999999"], 1, "no message 999999"),
         (["dlq", "redrive"], 2, "give message ids, --queue NAME or --all"),
-        (["replay", "--queue", "q", "--state", "REDRIVEN"], 1, "cannot replay state"),
+        (["replay", "--queue", "q", "--state", "REDRIVEN"], 2, "cannot replay state"),
         (["archive", "prune", "--older-than", "soon", "--yes"], 2, "not a duration"),
         (["archive", "prune", "--older-than", "0d", "--yes"], 2, "more than 0"),
         (["dlq", "list", "--since", "1h", "--until", "2h"], 2, "wrong way round"),
         (["dlq", "list", "--since", "yesterday"], 2, "neither an ISO 8601 time nor an age"),
-        (["dlq", "list", "--after", "x"], 1, "not a page token"),
+        (["dlq", "list", "--after", "x"], 2, "not a page token"),
     ],
 )
 async def test_bad_input_is_one_line_and_a_meaningful_exit_code(
@@ -124,13 +124,13 @@ async def test_an_unreachable_database_is_one_line_without_the_password(args):
 async def test_archive_partition_commands(database_url, dialect_name, engine):
     if dialect_name != "postgresql":
         for args in (["archive", "partition"], ["archive", "maintain"]):
-            result = await cli(database_url, *args, code=1)
+            result = await cli(database_url, *args, code=2)
             assert "archive partitions are a PostgreSQL feature" in result.output
         return
     from tests.features.maintenance.test_archive_partitions import _unpartition
 
     try:
-        refused = await cli(database_url, "archive", "maintain", code=1)
+        refused = await cli(database_url, "archive", "maintain", code=2)
         assert "is not partitioned; run: faststream-sqla archive partition" in refused.output
         made = await cli_json(database_url, "archive", "partition", "--months-ahead", "1")
         assert made["partitioned"] and len(made["created"]) == 2  # this month and the next

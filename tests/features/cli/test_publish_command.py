@@ -37,7 +37,7 @@ async def test_cli_publish_stores_json_or_text_with_headers_and_delay(
                                  "--json")).stdout)
     first, second = await rows(engine, tables.message)
     assert done.output.split()[2] == str(first["id"]) and text == {
-        "id": second["id"], "queue": "orders"
+        "id": second["id"], "queue": "orders", "content_type": "text/plain"
     }
     assert json.loads(first["payload"]) == {"id": 1}
     assert first["headers"]["tenant"] == "acme" and first["headers"]["trace"] == "a=b"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from chaos.servers import throwaway

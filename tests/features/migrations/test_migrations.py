@@ -323,7 +323,7 @@ def test_cli_errors_exit_1(url: str, expected: str) -> None:
 def test_cli_rejects_bad_table_name(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
     result = runner.invoke(app, ["db", "upgrade", "--url", url, "--message-table", "x;drop"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "must be 1-48 letters" in result.output
 
 
