@@ -78,7 +78,8 @@ async def archive(engine, tables, state: MessageState) -> list[int]:
 async def run_together(commands: list[list[str]]) -> list[dict]:
     """Start every child, wait until each is ready, release them at once; what each
     moved. A mover by ids that checks them after another moved them all is refused
-    whole (nothing moved, exit 1), as a redrive of an already moved message is."""
+    whole (nothing moved, exit 2: a value that cannot work), as a redrive of an already
+    moved message is."""
     children = [
         await asyncio.create_subprocess_exec(
             sys.executable, *command,
@@ -98,7 +99,7 @@ async def run_together(commands: list[list[str]]) -> list[dict]:
     results = []
     for child in children:
         out, errors = await child.communicate()
-        if child.returncode == 1 and b"already moved back" in errors:
+        if child.returncode == 2 and b"already moved back" in errors:
             results.append({"moved": {}})
             continue
         assert child.returncode == 0, errors.decode()
