@@ -175,6 +175,17 @@ class Admin:
     def __call__(self, action: Callable[[QueueAdmin], Awaitable[T]]) -> T:
         return with_admin(self.url, self.message_table, self.archive_table, action)
 
+    def printed_json_or_empty(self, found: Any, empty: str, items: Any = None) -> bool:
+        """True when `found` is printed in full already: as JSON for --json, else as the
+        line `empty` when there is nothing (in `items`, a page's, or `found` itself)."""
+        if self.json_output:
+            print_json(found)
+            return True
+        if not (found if items is None else items):
+            out.print(empty)
+            return True
+        return False
+
     def check_tables(self) -> None:
         """A usage error for a bad table name, before a question is asked."""
         names_of(self.message_table, self.archive_table)

@@ -120,10 +120,7 @@ def status(admin: Admin, queue: OptionalName = None) -> None:
     """State, consecutive failures, probe holder and recent transitions of the breakers
     (the queues', and their channels' own)."""
     found = admin(lambda a: a.breakers(queue))
-    if admin.json_output:
-        return print_json(found)
-    if not found:
-        out.print("No circuit breaker has counted a failure.")
+    if admin.printed_json_or_empty(found, "No circuit breaker has counted a failure."):
         return None
     channels = any(b.channel is not None for b in found)
     table = listing(

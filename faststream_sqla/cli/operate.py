@@ -49,6 +49,14 @@ Since = Annotated[
     typer.Option(help="From this time: ISO 8601 (UTC unless it says otherwise) or an age: 2h."),
 ]
 Until = Annotated[str | None, typer.Option(help="Before this time: as --since.")]
+#: the paging options of the commands that list a page at a time
+PageLimit = Annotated[
+    int,
+    typer.Option(
+        parser=integer_in(1, MAX_PAGE), metavar=f"1-{MAX_PAGE}", help="Messages per page."
+    ),
+]
+After = Annotated[str | None, typer.Option(help="The next-page token a page printed.")]
 
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d|w)\s*$", re.ASCII)
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -120,6 +128,13 @@ def listing(*headers: str, first: list[str] | None = None) -> Table:
         Column(headers[0], min_width=width, overflow="fold"),
         *(Column(h, overflow="fold") for h in headers[1:]),
     )
+
+
+def _print_page(table: Table, next_page: str | None) -> None:
+    """A page's table, and the option that shows the next page when there is one."""
+    out.print(table)
+    if next_page is not None:
+        out.print(f"More: --after {next_page}")
 
 
 def _age(seconds: float | None) -> str:
@@ -217,21 +232,15 @@ def messages(
             show_default=False,
         ),
     ] = None,
-    limit: Annotated[
-        int,
-        typer.Option(
-            parser=integer_in(1, MAX_PAGE), metavar=f"1-{MAX_PAGE}", help="Messages per page."
-        ),
-    ] = 50,
-    after: Annotated[str | None, typer.Option(help="The next-page token a page printed.")] = None,
+    limit: PageLimit = 50,
+    after: After = None,
 ) -> None:
     """A queue's live messages by state, oldest first, a page at a time."""
     queue_name(queue)
     page = admin(lambda a: a.messages(queue, states=state or None, limit=limit, after=after))
-    if admin.json_output:
-        return print_json(page)
-    if not page.items:
-        out.print(f"No messages of queue {escape(queue)} in those states.")
+    if admin.printed_json_or_empty(
+        page, f"No messages of queue {escape(queue)} in those states.", page.items
+    ):
         return None
     table = listing("id", "state", "priority", "channel", "attempts", "created", "due", "error")
     for m in page.items:
@@ -245,10 +254,7 @@ def messages(
             _time(m.next_attempt_at),
             escape(first_line(m.last_error))[:80] if m.last_error else "-",
         )
-    out.print(table)
-    if page.next_page is not None:
-        out.print(f"More: --after {page.next_page}")
-    return None
+    return _print_page(table, page.next_page)
 
 
 @admin_command(app)
@@ -311,23 +317,15 @@ def dlq_list(
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
     since: Since = None,
     until: Until = None,
-    limit: Annotated[
-        int,
-        typer.Option(
-            parser=integer_in(1, MAX_PAGE), metavar=f"1-{MAX_PAGE}", help="Messages per page."
-        ),
-    ] = 50,
-    after: Annotated[str | None, typer.Option(help="The next-page token a page printed.")] = None,
+    limit: PageLimit = 50,
+    after: After = None,
 ) -> None:
     """Dead letters, newest first, a page at a time."""
     start, end = time_range(since, until)
     page = admin(
         lambda a: a.dead_letters(queue=queue, since=start, until=end, limit=limit, after=after)
     )
-    if admin.json_output:
-        return print_json(page)
-    if not page.items:
-        out.print("No dead letters.")
+    if admin.printed_json_or_empty(page, "No dead letters.", page.items):
         return None
     table = listing("id", "queue", "state", "attempts", "archived", "error")
     for d in page.items:
@@ -339,10 +337,7 @@ def dlq_list(
             _time(d.archived_at),
             escape(first_line(d.last_error))[:120],
         )
-    out.print(table)
-    if page.next_page is not None:
-        out.print(f"More: --after {page.next_page}")
-    return None
+    return _print_page(table, page.next_page)
 
 
 @admin_command(dlq, "summary")
@@ -351,10 +346,7 @@ def dlq_summary(
 ) -> None:
     """Per queue: how many dead letters, the oldest, the newest, the commonest errors."""
     found = admin(lambda a: a.dead_letter_summary(queue=queue))
-    if admin.json_output:
-        return print_json(found)
-    if not found:
-        out.print("No dead letters.")
+    if admin.printed_json_or_empty(found, "No dead letters."):
         return None
     table = listing(
         "queue",

@@ -32,10 +32,7 @@ def schedule_list(admin: Admin) -> None:
     """Every schedule: its queue, timing, state, next firing and ticks fired (--json
     adds the missed-tick policy, the last firing and the message)."""
     found = admin(lambda a: a.schedules())
-    if admin.json_output:
-        return print_json(found)
-    if not found:
-        out.print("No schedules.")
+    if admin.printed_json_or_empty(found, "No schedules."):
         return None
     table = listing(
         "name", "queue", "timing", "state", "next (UTC)", "fired", first=[s.name for s in found]
