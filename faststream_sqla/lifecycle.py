@@ -76,8 +76,8 @@ def after_attempt(
     first = _naive(message.first_attempt_at) or started
     last_error = describe_error(error) if error is not None else None
     decision = message.decision or AckStatus.NACKED
-    if decision is AckStatus.ACKED or decision is AckStatus.REJECTED:
-        state = MessageState.COMPLETED if decision is AckStatus.ACKED else MessageState.FAILED
+
+    def outcome(state: MessageState, next_attempt_at: datetime | None = None) -> Outcome:
         return Outcome(
             message.id,
             message.token,
@@ -86,10 +86,14 @@ def after_attempt(
             message.deliveries_count,
             first,
             started,
-            None,
+            next_attempt_at,
             last_error,
             message.keyed,
         )
+
+    if decision is AckStatus.ACKED or decision is AckStatus.REJECTED:
+        state = MessageState.COMPLETED if decision is AckStatus.ACKED else MessageState.FAILED
+        return outcome(state)
 
     finished = to_aware(finished_at)
     first_aware = to_aware(first)
@@ -103,30 +107,8 @@ def after_attempt(
         if limit is not None and next_at > first_aware + timedelta(seconds=limit):
             next_at = None
     if next_at is None:
-        return Outcome(
-            message.id,
-            message.token,
-            MessageState.FAILED,
-            attempts,
-            message.deliveries_count,
-            first,
-            started,
-            None,
-            last_error,
-            message.keyed,
-        )
-    return Outcome(
-        message.id,
-        message.token,
-        MessageState.RETRYABLE,
-        attempts,
-        message.deliveries_count,
-        first,
-        started,
-        _naive(next_at),
-        last_error,
-        message.keyed,
-    )
+        return outcome(MessageState.FAILED)
+    return outcome(MessageState.RETRYABLE, _naive(next_at))
 
 
 def deferred(message: ClaimedMessage, *, started_at: datetime, finished_at: datetime) -> Outcome:

@@ -154,10 +154,10 @@ class LinearRetryStrategy(RetryStrategy):
         return self.initial_delay_seconds + self.step_seconds * (attempts_count - 1)
 
 
-class ExponentialBackoffRetryStrategy(RetryStrategy):
-    """Delay ``initial_delay_seconds * multiplier ** (n - 1)``, capped at ``max_delay_seconds``."""
-
-    _params = ("initial_delay_seconds", "multiplier", "max_delay_seconds")
+class _Exponential(RetryStrategy):
+    """What both exponential strategies share: the checked initial delay, multiplier
+    and cap, and the delay ``initial_delay_seconds * multiplier ** (n - 1)`` capped at
+    ``max_delay_seconds``."""
 
     def __init__(
         self, *, initial_delay_seconds: float, multiplier: float = 2.0,
@@ -169,10 +169,19 @@ class ExponentialBackoffRetryStrategy(RetryStrategy):
         self.multiplier = _number("multiplier", multiplier, minimum=1.0)
         self.max_delay_seconds = _optional_number("max_delay_seconds", max_delay_seconds)
 
-    def delay_seconds(self, attempts_count: int) -> float:
+    def _backoff(self, attempts_count: int) -> float:
         return _exponential(
             self.initial_delay_seconds, self.multiplier, self.max_delay_seconds, attempts_count
         )
+
+
+class ExponentialBackoffRetryStrategy(_Exponential):
+    """Delay ``initial_delay_seconds * multiplier ** (n - 1)``, capped at ``max_delay_seconds``."""
+
+    _params = ("initial_delay_seconds", "multiplier", "max_delay_seconds")
+
+    def delay_seconds(self, attempts_count: int) -> float:
+        return self._backoff(attempts_count)
 
 
 class ConstantWithJitterRetryStrategy(RetryStrategy):
@@ -207,7 +216,7 @@ class ConstantWithJitterRetryStrategy(RetryStrategy):
         return max(0.0, self._delay_seconds + jitter)
 
 
-class ExponentialBackoffWithJitterRetryStrategy(RetryStrategy):
+class ExponentialBackoffWithJitterRetryStrategy(_Exponential):
     """Exponential backoff scaled by uniform ``[1 - jitter_factor, 1 + jitter_factor]``.
 
     The result never exceeds ``max_delay_seconds`` and is never negative.
@@ -221,17 +230,16 @@ class ExponentialBackoffWithJitterRetryStrategy(RetryStrategy):
         random: _random.Random | None = None,
         max_attempts: int | None = None, max_total_delay_seconds: float | None = None,
     ) -> None:  # fmt: skip
-        super().__init__(max_attempts=max_attempts, max_total_delay_seconds=max_total_delay_seconds)
-        self.initial_delay_seconds = _number("initial_delay_seconds", initial_delay_seconds)
-        self.multiplier = _number("multiplier", multiplier, minimum=1.0)
-        self.max_delay_seconds = _optional_number("max_delay_seconds", max_delay_seconds)
+        super().__init__(
+            initial_delay_seconds=initial_delay_seconds, multiplier=multiplier,
+            max_delay_seconds=max_delay_seconds,
+            max_attempts=max_attempts, max_total_delay_seconds=max_total_delay_seconds,
+        )  # fmt: skip
         self.jitter_factor = _number("jitter_factor", jitter_factor, maximum=1.0)
         self._random = random if random is not None else _random.Random()
 
     def delay_seconds(self, attempts_count: int) -> float:
-        base = _exponential(
-            self.initial_delay_seconds, self.multiplier, self.max_delay_seconds, attempts_count
-        )
+        base = self._backoff(attempts_count)
         factor = self._random.uniform(1.0 - self.jitter_factor, 1.0 + self.jitter_factor)
         if math.isinf(base):  # inf * 0 would be NaN
             return math.inf

@@ -54,18 +54,22 @@ class LimitChange:
         if self.max_concurrency is not UNSET:
             values["max_concurrency"] = self.max_concurrency
         if self.rate is not UNSET:
-            rate = self.rate
-            values["rate_count"] = None if rate is None else rate.count
-            values["rate_period"] = None if rate is None else rate.period
+            values.update(_rate_columns("rate", self.rate))
         if self.channel_max_concurrency is not UNSET:
             values["channel_max_concurrency"] = self.channel_max_concurrency
         if self.channel_rate is not UNSET:
-            rate = self.channel_rate
-            values["channel_rate_count"] = None if rate is None else rate.count
-            values["channel_rate_period"] = None if rate is None else rate.period
+            values.update(_rate_columns("channel_rate", self.channel_rate))
         if self.paused is not UNSET:
             values["paused"] = self.paused
         return values
+
+
+def _rate_columns(prefix: str, rate: Rate | None) -> dict[str, Any]:
+    """A rate as its two columns, `{prefix}_count` and `{prefix}_period`; None removes it."""
+    return {
+        f"{prefix}_count": None if rate is None else rate.count,
+        f"{prefix}_period": None if rate is None else rate.period,
+    }
 
 
 #: what a missing control row stands for: no limits, not paused

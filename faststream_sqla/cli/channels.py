@@ -19,11 +19,10 @@ from faststream_sqla.channels.limits import MAX_CONCURRENCY_LIMIT, Rate, checked
 from faststream_sqla.channels.store import UNSET, _Unset
 from faststream_sqla.durations import whole_number
 from faststream_sqla.exceptions import InvalidOptionError, shown
-from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
-from .common import ArchiveTable, MessageTable, Url, app, out, usage_error
+from .common import Admin, admin_command, app, out, print_json, usage_error
 from .control import Name, _queue_name, queue_app
-from .operate import Json, listing, print_json, with_admin
+from .operate import listing
 
 channel_app = typer.Typer(
     help="The channels of a queue: their limits, pause and resume.", no_args_is_help=True
@@ -110,29 +109,23 @@ def _where(channel: str, queue: str) -> str:
     return f"{kind} {escape(repr(channel))} of queue {escape(repr(queue))}"
 
 
-@channel_app.command("set")
+@admin_command(channel_app, "set")
 def channel_set(
-    url: Url,
+    admin: Admin,
     channel: Channel,
     queue: ChannelQueue,
     max_concurrency: MaxConcurrency = None,
     rate: RateOption = None,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """Set a channel's own limits; every process follows within seconds, no restart."""
     most = parse_concurrency(max_concurrency, "--max-concurrency")
     per_period = parse_rate(rate, "--rate")
     if most is UNSET and per_period is UNSET:
         usage_error("nothing to set: give --max-concurrency and/or --rate (none removes a limit)")
-    found = with_admin(
-        url,
-        message_table,
-        archive_table,
-        lambda a: a.set_channel_limits(queue, channel, max_concurrency=most, rate=per_period),
+    found = admin(
+        lambda a: a.set_channel_limits(queue, channel, max_concurrency=most, rate=per_period)
     )
-    if json_output:
+    if admin.json_output:
         return print_json(found)
     out.print(
         f"{_where(channel, queue)}: max concurrency "
@@ -142,21 +135,15 @@ def channel_set(
     return None
 
 
-@channel_app.command("list")
-def channel_list(
-    url: Url,
-    queue: ChannelQueue,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(channel_app, "list")
+def channel_list(admin: Admin, queue: ChannelQueue) -> None:
     """A queue's channels: messages ready, in flight and later, and their limits."""
 
-    async def read(admin: QueueAdmin) -> tuple[QueueLimits, list[ChannelStatus]]:
-        return await admin.queue_limits(queue), await admin.channels(queue)
+    async def read(a: QueueAdmin) -> tuple[QueueLimits, list[ChannelStatus]]:
+        return await a.queue_limits(queue), await a.channels(queue)
 
-    limits, found = with_admin(url, message_table, archive_table, read)
-    if json_output:
+    limits, found = admin(read)
+    if admin.json_output:
         return print_json(found)
     name = escape(repr(queue))
     if limits.paused:
@@ -193,22 +180,11 @@ def channel_list(
     return None
 
 
-def _set_paused(
-    url: str,
-    channel: str,
-    queue: str,
-    paused: bool,
-    json_output: bool,
-    message_table: str,
-    archive_table: str,
-) -> None:
-    changed = with_admin(
-        url,
-        message_table,
-        archive_table,
-        lambda a: a.pause_channel(queue, channel) if paused else a.resume_channel(queue, channel),
+def _set_paused(admin: Admin, channel: str, queue: str, paused: bool) -> None:
+    changed = admin(
+        lambda a: a.pause_channel(queue, channel) if paused else a.resume_channel(queue, channel)
     )
-    if json_output:
+    if admin.json_output:
         return print_json(
             {"queue": queue, "channel": channel, "paused": paused, "changed": changed}
         )
@@ -223,35 +199,21 @@ def _set_paused(
     return None
 
 
-@channel_app.command("pause")
-def channel_pause(
-    url: Url,
-    channel: Channel,
-    queue: ChannelQueue,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(channel_app, "pause")
+def channel_pause(admin: Admin, channel: Channel, queue: ChannelQueue) -> None:
     """Stop claims of one channel in every process; the queue's other channels go on."""
-    return _set_paused(url, channel, queue, True, json_output, message_table, archive_table)
+    return _set_paused(admin, channel, queue, True)
 
 
-@channel_app.command("resume")
-def channel_resume(
-    url: Url,
-    channel: Channel,
-    queue: ChannelQueue,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(channel_app, "resume")
+def channel_resume(admin: Admin, channel: Channel, queue: ChannelQueue) -> None:
     """Let a paused channel be claimed again."""
-    return _set_paused(url, channel, queue, False, json_output, message_table, archive_table)
+    return _set_paused(admin, channel, queue, False)
 
 
-@queue_app.command("limit")
+@admin_command(queue_app, "limit")
 def queue_limit(
-    url: Url,
+    admin: Admin,
     queue: Name,
     max_concurrency: MaxConcurrency = None,
     rate: RateOption = None,
@@ -273,9 +235,6 @@ def queue_limit(
             show_default=False,
         ),
     ] = None,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """Set QUEUE's limits and its channels' defaults; with no option, show them."""
     most = parse_concurrency(max_concurrency, "--max-concurrency")
@@ -284,21 +243,18 @@ def queue_limit(
     channel_per_period = parse_rate(channel_rate, "--channel-rate")
     given = any(v is not UNSET for v in (most, per_period, channel_most, channel_per_period))
     if given:
-        found = with_admin(
-            url,
-            message_table,
-            archive_table,
+        found = admin(
             lambda a: a.set_queue_limits(
                 queue,
                 max_concurrency=most,
                 rate=per_period,
                 channel_max_concurrency=channel_most,
                 channel_rate=channel_per_period,
-            ),
+            )
         )
     else:
-        found = with_admin(url, message_table, archive_table, lambda a: a.queue_limits(queue))
-    if json_output:
+        found = admin(lambda a: a.queue_limits(queue))
+    if admin.json_output:
         return print_json(found)
     state = "paused" if found.paused else "running"
     out.print(f"Queue {escape(repr(queue))} ({state}):")

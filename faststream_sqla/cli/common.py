@@ -4,8 +4,12 @@ option, and how failures end (one line, password masked, a meaningful exit code)
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
+import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, NoReturn, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 import typer
@@ -13,10 +17,16 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from faststream_sqla.admin import QueueAdmin, to_json
 from faststream_sqla.connecting import create_engine, missing_sqlite_file
 from faststream_sqla.durations import integer
 from faststream_sqla.exceptions import InvalidOptionError, SqlaBrokerError, shown
-from faststream_sqla.schema import TableNames, validate_queue_name
+from faststream_sqla.schema import (
+    DEFAULT_ARCHIVE_TABLE,
+    DEFAULT_MESSAGE_TABLE,
+    TableNames,
+    validate_queue_name,
+)
 from faststream_sqla.urls import mask_passwords, masked
 
 T = TypeVar("T")
@@ -43,6 +53,7 @@ Url = Annotated[
 ]
 MessageTable = Annotated[str, typer.Option("--message-table", help="Name of the message table.")]
 ArchiveTable = Annotated[str, typer.Option("--archive-table", help="Name of the archive table.")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")]
 
 
 def integer_in(low: int | None = None, high: int | None = None) -> Callable[[object], int]:
@@ -127,3 +138,97 @@ def names_of(message_table: str, archive_table: str) -> TableNames:
         return TableNames(message_table, archive_table)
     except SqlaBrokerError as e:
         raise fail(str(e), EXIT_USAGE) from None
+
+
+def with_admin(
+    url: str,
+    message_table: str,
+    archive_table: str,
+    action: Callable[[QueueAdmin], Awaitable[T]],
+) -> T:
+    names = names_of(message_table, archive_table)
+
+    async def go(engine: AsyncEngine) -> T:
+        admin = QueueAdmin(engine, message_table=names.message, archive_table=names.archive)
+        # The command made this engine: it gets the settings of an engine the broker owns
+        # (on SQLite, write transactions that take the write lock when they begin).
+        admin.dialect.configure_engine(engine, owned=True)
+        return await action(admin)
+
+    return run(url, go)
+
+
+def print_json(value: Any) -> None:
+    typer.echo(json.dumps(to_json(value), indent=2))
+
+
+@dataclass(frozen=True)
+class Admin:
+    """The options every admin command shares, as its body uses them: `admin(action)`
+    runs one action on a `QueueAdmin`; `json_output` is --json."""
+
+    url: str
+    json_output: bool
+    message_table: str
+    archive_table: str
+
+    def __call__(self, action: Callable[[QueueAdmin], Awaitable[T]]) -> T:
+        return with_admin(self.url, self.message_table, self.archive_table, action)
+
+    def printed_json_or_empty(self, found: Any, empty: str, items: Any = None) -> bool:
+        """True when `found` is printed in full already: as JSON for --json, else as the
+        line `empty` when there is nothing (in `items`, a page's, or `found` itself)."""
+        if self.json_output:
+            print_json(found)
+            return True
+        if not (found if items is None else items):
+            out.print(empty)
+            return True
+        return False
+
+    def check_tables(self) -> None:
+        """A usage error for a bad table name, before a question is asked."""
+        names_of(self.message_table, self.archive_table)
+
+
+def _option(
+    name: str, annotation: Any, default: Any = inspect.Parameter.empty
+) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default
+    )
+
+
+#: the options an admin command takes before its own (--url) and after them
+_FIRST = [_option("url", Url)]
+_LAST = [
+    _option("json_output", Json, False),
+    _option("message_table", MessageTable, DEFAULT_MESSAGE_TABLE),
+    _option("archive_table", ArchiveTable, DEFAULT_ARCHIVE_TABLE),
+]
+
+
+def admin_command(
+    group: typer.Typer, name: str | None = None
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register a command in `group` (named `name`, else as the function) that takes
+    --url first, then its own arguments and options, then --json, --message-table and
+    --archive-table; the function gets those four as one `Admin`, its first argument."""
+
+    def register(command: Callable[..., None]) -> Callable[..., None]:
+        own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in _FIRST + own + _LAST]
+
+        @functools.wraps(command)
+        def wrapper(
+            *, url: str, json_output: bool, message_table: str, archive_table: str, **given: Any
+        ) -> None:
+            return command(Admin(url, json_output, message_table, archive_table), **given)
+
+        del wrapper.__wrapped__  # typer reads the signature below, not the function's
+        wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        group.command(name)(wrapper)
+        return wrapper
+
+    return register

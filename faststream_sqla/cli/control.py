@@ -11,10 +11,10 @@ from rich.markup import escape
 
 from faststream_sqla.admin.channels import channel_name
 from faststream_sqla.exceptions import InvalidOptionError, InvalidQueueNameError
-from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE, validate_queue_name
+from faststream_sqla.schema import validate_queue_name
 
-from .common import ArchiveTable, MessageTable, Url, app, out, usage_error
-from .operate import Json, _time, listing, print_json, with_admin
+from .common import Admin, admin_command, app, out, print_json, usage_error
+from .operate import _time, listing
 
 queue_app = typer.Typer(
     help="Pause and resume the consumers of a queue; its limits.", no_args_is_help=True
@@ -77,16 +77,9 @@ def _breaker_name(queue: str, channel: str | None) -> str:
     return f"channel {escape(repr(channel))} of queue {escape(repr(queue))}"
 
 
-def _set_paused(
-    url: str, queue: str, paused: bool, json_output: bool, message_table: str, archive_table: str
-) -> None:
-    changed = with_admin(
-        url,
-        message_table,
-        archive_table,
-        lambda a: a.pause_queue(queue) if paused else a.resume_queue(queue),
-    )
-    if json_output:
+def _set_paused(admin: Admin, queue: str, paused: bool) -> None:
+    changed = admin(lambda a: a.pause_queue(queue) if paused else a.resume_queue(queue))
+    if admin.json_output:
         return print_json({"queue": queue, "paused": paused, "changed": changed})
     name = escape(repr(queue))
     if paused:
@@ -97,40 +90,23 @@ def _set_paused(
     return None
 
 
-@queue_app.command()
-def pause(
-    url: Url,
-    queue: Name,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(queue_app)
+def pause(admin: Admin, queue: Name) -> None:
     """Stop claims of QUEUE in every process within seconds; running handlers finish."""
-    return _set_paused(url, queue, True, json_output, message_table, archive_table)
+    return _set_paused(admin, queue, True)
 
 
-@queue_app.command()
-def resume(
-    url: Url,
-    queue: Name,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(queue_app)
+def resume(admin: Admin, queue: Name) -> None:
     """Let every consumer of QUEUE claim again."""
-    return _set_paused(url, queue, False, json_output, message_table, archive_table)
+    return _set_paused(admin, queue, False)
 
 
-@queue_app.command()
-def paused(
-    url: Url,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(queue_app)
+def paused(admin: Admin) -> None:
     """The paused queues."""
-    names = with_admin(url, message_table, archive_table, lambda a: a.paused_queues())
-    if json_output:
+    names = admin(lambda a: a.paused_queues())
+    if admin.json_output:
         return print_json(names)
     if not names:
         out.print("No queue is paused.")
@@ -139,21 +115,12 @@ def paused(
     return None
 
 
-@breaker_app.command()
-def status(
-    url: Url,
-    queue: OptionalName = None,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(breaker_app)
+def status(admin: Admin, queue: OptionalName = None) -> None:
     """State, consecutive failures, probe holder and recent transitions of the breakers
     (the queues', and their channels' own)."""
-    found = with_admin(url, message_table, archive_table, lambda a: a.breakers(queue))
-    if json_output:
-        return print_json(found)
-    if not found:
-        out.print("No circuit breaker has counted a failure.")
+    found = admin(lambda a: a.breakers(queue))
+    if admin.printed_json_or_empty(found, "No circuit breaker has counted a failure."):
         return None
     channels = any(b.channel is not None for b in found)
     table = listing(
@@ -186,21 +153,12 @@ def status(
     return None
 
 
-@breaker_app.command()
-def reset(
-    url: Url,
-    queue: Name,
-    channel: BreakerChannel = None,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(breaker_app)
+def reset(admin: Admin, queue: Name, channel: BreakerChannel = None) -> None:
     """Close QUEUE's breaker (or one channel's) and forget its failures; consumers claim
     again within seconds."""
-    changed = with_admin(
-        url, message_table, archive_table, lambda a: a.reset_breaker(queue, channel=channel)
-    )
-    if json_output:
+    changed = admin(lambda a: a.reset_breaker(queue, channel=channel))
+    if admin.json_output:
         return print_json(
             {"queue": queue, "channel": channel, "state": "CLOSED", "changed": changed}
         )

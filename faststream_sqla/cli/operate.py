@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.admin import QueueAdmin, to_json
 from faststream_sqla.admin.api import MAX_BATCH, MAX_PAGE
@@ -24,19 +23,16 @@ from faststream_sqla.admin.messages import MESSAGE_LIST_STATES
 from faststream_sqla.admin.models import MoveResult, QueueStats
 from faststream_sqla.dialects.postgresql.partitions import MAX_MONTHS_AHEAD
 from faststream_sqla.exceptions import shown
-from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
 from .common import (
-    ArchiveTable,
-    MessageTable,
-    Url,
+    Admin,
+    admin_command,
     app,
     err,
     integer_in,
-    names_of,
     out,
+    print_json,
     queue_name,
-    run,
     usage_error,
 )
 
@@ -47,13 +43,20 @@ app.add_typer(dlq, name="dlq")
 archive_app = typer.Typer(help="The archive of settled messages.", no_args_is_help=True)
 app.add_typer(archive_app, name="archive")
 
-Json = Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 Since = Annotated[
     str | None,
     typer.Option(help="From this time: ISO 8601 (UTC unless it says otherwise) or an age: 2h."),
 ]
 Until = Annotated[str | None, typer.Option(help="Before this time: as --since.")]
+#: the paging options of the commands that list a page at a time
+PageLimit = Annotated[
+    int,
+    typer.Option(
+        parser=integer_in(1, MAX_PAGE), metavar=f"1-{MAX_PAGE}", help="Messages per page."
+    ),
+]
+After = Annotated[str | None, typer.Option(help="The next-page token a page printed.")]
 
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d|w)\s*$", re.ASCII)
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -95,28 +98,6 @@ def time_range(since: str | None, until: str | None) -> tuple[datetime | None, d
     return start, end
 
 
-def with_admin(
-    url: str,
-    message_table: str,
-    archive_table: str,
-    action: Callable[[QueueAdmin], Awaitable[T]],
-) -> T:
-    names = names_of(message_table, archive_table)
-
-    async def go(engine: AsyncEngine) -> T:
-        admin = QueueAdmin(engine, message_table=names.message, archive_table=names.archive)
-        # The command made this engine: it gets the settings of an engine the broker owns
-        # (on SQLite, write transactions that take the write lock when they begin).
-        admin.dialect.configure_engine(engine, owned=True)
-        return await action(admin)
-
-    return run(url, go)
-
-
-def print_json(value: Any) -> None:
-    typer.echo(json.dumps(to_json(value), indent=2))
-
-
 @contextmanager
 def progress_bar(label: str, json_output: bool) -> Iterator[Callable[[int, int | None], None]]:
     """A progress bar on stderr (stdout stays clean for --json) and its callback; it
@@ -149,6 +130,13 @@ def listing(*headers: str, first: list[str] | None = None) -> Table:
     )
 
 
+def _print_page(table: Table, next_page: str | None) -> None:
+    """A page's table, and the option that shows the next page when there is one."""
+    out.print(table)
+    if next_page is not None:
+        out.print(f"More: --after {next_page}")
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -173,26 +161,23 @@ def _flow(paused: bool, breaker: str) -> str:
     return ", ".join(held) or "-"
 
 
-@app.command()
+@admin_command(app)
 def queues(
-    url: Url,
+    admin: Admin,
     queue: Annotated[list[str] | None, typer.Option(help="Only this queue (repeatable).")] = None,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """Per queue: messages by state, failures, oldest ready age, handled per minute,
     whether it is paused and its circuit breaker's state."""
 
-    async def read(admin: QueueAdmin) -> tuple[list[QueueStats], set[str], dict[str, str]]:
-        stats = await admin.queues(queue or None)
-        paused = set(await admin.paused_queues())
+    async def read(a: QueueAdmin) -> tuple[list[QueueStats], set[str], dict[str, str]]:
+        stats = await a.queues(queue or None)
+        paused = set(await a.paused_queues())
         # the queue's own breaker (a channel's is in `breaker status`)
-        breakers = {b.queue: b.state for b in await admin.breakers() if b.channel is None}
+        breakers = {b.queue: b.state for b in await a.breakers() if b.channel is None}
         return stats, paused, breakers
 
-    stats, paused, breakers = with_admin(url, message_table, archive_table, read)
-    if json_output:
+    stats, paused, breakers = admin(read)
+    if admin.json_output:
         return print_json(
             [
                 {
@@ -236,9 +221,9 @@ def queues(
     return None
 
 
-@app.command()
+@admin_command(app)
 def messages(
-    url: Url,
+    admin: Admin,
     queue: Annotated[str, typer.Argument(help="The queue whose messages to list.")],
     state: Annotated[
         list[str] | None,
@@ -247,29 +232,15 @@ def messages(
             show_default=False,
         ),
     ] = None,
-    limit: Annotated[
-        int,
-        typer.Option(
-            parser=integer_in(1, MAX_PAGE), metavar=f"1-{MAX_PAGE}", help="Messages per page."
-        ),
-    ] = 50,
-    after: Annotated[str | None, typer.Option(help="The next-page token a page printed.")] = None,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+    limit: PageLimit = 50,
+    after: After = None,
 ) -> None:
     """A queue's live messages by state, oldest first, a page at a time."""
     queue_name(queue)
-    page = with_admin(
-        url,
-        message_table,
-        archive_table,
-        lambda a: a.messages(queue, states=state or None, limit=limit, after=after),
-    )
-    if json_output:
-        return print_json(page)
-    if not page.items:
-        out.print(f"No messages of queue {escape(queue)} in those states.")
+    page = admin(lambda a: a.messages(queue, states=state or None, limit=limit, after=after))
+    if admin.printed_json_or_empty(
+        page, f"No messages of queue {escape(queue)} in those states.", page.items
+    ):
         return None
     table = listing("id", "state", "priority", "channel", "attempts", "created", "due", "error")
     for m in page.items:
@@ -283,26 +254,20 @@ def messages(
             _time(m.next_attempt_at),
             escape(first_line(m.last_error))[:80] if m.last_error else "-",
         )
-    out.print(table)
-    if page.next_page is not None:
-        out.print(f"More: --after {page.next_page}")
-    return None
+    return _print_page(table, page.next_page)
 
 
-@app.command()
+@admin_command(app)
 def inspect(
-    url: Url,
+    admin: Admin,
     message_id: Annotated[
         int, typer.Argument(metavar="ID", parser=integer_in(), help="The message id.")
     ],
     body: Annotated[bool, typer.Option("--body", help="Print the whole body.")] = False,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """One message, queued or archived."""
-    found = with_admin(url, message_table, archive_table, lambda a: a.inspect(message_id))
-    if json_output:
+    found = admin(lambda a: a.inspect(message_id))
+    if admin.json_output:
         return print_json(found)
     text = found.payload.decode(errors="replace")
     preview = text if body or len(text) <= 200 else text[:200] + f"... ({len(found.payload)} bytes)"
@@ -346,35 +311,21 @@ def inspect(
     return None
 
 
-@dlq.command("list")
+@admin_command(dlq, "list")
 def dlq_list(
-    url: Url,
+    admin: Admin,
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
     since: Since = None,
     until: Until = None,
-    limit: Annotated[
-        int,
-        typer.Option(
-            parser=integer_in(1, MAX_PAGE), metavar=f"1-{MAX_PAGE}", help="Messages per page."
-        ),
-    ] = 50,
-    after: Annotated[str | None, typer.Option(help="The next-page token a page printed.")] = None,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+    limit: PageLimit = 50,
+    after: After = None,
 ) -> None:
     """Dead letters, newest first, a page at a time."""
     start, end = time_range(since, until)
-    page = with_admin(
-        url,
-        message_table,
-        archive_table,
-        lambda a: a.dead_letters(queue=queue, since=start, until=end, limit=limit, after=after),
+    page = admin(
+        lambda a: a.dead_letters(queue=queue, since=start, until=end, limit=limit, after=after)
     )
-    if json_output:
-        return print_json(page)
-    if not page.items:
-        out.print("No dead letters.")
+    if admin.printed_json_or_empty(page, "No dead letters.", page.items):
         return None
     table = listing("id", "queue", "state", "attempts", "archived", "error")
     for d in page.items:
@@ -386,28 +337,16 @@ def dlq_list(
             _time(d.archived_at),
             escape(first_line(d.last_error))[:120],
         )
-    out.print(table)
-    if page.next_page is not None:
-        out.print(f"More: --after {page.next_page}")
-    return None
+    return _print_page(table, page.next_page)
 
 
-@dlq.command("summary")
+@admin_command(dlq, "summary")
 def dlq_summary(
-    url: Url,
-    queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+    admin: Admin, queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None
 ) -> None:
     """Per queue: how many dead letters, the oldest, the newest, the commonest errors."""
-    found = with_admin(
-        url, message_table, archive_table, lambda a: a.dead_letter_summary(queue=queue)
-    )
-    if json_output:
-        return print_json(found)
-    if not found:
-        out.print("No dead letters.")
+    found = admin(lambda a: a.dead_letter_summary(queue=queue))
+    if admin.printed_json_or_empty(found, "No dead letters."):
         return None
     table = listing(
         "queue",
@@ -427,25 +366,20 @@ def dlq_summary(
 # -- changing ------------------------------------------------------------------------
 
 
-@app.command()
+@admin_command(app)
 def purge(
-    url: Url,
+    admin: Admin,
     queue: Annotated[str, typer.Argument(help="The queue to empty.")],
     yes: Yes = False,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """Delete a queue's waiting messages (never those being handled)."""
     queue_name(queue)
-    names_of(message_table, archive_table)  # both before the question
+    admin.check_tables()  # both before the question
     if not yes:
         typer.confirm(f"Delete every waiting message of queue {queue!r}?", abort=True)
-    with progress_bar("purging", json_output) as advance:
-        deleted = with_admin(
-            url, message_table, archive_table, lambda a: a.purge(queue, progress=advance)
-        )
-    if json_output:
+    with progress_bar("purging", admin.json_output) as advance:
+        deleted = admin(lambda a: a.purge(queue, progress=advance))
+    if admin.json_output:
         return print_json({"queue": queue, "deleted": deleted})
     out.print(f"Deleted {deleted:,} waiting messages of queue {escape(queue)}.")
     return None
@@ -460,37 +394,31 @@ def _report_moves(result: MoveResult, json_output: bool, verb: str) -> None:
     return None
 
 
-@dlq.command("redrive")
+@admin_command(dlq, "redrive")
 def dlq_redrive(
-    url: Url,
+    admin: Admin,
     ids: Annotated[
         list[int] | None,
         typer.Argument(metavar="[ID]...", parser=integer_in(), help="Dead letters by id."),
     ] = None,
     queue: Annotated[str | None, typer.Option(help="Every dead letter of this queue.")] = None,
     all_queues: Annotated[bool, typer.Option("--all", help="Every dead letter.")] = False,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """Dead letters back to their queue as new messages (the archive marks them REDRIVEN)."""
     if sum([bool(ids), queue is not None, all_queues]) != 1:
         usage_error("give message ids, --queue NAME or --all (exactly one)")
-    with progress_bar("redriving", json_output) as advance:
-        result = with_admin(
-            url,
-            message_table,
-            archive_table,
+    with progress_bar("redriving", admin.json_output) as advance:
+        result = admin(
             lambda a: a.redrive(
                 ids=ids or None, queue=queue, all_queues=all_queues, progress=advance
-            ),
+            )
         )
-    _report_moves(result, json_output, "Redrove")
+    _report_moves(result, admin.json_output, "Redrove")
 
 
-@app.command()
+@admin_command(app)
 def replay(
-    url: Url,
+    admin: Admin,
     ids: Annotated[
         list[int] | None,
         typer.Argument(metavar="[ID]...", parser=integer_in(), help="Archived messages by id."),
@@ -502,20 +430,14 @@ def replay(
         list[str] | None,
         typer.Option(help="Only this final state (repeatable): COMPLETED, FAILED, EXPIRED."),
     ] = None,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """Archived messages in any final state back to their queue, as redrive does."""
     if bool(ids) == (queue is not None):
         usage_error("give message ids or --queue NAME (exactly one)")
     start, end = time_range(since, until)
     states = [s.upper() for s in state] if state else None
-    with progress_bar("replaying", json_output) as advance:
-        result = with_admin(
-            url,
-            message_table,
-            archive_table,
+    with progress_bar("replaying", admin.json_output) as advance:
+        result = admin(
             lambda a: a.replay(
                 ids=ids or None,
                 queue=queue,
@@ -523,14 +445,14 @@ def replay(
                 until=end,
                 states=states,
                 progress=advance,
-            ),
+            )
         )
-    _report_moves(result, json_output, "Replayed")
+    _report_moves(result, admin.json_output, "Replayed")
 
 
-@archive_app.command("prune")
+@admin_command(archive_app, "prune")
 def archive_prune(
-    url: Url,
+    admin: Admin,
     older_than: Annotated[str, typer.Option(help="Age of the rows to delete, e.g. 30d.")],
     batch_size: Annotated[
         int,
@@ -539,23 +461,15 @@ def archive_prune(
         ),
     ] = PRUNE_BATCH,
     yes: Yes = False,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """Delete archive rows older than --older-than, in batches (safe while workers run)."""
     age = parse_duration(older_than, "--older-than")
-    names_of(message_table, archive_table)  # before the question
+    admin.check_tables()  # before the question
     if not yes:
         typer.confirm(f"Delete every archived message older than {older_than}?", abort=True)
-    with progress_bar("pruning", json_output) as advance:
-        deleted = with_admin(
-            url,
-            message_table,
-            archive_table,
-            lambda a: a.prune_archive(age, batch_size=batch_size, progress=advance),
-        )
-    if json_output:
+    with progress_bar("pruning", admin.json_output) as advance:
+        deleted = admin(lambda a: a.prune_archive(age, batch_size=batch_size, progress=advance))
+    if admin.json_output:
         return print_json({"deleted": deleted, "older_than_seconds": age.total_seconds()})
     out.print(f"Deleted {deleted:,} archived messages older than {older_than}.")
     return None
@@ -571,22 +485,11 @@ MonthsAhead = Annotated[
 ]
 
 
-@archive_app.command("partition")
-def archive_partition(
-    url: Url,
-    months_ahead: MonthsAhead = 3,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(archive_app, "partition")
+def archive_partition(admin: Admin, months_ahead: MonthsAhead = 3) -> None:
     """PostgreSQL: partition the archive by month, keeping its rows (stop workers first)."""
-    report = with_admin(
-        url,
-        message_table,
-        archive_table,
-        lambda a: a.partition_archive(months_ahead=months_ahead),
-    )
-    if json_output:
+    report = admin(lambda a: a.partition_archive(months_ahead=months_ahead))
+    if admin.json_output:
         return print_json(report)
     if report.created:
         out.print(f"The archive is partitioned by month: {', '.join(report.created)}.")
@@ -595,27 +498,19 @@ def archive_partition(
     return None
 
 
-@archive_app.command("maintain")
+@admin_command(archive_app, "maintain")
 def archive_maintain(
-    url: Url,
+    admin: Admin,
     months_ahead: MonthsAhead = 3,
     retention: Annotated[
         str | None, typer.Option(help="Drop the months that ended longer ago, e.g. 365d.")
     ] = None,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """PostgreSQL, partitioned archive: create the coming months, drop those past
     --retention. Run it daily (cron)."""
     keep = parse_duration(retention, "--retention") if retention is not None else None
-    report = with_admin(
-        url,
-        message_table,
-        archive_table,
-        lambda a: a.maintain_archive(months_ahead=months_ahead, retention=keep),
-    )
-    if json_output:
+    report = admin(lambda a: a.maintain_archive(months_ahead=months_ahead, retention=keep))
+    if admin.json_output:
         return print_json(report)
     out.print(
         f"Created {len(report.created)} partitions, dropped {len(report.dropped)}; "

@@ -226,20 +226,14 @@ def draw(series: list[dict[str, Any]], path: Path) -> None:
             times, [r["throughput_per_s"] for r in points], marker=".", label=queue
         )
         color = line.get_color()  # one colour per queue in both panels
-        latency.plot(
-            times,
-            [r["latency_p50_s"] for r in points],
-            marker=".",
-            color=color,
-            label=f"{queue} p50",
-        )
-        latency.plot(
-            times,
-            [r["latency_p95_s"] for r in points],
-            linestyle="--",
-            color=color,
-            label=f"{queue} p95",
-        )
+        for percentile, style in (("p50", {"marker": "."}), ("p95", {"linestyle": "--"})):
+            latency.plot(
+                times,
+                [r[f"latency_{percentile}_s"] for r in points],
+                color=color,
+                label=f"{queue} {percentile}",
+                **style,
+            )
     times = sorted({r["period"] for r in series})
     if len(times) == 1:  # one point: show the period around it, not an axis of years
         throughput.set_xlim(times[0] - timedelta(seconds=30), times[0] + timedelta(seconds=30))

@@ -9,10 +9,9 @@ import typer
 from rich.markup import escape
 
 from faststream_sqla.admin.models import ScheduleInfo
-from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
 
-from .common import ArchiveTable, MessageTable, Url, app, names_of, out
-from .operate import Json, Yes, _time, listing, print_json, with_admin
+from .common import Admin, admin_command, app, out, print_json
+from .operate import Yes, _time, listing
 
 schedule_app = typer.Typer(
     help="Interval and cron schedules: list, pause, resume, delete.", no_args_is_help=True
@@ -28,20 +27,12 @@ def _timing(s: ScheduleInfo) -> str:
     return f"every {s.every_seconds:g}s"
 
 
-@schedule_app.command("list")
-def schedule_list(
-    url: Url,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(schedule_app, "list")
+def schedule_list(admin: Admin) -> None:
     """Every schedule: its queue, timing, state, next firing and ticks fired (--json
     adds the missed-tick policy, the last firing and the message)."""
-    found = with_admin(url, message_table, archive_table, lambda a: a.schedules())
-    if json_output:
-        return print_json(found)
-    if not found:
-        out.print("No schedules.")
+    found = admin(lambda a: a.schedules())
+    if admin.printed_json_or_empty(found, "No schedules."):
         return None
     table = listing(
         "name", "queue", "timing", "state", "next (UTC)", "fired", first=[s.name for s in found]
@@ -71,48 +62,27 @@ def _changed(found: ScheduleInfo, json_output: bool) -> None:
     return None
 
 
-@schedule_app.command("pause")
-def schedule_pause(
-    url: Url,
-    name: Name,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(schedule_app, "pause")
+def schedule_pause(admin: Admin, name: Name) -> None:
     """Stop firing a schedule until resumed (kept across restarts)."""
-    found = with_admin(url, message_table, archive_table, lambda a: a.pause_schedule(name))
-    return _changed(found, json_output)
+    return _changed(admin(lambda a: a.pause_schedule(name)), admin.json_output)
 
 
-@schedule_app.command("resume")
-def schedule_resume(
-    url: Url,
-    name: Name,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(schedule_app, "resume")
+def schedule_resume(admin: Admin, name: Name) -> None:
     """Fire a paused schedule again from its next tick (missed ticks are not fired)."""
-    found = with_admin(url, message_table, archive_table, lambda a: a.resume_schedule(name))
-    return _changed(found, json_output)
+    return _changed(admin(lambda a: a.resume_schedule(name)), admin.json_output)
 
 
-@schedule_app.command("delete")
-def schedule_delete(
-    url: Url,
-    name: Name,
-    yes: Yes = False,
-    json_output: Json = False,
-    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
-    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
-) -> None:
+@admin_command(schedule_app, "delete")
+def schedule_delete(admin: Admin, name: Name, yes: Yes = False) -> None:
     """Remove a schedule. A process whose code still declares it writes it again at
     its next start: remove it from the code first."""
-    names_of(message_table, archive_table)  # before the question
+    admin.check_tables()  # before the question
     if not yes:
         typer.confirm(f"Delete schedule {name!r}?", abort=True)
-    with_admin(url, message_table, archive_table, lambda a: a.delete_schedule(name))
-    if json_output:
+    admin(lambda a: a.delete_schedule(name))
+    if admin.json_output:
         return print_json({"deleted": name})
     out.print(f"Deleted schedule {escape(name)}.")
     return None
