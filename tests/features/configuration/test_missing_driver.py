@@ -43,10 +43,9 @@ async def without(
     )
 
 
-@pytest.mark.parametrize(("driver", "url", "extra"), DRIVERS)
-async def test_db_upgrade_without_the_driver_names_the_extra_to_install(
-    driver, url, extra, tmp_path
-):
+async def db_upgrade_output(driver: str, url: str, tmp_path) -> str:
+    """What `faststream-sqla db upgrade --url URL` prints without `driver`; it must fail
+    with exit code 1."""
     done = await without(
         driver,
         "faststream-sqla",
@@ -58,7 +57,14 @@ async def test_db_upgrade_without_the_driver_names_the_extra_to_install(
         cwd=tmp_path,
     )
     assert done.returncode == 1, done.stderr
-    output = done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(("driver", "url", "extra"), DRIVERS)
+async def test_db_upgrade_without_the_driver_names_the_extra_to_install(
+    driver, url, extra, tmp_path
+):
+    output = await db_upgrade_output(driver, url, tmp_path)
     assert f'pip install "faststream-sqla[{extra}]"' in output
     assert f"the {driver} driver of" in output and "is not installed" in output
     assert "use the async driver" not in output  # the URL given is the right one
@@ -70,18 +76,7 @@ async def test_a_sync_url_without_the_async_driver_names_both_the_url_and_the_ex
     driver, url, extra, tmp_path
 ):
     sync_url = url.replace(f"+{driver}", "")
-    done = await without(
-        driver,
-        "faststream-sqla",
-        "from faststream_sqla.cli import app; app()",
-        "db",
-        "upgrade",
-        "--url",
-        sync_url,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 1, done.stderr
-    output = done.stdout + done.stderr
+    output = await db_upgrade_output(driver, sync_url, tmp_path)
     assert f"use the async driver: {url.replace('s3cret', '***')}" in output
     assert f'after installing it: pip install "faststream-sqla[{extra}]"' in output
 
