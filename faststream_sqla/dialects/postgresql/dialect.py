@@ -755,9 +755,11 @@ class PostgresListener(NotificationListener):
                 await lost.wait()
                 self.log(logging.WARNING, "notification listener lost its connection; polling")
             except asyncio.CancelledError:
-                if raw is not None and not raw.driver_connection.is_closed():
-                    await raw.driver_connection.remove_listener(self.channel, self._notified)
-                    await check_in(raw, transaction_ended=False)
+                # Stopping must not wait on the server: an UNLISTEN on a connection the
+                # server is dropping can hang until TCP gives up, and the broker's close
+                # with it. The connection is closed without a word instead of pooled.
+                if raw is not None:
+                    raw.invalidate()
                 raise
             except Exception as exc:
                 if not self.noticed(exc):
