@@ -34,11 +34,11 @@ QUEUES = 10
 ARCHIVE_ID_BASE = 1_000_000_000
 
 
-def _numbers(dialect: str, n: int) -> str:
+def _numbers(driver: str, n: int) -> str:
     """A FROM source of the integers 1..n named g(x)."""
-    if dialect == "postgresql":
+    if driver == "postgresql":
         return f"generate_series(1, {int(n)}) AS g(x)"
-    if dialect == "mysql":
+    if driver == "mysql":
         return f"(SELECT seq AS x FROM seq_1_to_{int(n)}) AS g"
     return (
         f"(WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < {int(n)}) "
@@ -46,19 +46,19 @@ def _numbers(dialect: str, n: int) -> str:
     )
 
 
-def _sql(dialect: str, dead_every: int = 50) -> dict[str, str]:
+def _sql(driver: str, dead_every: int = 50) -> dict[str, str]:
     """The fill statements; one archived row in `dead_every` is FAILED."""
 
     def mod(n: int) -> str:
         # MySQL's driver reads % as a placeholder even without parameters
-        return f"MOD(g.x, {n})" if dialect == "mysql" else f"(g.x % {n})"
+        return f"MOD(g.x, {n})" if driver == "mysql" else f"(g.x % {n})"
 
-    if dialect == "postgresql":
+    if driver == "postgresql":
         now = "(now() AT TIME ZONE 'UTC')"
         minus = f"{now} - make_interval(mins => {mod(43200)})"
         text = f"'q' || {mod(QUEUES)}"
         headers, payload = "'{}'::json", "'\\x78'::bytea"
-    elif dialect == "mysql":
+    elif driver == "mysql":
         now = "UTC_TIMESTAMP(6)"
         minus = f"{now} - INTERVAL {mod(43200)} MINUTE"
         text = f"CONCAT('q', {mod(QUEUES)})"

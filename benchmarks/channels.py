@@ -64,7 +64,7 @@ from .common import (
     rate,
     reset_our_schema,
 )
-from .ours import MAX_WORKERS, drain_once, our_dialect, preinsert, verify_drained
+from .ours import MAX_WORKERS, drain_once, our_driver, preinsert, verify_drained
 
 DATABASE = "fsqla_bench_channels"
 CHUNK = 1000  # messages per publish_batch call, as preinsert publishes
@@ -124,8 +124,8 @@ def publish_over_channels(
 
     async def publish(url: str, n: int) -> None:
         await clear_tables(url, "message_controls")
-        async with our_dialect(url) as (engine, dialect):
-            await set_limits(dialect, engine, QUEUE, channel_max_concurrency=limit)
+        async with our_driver(url) as (engine, driver):
+            await set_limits(driver, engine, QUEUE, channel_max_concurrency=limit)
         async with SqlaBroker(url, logger=None) as broker:
             for start in range(0, n, CHUNK):
                 await broker.publish_batch(

@@ -2,7 +2,7 @@
 
 A running subscriber renews the leases of every message it holds in one statement every
 `release_stuck_timeout / 3`. This script holds `--held` messages in PROCESSING, times
-that statement (`Dialect.extend_leases`) on each database, and prints its median and the
+that statement (`Driver.extend_leases`) on each database, and prints its median and the
 share of one renewal interval it takes at the default timeout:
 
     python -m benchmarks.leases --held 100 1000 10000 [--databases postgresql mysql sqlite]
@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from faststream_sqla import MessageState, SqlaBroker
 from faststream_sqla.clock import utc_now
-from faststream_sqla.dialects import dialect_for
+from faststream_sqla.drivers import driver_for
 from faststream_sqla.schema import QueueTables
 from faststream_sqla.subscriber.config import ConsumeOptions
 
@@ -40,7 +40,7 @@ async def renewal_seconds(url: str, held: int) -> float:
     engine = create_async_engine(url)
     try:
         tables = QueueTables()
-        dialect = dialect_for(engine, tables)
+        driver = driver_for(engine, tables)
         message = tables.message
         async with engine.begin() as conn:
             await conn.execute(
@@ -53,7 +53,7 @@ async def renewal_seconds(url: str, held: int) -> float:
         samples = []
         for _ in range(RENEWALS):
             began = time.perf_counter()
-            renewed = await dialect.extend_leases(engine, leases)
+            renewed = await driver.extend_leases(engine, leases)
             samples.append(time.perf_counter() - began)
             assert renewed == held, (renewed, held)
         async with engine.begin() as conn:

@@ -16,8 +16,8 @@ from faststream.message import AckStatus
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from faststream_sqla import SqlaBroker, lifecycle
-from faststream_sqla.dialects import dialect_for
-from faststream_sqla.dialects.base import Dialect
+from faststream_sqla.drivers import driver_for
+from faststream_sqla.drivers.base import Driver
 from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.migrations import downgrade_schema, upgrade_schema
 from faststream_sqla.parser import claimed_from_row
@@ -375,19 +375,19 @@ async def run_publish(target: Target, n_single: int, n_batch: int, results: Resu
 
 
 # -- latency ----------------------------------------------------------------------------
-def cross_process_wakeup(dialect: Dialect) -> bool:
-    """Whether this dialect wakes consumers in other processes (LISTEN/NOTIFY)."""
-    if getattr(dialect, "supports_notifications", False):
+def cross_process_wakeup(driver: Driver) -> bool:
+    """Whether this driver wakes consumers in other processes (LISTEN/NOTIFY)."""
+    if getattr(driver, "supports_notifications", False):
         return True
     for name in ("listener", "after_publish"):  # the hook, whichever this version has
-        own, base = getattr(type(dialect), name, None), getattr(Dialect, name, None)
+        own, base = getattr(type(driver), name, None), getattr(Driver, name, None)
         if own is not None and base is not None and own is not base:
             return True
     return False
 
 
-def wakeup_kind(dialect: Dialect, p50_ms: float, max_fetch_interval: float) -> str:
-    hook = cross_process_wakeup(dialect)
+def wakeup_kind(driver: Driver, p50_ms: float, max_fetch_interval: float) -> str:
+    hook = cross_process_wakeup(driver)
     fast = p50_ms < max_fetch_interval * 1000 / 4
     if fast and hook:
         return "notification (cross-process wake-up)"
@@ -434,7 +434,7 @@ async def run_latency(
             lambda sent: publisher.publish(sent, queue=QUEUE), samples,
             rate_per_s=rate_per_s, count=count, grace=10 + 2 * sub.options.max_fetch_interval,
         )
-        dialect = consumer.config.dialect
+        driver = consumer.config.driver
     finally:
         await consumer.stop()
         await publisher.stop()
@@ -445,7 +445,7 @@ async def run_latency(
     if len(samples) < count:
         results.error("latency", db, "delivery", f"{len(samples)} of {count} delivered")
     stats = percentiles(samples)
-    kind = wakeup_kind(dialect, stats.get("p50_ms", 0), sub.options.max_fetch_interval)
+    kind = wakeup_kind(driver, stats.get("p50_ms", 0), sub.options.max_fetch_interval)
     details = {
         "offered_rate": rate_per_s,
         "achieved_rate": achieved,
@@ -584,29 +584,29 @@ async def _execute_all(
 
 
 @contextlib.asynccontextmanager
-async def our_dialect(
+async def our_driver(
     url: str, tables: TableNames = TableNames()  # noqa: B008 (frozen)
-) -> AsyncIterator[tuple[AsyncEngine, Dialect]]:
-    """An engine and our dialect for it, prepared as the broker prepares them (which
+) -> AsyncIterator[tuple[AsyncEngine, Driver]]:
+    """An engine and our driver for it, prepared as the broker prepares them (which
     also leaves one open connection in the pool)."""
     # no pool_pre_ping: the broker uses none (a retry replaces a lost connection)
     engine: AsyncEngine = create_async_engine(url)
-    dialect = dialect_for(engine, QueueTables(tables))
-    dialect.configure_engine(engine, owned=True)
+    driver = driver_for(engine, QueueTables(tables))
+    driver.configure_engine(engine, owned=True)
     try:
-        await dialect.prepare(engine)
-        yield engine, dialect
+        await driver.prepare(engine)
+        yield engine, driver
     finally:
         await engine.dispose()
 
 
-async def claim_and_ack(engine: AsyncEngine, dialect: Dialect, n: int, limit: int) -> None:
-    """Claim `limit` at a time through our dialect, ack them all, write the outcomes,
+async def claim_and_ack(engine: AsyncEngine, driver: Driver, n: int, limit: int) -> None:
+    """Claim `limit` at a time through our driver, ack them all, write the outcomes,
     until n are done."""
     strategy = default_retry_strategy()
     done = 0
     while done < n:
-        rows = await dialect.claim(engine, QUEUE, min(limit, n - done))
+        rows = await driver.claim(engine, QUEUE, min(limit, n - done))
         if not rows:
             break  # reported below
         now = time.monotonic()
@@ -620,7 +620,7 @@ async def claim_and_ack(engine: AsyncEngine, dialect: Dialect, n: int, limit: in
                     msg, started_at=at, finished_at=at, error=None, retry_strategy=strategy
                 )
             )
-        changed = await dialect.write_outcomes(engine, outcomes)
+        changed = await driver.write_outcomes(engine, outcomes)
         assert changed == len(outcomes), f"{changed} of {len(outcomes)} outcomes written"
         done += len(rows)
     if done < n:
@@ -632,9 +632,9 @@ async def claim_archive_loop(
     url: str, n: int, limit: int, tables: TableNames = TableNames()  # noqa: B008 (frozen)
 ) -> float:
     """The rate of `claim_and_ack` over n messages."""
-    async with our_dialect(url, tables) as (engine, dialect):
+    async with our_driver(url, tables) as (engine, driver):
         t0 = time.perf_counter()
-        await claim_and_ack(engine, dialect, n, limit)
+        await claim_and_ack(engine, driver, n, limit)
         return rate(n, time.perf_counter() - t0)
 
 

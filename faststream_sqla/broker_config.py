@@ -22,7 +22,7 @@ from faststream_sqla.wakeup import WakeupHub
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
 
 
 @dataclass(kw_only=True)
@@ -37,7 +37,7 @@ class SqlaBrokerConfig(BrokerConfig):
     #: handlers, so subscribers started meanwhile run no loops
     in_memory: bool = field(default=False, init=False)
     _engine: AsyncEngine | None = field(default=None, init=False, repr=False)
-    _dialect: Dialect | None = field(default=None, init=False, repr=False)
+    _driver: Driver | None = field(default=None, init=False, repr=False)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -47,17 +47,17 @@ class SqlaBrokerConfig(BrokerConfig):
         return self._engine
 
     @property
-    def dialect(self) -> Dialect:
-        if self._dialect is None:
+    def driver(self) -> Driver:
+        if self._driver is None:
             msg = "the broker is not connected: call `await broker.connect()` or start the app"
             raise IncorrectState(msg)
-        return self._dialect
+        return self._driver
 
-    def connect(self, engine: AsyncEngine, dialect: Dialect) -> None:
-        self._engine, self._dialect = engine, dialect
+    def connect(self, engine: AsyncEngine, driver: Driver) -> None:
+        self._engine, self._driver = engine, driver
         self.producer.connect(
             engine,
-            dialect,
+            driver,
             self.wakeups,
             serializer_of(self.fd_config),
             self.broker_codec,
@@ -67,10 +67,10 @@ class SqlaBrokerConfig(BrokerConfig):
         def log(level: int, message: str) -> None:
             self.logger.log(message, level, {"queue": "", "message_id": ""})
 
-        self.vacuum.connect(engine, dialect, log)
+        self.vacuum.connect(engine, driver, log)
         self.stall_watch.log = log
-        self.health.connect(engine, dialect, log)
+        self.health.connect(engine, driver, log)
 
     def disconnect(self) -> None:
-        self._engine = self._dialect = None
+        self._engine = self._driver = None
         self.producer.disconnect()

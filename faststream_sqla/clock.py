@@ -1,4 +1,4 @@
-"""The database clock as a SQL expression, rendered once per dialect.
+"""The database clock as a SQL expression, rendered once per driver.
 
 All timestamps that decide eligibility (created_at, next_attempt_at, acquired_at,
 the release-stuck cutoff) come from the database server, so processes whose own

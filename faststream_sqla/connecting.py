@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from .dialects.base import reading
+from .drivers.base import reading
 from .exceptions import DatabaseUnreachableError, InvalidOptionError
 from .urls import mask_passwords, masked, parse_url
 

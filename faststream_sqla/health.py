@@ -5,7 +5,7 @@ When the database goes away every loop fails at once (claims, outcome writes, le
 renewals, release-stuck) and every handler that uses the database fails too. Without
 one place that knows, each of those logs its own traceback per try and per message,
 and every message run meanwhile spends an attempt on the outage. So the first failure
-that says "unreachable" (`Dialect.is_unreachable`) opens an outage: it is logged once,
+that says "unreachable" (`Driver.is_unreachable`) opens an outage: it is logged once,
 workers stop starting handlers and hold what they claimed, loops retry without
 logging, and a single probe (`SELECT 1`) watches for the database's return, which is
 logged once too and resumes everything.
@@ -30,7 +30,7 @@ from faststream_sqla.urls import masked
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
 
 Log = Callable[[int, str], None]
 
@@ -49,7 +49,7 @@ class DatabaseHealth:
         self.reachable.set()
         self.log: Log = lambda _level, _message: None
         self._engine: AsyncEngine | None = None
-        self._dialect: Dialect | None = None
+        self._driver: Driver | None = None
         self._down_since = 0.0
         self._watcher: asyncio.Task[None] | None = None
         self._probing: asyncio.Future[bool] | None = None
@@ -57,8 +57,8 @@ class DatabaseHealth:
         self.outages = 0
         self.failed_probes = 0
 
-    def connect(self, engine: AsyncEngine, dialect: Dialect, log: Log) -> None:
-        self._engine, self._dialect, self.log = engine, dialect, log
+    def connect(self, engine: AsyncEngine, driver: Driver, log: Log) -> None:
+        self._engine, self._driver, self.log = engine, driver, log
 
     async def close(self) -> None:
         if self._watcher is not None:
@@ -74,7 +74,7 @@ class DatabaseHealth:
     def noticed(self, exc: BaseException) -> bool:
         """Whether `exc` means the database cannot be reached; if so the outage is
         known (and logged, the first time), and the caller should retry quietly."""
-        if self._dialect is None or not self._dialect.is_unreachable(exc):
+        if self._driver is None or not self._driver.is_unreachable(exc):
             return False
         self._open_outage(exc)
         return True
@@ -83,7 +83,7 @@ class DatabaseHealth:
         """For an error a handler raised: whether it is the broker's database that cannot
         be reached (the outage is then open). Asks the database once unless an outage
         is already known; concurrent askers share one probe."""
-        if self._dialect is None or not self._dialect.is_unreachable(exc):
+        if self._driver is None or not self._driver.is_unreachable(exc):
             return False
         if self.is_down:
             return True
@@ -136,7 +136,7 @@ class DatabaseHealth:
 
     async def _probe(self) -> bool:
         """One `SELECT 1` on a connection of the broker's pool: does the database answer?"""
-        assert self._engine is not None and self._dialect is not None
+        assert self._engine is not None and self._driver is not None
 
         async def select_one() -> None:
             assert self._engine is not None
@@ -146,7 +146,7 @@ class DatabaseHealth:
         try:
             await asyncio.wait_for(select_one(), PROBE_TIMEOUT)
         except Exception as exc:
-            if self._dialect.is_unreachable(exc) or isinstance(exc, asyncio.TimeoutError):
+            if self._driver.is_unreachable(exc) or isinstance(exc, asyncio.TimeoutError):
                 self.failed_probes += 1
                 return False
             raise

@@ -23,8 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from faststream_sqla.exceptions import IdempotencyConflictError, shown
 
 if TYPE_CHECKING:
-    from faststream_sqla.dialects import Dialect
-    from faststream_sqla.dialects.base import NewMessage
+    from faststream_sqla.drivers import Driver
+    from faststream_sqla.drivers.base import NewMessage
 
 #: how often a publish reads the keys again after losing a race for one. Each retry
 #: follows a commit of a row with one of its keys, so a few suffice unless that row is
@@ -49,7 +49,7 @@ def is_key_taken(exc: BaseException) -> bool:
 
 
 async def insert_in_own_transaction(
-    dialect: Dialect,
+    driver: Driver,
     engine: AsyncEngine,
     rows: Sequence[NewMessage],
     *,
@@ -61,22 +61,22 @@ async def insert_in_own_transaction(
     # careful way (read the keys, insert the rest) follows.
     if after_insert is None:
         try:
-            return await dialect.insert_committed(engine, rows, relaxed=relaxed)
+            return await driver.insert_committed(engine, rows, relaxed=relaxed)
         except Exception as e:
             if not is_key_taken(e):
                 raise
 
     async def attempt(latest: bool) -> list[int]:
-        async with dialect.own_transaction(engine) as conn:
+        async with driver.own_transaction(engine) as conn:
             return await _insert_new_keys(
-                dialect, conn, rows, latest=latest, after_insert=after_insert
+                driver, conn, rows, latest=latest, after_insert=after_insert
             )
 
     return await _until_won(attempt, rows)
 
 
 async def insert_in_transaction(
-    dialect: Dialect,
+    driver: Driver,
     conn: AsyncConnection,
     rows: Sequence[NewMessage],
     *,
@@ -88,7 +88,7 @@ async def insert_in_transaction(
     async def attempt(latest: bool) -> list[int]:
         async with conn.begin_nested():
             return await _insert_new_keys(
-                dialect, conn, rows, latest=latest, after_insert=after_insert
+                driver, conn, rows, latest=latest, after_insert=after_insert
             )
 
     return await _until_won(attempt, rows)
@@ -109,7 +109,7 @@ async def _until_won(
 
 
 async def _insert_new_keys(
-    dialect: Dialect,
+    driver: Driver,
     conn: AsyncConnection,
     rows: Sequence[NewMessage],
     *,
@@ -129,7 +129,7 @@ async def _insert_new_keys(
                 "payloads"
             )
             raise IdempotencyConflictError(msg, key=key)
-    held = await dialect.find_idempotency_keys(conn, queue, list(first_of_key), latest=latest)
+    held = await driver.find_idempotency_keys(conn, queue, list(first_of_key), latest=latest)
     for key, (message_id, payload) in held.items():
         if payload != first_of_key[key].payload:
             msg = (
@@ -143,7 +143,7 @@ async def _insert_new_keys(
         if row.idempotency_key is None
         or (row.idempotency_key not in held and first_of_key[row.idempotency_key] is row)
     ]
-    new_ids = await dialect.insert_messages(conn, fresh) if fresh else []
+    new_ids = await driver.insert_messages(conn, fresh) if fresh else []
     if after_insert is not None and fresh:
         await after_insert(conn, fresh, new_ids)
     id_of_key = {key: message_id for key, (message_id, _) in held.items()}

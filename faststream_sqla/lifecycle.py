@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from faststream.message import AckStatus
 
 from .clock import MICROSECOND, to_aware, to_naive_utc
-from .dialects.base import Outcome
+from .drivers.base import Outcome
 from .exceptions import MAX_RETRY_DELAY_SECONDS
 from .message import ClaimedMessage
 from .retry import RetryStrategy

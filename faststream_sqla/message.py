@@ -15,7 +15,7 @@ from .durations import Seconds, plain_seconds
 from .exceptions import InvalidOptionError, shown
 
 if TYPE_CHECKING:
-    from .dialects.base import Outcome
+    from .drivers.base import Outcome
 
 
 #: ten years: a longer wait is a mistake, and would overflow datetime arithmetic
@@ -143,7 +143,7 @@ class ClaimedMessage:
 
     @property
     def token(self) -> int:
-        """Fencing token: which claim of the message this is (see dialects.base.Outcome)."""
+        """Fencing token: which claim of the message this is (see drivers.base.Outcome)."""
         return self.claims_count
 
 

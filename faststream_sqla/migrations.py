@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from alembic import command
 
 from .connecting import create_engine, ensure_reachable
-from .dialects.base import reading
+from .drivers.base import reading
 from .exceptions import SchemaMissingError, SchemaOutdatedError
 from .schema import VERSION_TABLE, QueueTables, TableNames
 
@@ -63,7 +63,7 @@ async def _run(
     eng = create_engine(engine) if isinstance(engine, str) else engine
     try:
         await ensure_reachable(eng)  # a wrong URL is one typed error, not a driver's trace
-        # a read never waits behind a writer (see dialects.base.reading)
+        # a read never waits behind a writer (see drivers.base.reading)
         connecting: AbstractAsyncContextManager[AsyncConnection]
         if reads_only:
             connecting = reading(eng)

@@ -16,7 +16,7 @@ key's backlog. It becomes PENDING when it is the first of its key again, release
 
 WAITING is an optimisation of where the claim looks, not what keeps the order: the
 claim still passes over a message while an earlier one of its key is in the table
-(`dialects._claim.first_of_its_key`), so a message released early, or published
+(`drivers._claim.first_of_its_key`), so a message released early, or published
 PENDING by a racing publisher, is never handled out of turn.
 """
 
@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.dialects._claim import earlier_of_its_key, keyed_messages
+from faststream_sqla.drivers._claim import earlier_of_its_key, keyed_messages
 from faststream_sqla.schema import MessageState
 
 if TYPE_CHECKING:
-    from faststream_sqla.dialects import Dialect
-    from faststream_sqla.dialects.base import NewMessage
+    from faststream_sqla.drivers import Driver
+    from faststream_sqla.drivers.base import NewMessage
 
 #: ids per statement (the drivers bound the parameters of one)
 IDS_PER_STATEMENT = 1000
@@ -50,16 +50,16 @@ def _chunks(ids: Sequence[int]) -> list[Sequence[int]]:
 
 
 async def hold_behind_keys(
-    dialect: Dialect, conn: AsyncConnection, rows: Sequence[NewMessage], ids: Sequence[int]
+    driver: Driver, conn: AsyncConnection, rows: Sequence[NewMessage], ids: Sequence[int]
 ) -> list[int]:
     """In the publishing transaction, after the insert: set WAITING the new keyed
     messages that have an earlier message of their key; returns their ids."""
-    m = dialect.tables.message
+    m = driver.tables.message
     keyed = [i for row, i in zip(rows, ids, strict=True) if row.ordering_key is not None]
     waiting: list[int] = []
     for chunk in _chunks(keyed):
         found = await conn.execute(
-            sa.select(m.c.id).where(m.c.id.in_(chunk), earlier_of_its_key(dialect.tables))
+            sa.select(m.c.id).where(m.c.id.in_(chunk), earlier_of_its_key(driver.tables))
         )
         waiting += found.scalars()
     for chunk in _chunks(waiting):
@@ -67,17 +67,17 @@ async def hold_behind_keys(
     return waiting
 
 
-async def release_first(dialect: Dialect, engine: AsyncEngine, ids: Sequence[int]) -> int:
+async def release_first(driver: Driver, engine: AsyncEngine, ids: Sequence[int]) -> int:
     """After the publish committed: release those of `ids` that are first of their key."""
-    m = dialect.tables.message
+    m = driver.tables.message
     released = 0
-    async with dialect.own_transaction(engine) as conn:
+    async with driver.own_transaction(engine) as conn:
         for chunk in _chunks(ids):
             found = await conn.execute(
                 sa.select(m.c.id).where(
                     m.c.id.in_(chunk),
                     m.c.state == MessageState.WAITING,
-                    ~earlier_of_its_key(dialect.tables),
+                    ~earlier_of_its_key(driver.tables),
                 )
             )
             released += await _release(conn, m, list(found.scalars()))
@@ -85,31 +85,31 @@ async def release_first(dialect: Dialect, engine: AsyncEngine, ids: Sequence[int
 
 
 async def release_next(
-    dialect: Dialect, engine: AsyncEngine, keys: Collection[tuple[str, str]]
+    driver: Driver, engine: AsyncEngine, keys: Collection[tuple[str, str]]
 ) -> int:
     """After an archive committed: release the first message of each (queue, key), if
     it waits."""
     by_queue: dict[str, list[str]] = {}
     for queue, key in keys:
         by_queue.setdefault(queue, []).append(key)
-    m = dialect.tables.message
+    m = driver.tables.message
     released = 0
-    async with dialect.own_transaction(engine) as conn:
+    async with driver.own_transaction(engine) as conn:
         for queue, names in by_queue.items():
             for start in range(0, len(names), IDS_PER_STATEMENT):
-                firsts = await dialect.first_of_keys(
+                firsts = await driver.first_of_keys(
                     conn, queue, names[start : start + IDS_PER_STATEMENT]
                 )
                 released += await _release(conn, m, firsts)
     return released
 
 
-async def sweep(dialect: Dialect, engine: AsyncEngine, queue: str, after: str) -> tuple[int, str]:
+async def sweep(driver: Driver, engine: AsyncEngine, queue: str, after: str) -> tuple[int, str]:
     """Release the first message of the next KEYS_PER_SWEEP keys of `queue` (in key
     order, after `after`) where it waits. Returns how many were released and where the
     next sweep starts ("" once the last key was reached)."""
-    k = keyed_messages(dialect.tables)
-    async with dialect.own_transaction(engine) as conn:
+    k = keyed_messages(driver.tables)
+    async with driver.own_transaction(engine) as conn:
         heads = (
             await conn.execute(
                 sa.select(k.keys.c.ordering_key, sa.func.min(k.keys.c.id))
@@ -120,7 +120,7 @@ async def sweep(dialect: Dialect, engine: AsyncEngine, queue: str, after: str) -
                 .limit(KEYS_PER_SWEEP)
             )
         ).all()
-        released = await _release(conn, dialect.tables.message, [first for _, first in heads])
+        released = await _release(conn, driver.tables.message, [first for _, first in heads])
     return released, heads[-1][0] if len(heads) == KEYS_PER_SWEEP else ""
 
 

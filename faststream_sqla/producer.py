@@ -20,7 +20,7 @@ from typing_extensions import override
 from faststream_sqla import idempotency, ordering
 from faststream_sqla.channels.groups import checked_message_channel
 from faststream_sqla.clock import to_naive_utc
-from faststream_sqla.dialects.base import NewMessage, reading, with_retries
+from faststream_sqla.drivers.base import NewMessage, reading, with_retries
 from faststream_sqla.durations import integer, seconds_of
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from faststream._internal.parser import CodecProto
     from faststream._internal.types import CustomCallable, IdGenerator
 
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
     from faststream_sqla.health import DatabaseHealth
     from faststream_sqla.wakeup import WakeupHub
 
@@ -216,7 +216,7 @@ def nonempty(items: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 class SqlaProducer(ProducerProto[SqlaPublishCommand]):
-    """Inserts messages through the broker's dialect."""
+    """Inserts messages through the broker's driver."""
 
     def __init__(
         self,
@@ -236,26 +236,26 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         #: correlation ids of messages published without one (SqlaBroker(id_generator=...))
         self.id_generator: IdGenerator = gen_cor_id
         self._engine: AsyncEngine | None = None
-        self._dialect: Dialect | None = None
+        self._driver: Driver | None = None
         self._wakeups: WakeupHub | None = None
         self._health: DatabaseHealth | None = None
 
     def connect(
         self,
         engine: AsyncEngine,
-        dialect: Dialect,
+        driver: Driver,
         wakeups: WakeupHub,
         serializer: SerializerProto | None,
         codec: CodecProto | None,
         health: DatabaseHealth,
     ) -> None:
-        self._engine, self._dialect, self._wakeups = engine, dialect, wakeups
+        self._engine, self._driver, self._wakeups = engine, driver, wakeups
         self._health = health
         self.serializer = serializer
         self.codec = codec or DefaultCodec()
 
     def disconnect(self) -> None:
-        self._engine = self._dialect = None
+        self._engine = self._driver = None
 
     def __bool__(self) -> bool:
         return True
@@ -356,9 +356,9 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         self, conn: AsyncConnection, rows: Sequence[NewMessage], limit: int
     ) -> None:
         """QueueFullError unless the batch fits under the queue's limit as a whole."""
-        assert self._dialect is not None
+        assert self._driver is not None
         queue = rows[0].queue
-        held = await self._dialect.count_active(conn, queue, at_most=limit)
+        held = await self._driver.count_active(conn, queue, at_most=limit)
         if held + len(rows) > limit:
             msg = (
                 f"queue {shown(queue)} is full: it holds {'at least ' if held >= limit else ''}"
@@ -368,7 +368,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             raise QueueFullError(msg)
 
     async def _insert(self, cmd: SqlaPublishCommand, bodies: tuple[Any, ...]) -> list[int]:
-        if self._engine is None or self._dialect is None or self._wakeups is None:
+        if self._engine is None or self._driver is None or self._wakeups is None:
             msg = "the broker is not connected: call `await broker.connect()` or start the app"
             raise IncorrectState(msg)
         rows = await self.build_rows(cmd, bodies)
@@ -377,7 +377,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         try:
             return await self._store(cmd, rows)
         except Exception as e:
-            if not self._dialect.is_unreachable(e):
+            if not self._driver.is_unreachable(e):
                 raise
             assert self._health is not None
             self._health.noticed(e)  # logged once per outage, with its end
@@ -390,9 +390,9 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             raise DatabaseUnreachableError(msg) from e
 
     async def _store(self, cmd: SqlaPublishCommand, rows: list[NewMessage]) -> list[int]:
-        assert self._engine is not None and self._dialect is not None
+        assert self._engine is not None and self._driver is not None
         assert self._wakeups is not None
-        dialect, wakeups, queues = self._dialect, self._wakeups, {rows[0].queue}
+        driver, wakeups, queues = self._driver, self._wakeups, {rows[0].queue}
         limit = self.limits.of(rows[0].queue)
         keyed = idempotency.has_keys(rows)
         # ids of new messages set WAITING behind an earlier one of their ordering key
@@ -401,7 +401,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         async def hold(
             conn: AsyncConnection, inserted: Sequence[NewMessage], ids: list[int]
         ) -> None:
-            waiting.extend(await ordering.hold_behind_keys(dialect, conn, inserted, ids))
+            waiting.extend(await ordering.hold_behind_keys(driver, conn, inserted, ids))
 
         hold_keys = hold if ordering.has_ordering_keys(rows) else None
 
@@ -411,9 +411,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             engine = self._engine
             assert engine is not None
             try:
-                await with_retries(
-                    dialect, lambda: ordering.release_first(dialect, engine, waiting)
-                )
+                await with_retries(driver, lambda: ordering.release_first(driver, engine, waiting))
             except Exception:
                 log.warning(
                     "could not release messages waiting for their ordering key", exc_info=True
@@ -429,20 +427,20 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                         await self._check_room(conn, rows, limit)
                 if keyed:
                     return await idempotency.insert_in_own_transaction(
-                        dialect,
+                        driver,
                         self._engine,
                         rows,
                         relaxed=self.fast_publish,
                         after_insert=hold_keys,
                     )
                 if hold_keys is not None:
-                    async with dialect.own_transaction(self._engine) as conn:
-                        ids = await dialect.insert_messages(conn, rows)
+                    async with driver.own_transaction(self._engine) as conn:
+                        ids = await driver.insert_messages(conn, rows)
                         await hold_keys(conn, rows, ids)
                         return ids
-                return await dialect.insert_committed(self._engine, rows, relaxed=self.fast_publish)
+                return await driver.insert_committed(self._engine, rows, relaxed=self.fast_publish)
 
-            ids = await with_retries(dialect, insert_and_commit)
+            ids = await with_retries(driver, insert_and_commit)
             if waiting:
                 await release_waiting()
             wakeups.wake(queues)
@@ -462,10 +460,10 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             await self._check_room(conn, rows, limit)
         if keyed:
             ids = await idempotency.insert_in_transaction(
-                dialect, conn, rows, after_insert=hold_keys
+                driver, conn, rows, after_insert=hold_keys
             )
         else:
-            ids = await dialect.insert_messages(conn, rows)
+            ids = await driver.insert_messages(conn, rows)
             if hold_keys is not None:
                 await hold_keys(conn, rows, ids)
         then = release_waiting if waiting else None

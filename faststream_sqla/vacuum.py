@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
 
 #: fewest settled messages between two vacuums
 MIN_SETTLED_BETWEEN_VACUUMS = 20_000
@@ -68,7 +68,7 @@ class MessageTableVacuum:
         self.threshold = MIN_SETTLED_BETWEEN_VACUUMS
         self._settled = 0
         self._engine: AsyncEngine | None = None
-        self._dialect: Dialect | None = None
+        self._driver: Driver | None = None
         self._log: Callable[[int, str], None] = lambda _level, _message: None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -79,41 +79,39 @@ class MessageTableVacuum:
 
     @property
     def active(self) -> bool:
-        return self._dialect is not None
+        return self._driver is not None
 
-    def connect(
-        self, engine: AsyncEngine, dialect: Dialect, log: Callable[[int, str], None]
-    ) -> None:
-        self.denied = dialect.vacuum_denied if self.enabled and dialect.needs_vacuum else None
-        if not (self.enabled and dialect.needs_vacuum) or self.denied is not None:
+    def connect(self, engine: AsyncEngine, driver: Driver, log: Callable[[int, str], None]) -> None:
+        self.denied = driver.vacuum_denied if self.enabled and driver.needs_vacuum else None
+        if not (self.enabled and driver.needs_vacuum) or self.denied is not None:
             return
-        self._engine, self._dialect, self._log = engine, dialect, log
+        self._engine, self._driver, self._log = engine, driver, log
         self._settled, self.vacuums, self._closing = 0, 0, False
         self.skipped, self._horizon, self._told_holder = 0, None, False
 
     def note_settled(self, count: int) -> None:
         """`count` more messages were settled (their outcomes written)."""
-        if self._dialect is None or self._engine is None:
+        if self._driver is None or self._engine is None:
             return
         self._settled += count
         if self._settled >= self.threshold and self._task is None and not self._closing:
             self._settled = 0
             self._task = asyncio.create_task(
-                self._vacuum(self._engine, self._dialect), name="faststream-sqla:vacuum"
+                self._vacuum(self._engine, self._driver), name="faststream-sqla:vacuum"
             )
 
-    async def _vacuum(self, engine: AsyncEngine, dialect: Dialect) -> None:
+    async def _vacuum(self, engine: AsyncEngine, driver: Driver) -> None:
         try:
-            await self.vacuum_now(engine, dialect)
+            await self.vacuum_now(engine, driver)
         except Exception as exc:
             self._log(logging.WARNING, f"vacuuming the message table failed: {exc!r}")
         finally:
             self._task = None
 
-    async def vacuum_now(self, engine: AsyncEngine, dialect: Dialect) -> bool:
+    async def vacuum_now(self, engine: AsyncEngine, driver: Driver) -> bool:
         """Vacuum the message table unless the horizon has not moved since the last
         vacuum (then nothing could be removed); whether it vacuumed."""
-        oldest = await dialect.oldest_snapshot(engine)
+        oldest = await driver.oldest_snapshot(engine)
         horizon = None if oldest is None else oldest.horizon
         if oldest is not None and horizon == self._horizon:
             self.skipped += 1
@@ -127,7 +125,7 @@ class MessageTableVacuum:
                     "end that transaction to let them go",
                 )
             return False
-        rows = await dialect.vacuum_message_table(engine)
+        rows = await driver.vacuum_message_table(engine)
         self._horizon, self._told_holder = horizon, False
         self.threshold = settled_between_vacuums(rows)
         async with self._changed:
@@ -150,7 +148,7 @@ class MessageTableVacuum:
         cancelled: shutdown should not wait for a long one, and any later vacuum does
         its work."""
         self._closing = True
-        task, self._engine, self._dialect = self._task, None, None
+        task, self._engine, self._driver = self._task, None, None
         if task is not None:
             done, _ = await asyncio.wait({task}, timeout=grace)
             if not done:

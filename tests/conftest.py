@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from faststream_sqla import SqlaBroker
-from faststream_sqla.dialects import Dialect, dialect_for
+from faststream_sqla.drivers import Driver, driver_for
 from faststream_sqla.migrations import upgrade_schema
 from faststream_sqla.schema import QueueTables
 from faststream_sqla.urls import masked
@@ -61,19 +61,19 @@ def _database_name() -> str:
     return f"{prefix}_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 
 
-def server_database_url(dialect: str) -> str:
-    """URL of this worker's own database on a server dialect."""
+def server_database_url(driver: str) -> str:
+    """URL of this worker's own database on a server driver."""
     name = _database_name()
-    if dialect == "postgresql":
+    if driver == "postgresql":
         return f"{PG_SERVER}/{name}"
-    if dialect == "mysql":
+    if driver == "mysql":
         return f"{MYSQL_SERVER}/{name}"
-    raise ValueError(dialect)
+    raise ValueError(driver)
 
 
-async def _create_database(dialect: str) -> None:
+async def _create_database(driver: str) -> None:
     name = _database_name()
-    if dialect == "postgresql":
+    if driver == "postgresql":
         admin = create_async_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
         async with admin.connect() as conn:
             exists = await conn.scalar(
@@ -87,7 +87,7 @@ async def _create_database(dialect: str) -> None:
             await conn.exec_driver_sql(f"CREATE DATABASE IF NOT EXISTS `{name}`")
     await admin.dispose()
     # a fresh schema per session: migrations may have changed since the last run
-    engine = create_async_engine(server_database_url(dialect))
+    engine = create_async_engine(server_database_url(driver))
     async with engine.begin() as conn:
         for table in (
             "message_keys", "message_controls", "message_schedule", "message_breaker_events",
@@ -107,21 +107,21 @@ class ServerDatabases(Mapping[str, str]):
     def __init__(self) -> None:
         self._ready: dict[str, str] = {}
 
-    def __getitem__(self, dialect: str) -> str:
-        if dialect not in SERVERS:
-            raise KeyError(dialect)
-        if dialect not in DIALECTS:
+    def __getitem__(self, driver: str) -> str:
+        if driver not in SERVERS:
+            raise KeyError(driver)
+        if driver not in DIALECTS:
             pytest.fail(
-                f"this test uses {dialect}, which FSQLA_DIALECTS={','.join(DIALECTS)} leaves "
-                f"out: mark it @pytest.mark.databases({dialect!r}) so that it is deselected",
+                f"this test uses {driver}, which FSQLA_DIALECTS={','.join(DIALECTS)} leaves "
+                f"out: mark it @pytest.mark.databases({driver!r}) so that it is deselected",
                 pytrace=False,
             )
-        if dialect not in self._ready:
+        if driver not in self._ready:
             # on a thread of its own: async fixtures ask from inside their event loop
             with ThreadPoolExecutor(1) as thread:
-                thread.submit(asyncio.run, _create_database(dialect)).result()
-            self._ready[dialect] = server_database_url(dialect)
-        return self._ready[dialect]
+                thread.submit(asyncio.run, _create_database(driver)).result()
+            self._ready[driver] = server_database_url(driver)
+        return self._ready[driver]
 
     def __iter__(self) -> Iterator[str]:
         return (d for d in SERVERS if d in DIALECTS)
@@ -180,9 +180,9 @@ def tables() -> QueueTables:
 
 
 @pytest.fixture
-async def dialect(engine: AsyncEngine, tables: QueueTables) -> Dialect:
-    """The dialect of the test's database, prepared as the broker prepares it."""
-    d = dialect_for(engine, tables)
+async def driver(engine: AsyncEngine, tables: QueueTables) -> Driver:
+    """The driver of the test's database, prepared as the broker prepares it."""
+    d = driver_for(engine, tables)
     d.configure_engine(engine, owned=False)
     await d.prepare(engine)
     return d
@@ -259,9 +259,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         _require_reachable(set(DIALECTS))
 
 
-def _require_reachable(dialects: set[str]) -> None:
-    """End the session with one message if a server among `dialects` does not answer."""
-    for server in sorted(dialects & set(SERVERS)):
+def _require_reachable(drivers: set[str]) -> None:
+    """End the session with one message if a server among `drivers` does not answer."""
+    for server in sorted(drivers & set(SERVERS)):
         if (problem := asyncio.run(_unreachable(server))) is not None:
             pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
 

@@ -54,11 +54,11 @@ CONFIGS: list[dict[str, Any]] = [
 ]
 
 
-def tables(dialect: str) -> tuple[sa.Table, sa.Table]:
+def tables(driver: str) -> tuple[sa.Table, sa.Table]:
     definition = define_sqlbroker_schema(config=SqlBrokerSchemaConfig())
     message = definition.tables[SqlBrokerSchemaType.MESSAGE]
     archive = definition.tables[SqlBrokerSchemaType.MESSAGE_ARCHIVE]
-    if dialect == "sqlite":
+    if driver == "sqlite":
         # BIGINT PRIMARY KEY does not auto-increment on SQLite; INTEGER does.
         for t in (message, archive):
             t.c.id.type = sa.Integer()

@@ -1,6 +1,6 @@
 """Operating the queue: `QueueAdmin` and what it returns (docs/operations.md)."""
 
-from faststream_sqla.dialects.postgresql.partitions import PartitionReport
+from faststream_sqla.drivers.postgresql.partitions import PartitionReport
 
 from .api import QueueAdmin
 from .models import (

@@ -16,9 +16,9 @@ from typing_extensions import Self
 from faststream_sqla.channels.limits import Rate
 from faststream_sqla.channels.store import UNSET, _Unset
 from faststream_sqla.connecting import create_engine
-from faststream_sqla.dialects import Dialect, dialect_for
-from faststream_sqla.dialects.base import TERMINAL, reading
-from faststream_sqla.dialects.postgresql import partitions
+from faststream_sqla.drivers import Driver, driver_for
+from faststream_sqla.drivers.base import TERMINAL, reading
+from faststream_sqla.drivers.postgresql import partitions
 from faststream_sqla.exceptions import (
     InvalidOptionError,
     UnknownMessageError,
@@ -99,15 +99,15 @@ class QueueAdmin:
         self.engine = engine if isinstance(engine, AsyncEngine) else create_engine(engine)
         self.exact_up_to = exact_up_to
         names = TableNames(message_table, archive_table)
-        self.dialect: Dialect = dialect_for(self.engine, QueueTables(names))
-        self.dialect.configure_engine(self.engine, owned=self._owned)
+        self.driver: Driver = driver_for(self.engine, QueueTables(names))
+        self.driver.configure_engine(self.engine, owned=self._owned)
         self._checked = False
         self._prepared = False
         self._first_call = asyncio.Lock()  # concurrent first calls check the schema once
 
     @property
     def tables(self) -> QueueTables:
-        return self.dialect.tables
+        return self.driver.tables
 
     async def __aenter__(self) -> Self:
         return self
@@ -125,7 +125,7 @@ class QueueAdmin:
             await self.engine.dispose()
 
     async def _prepare(self, *, writes: bool = False) -> None:
-        """The schema checked, once; before the first write, the dialect's own start-up
+        """The schema checked, once; before the first write, the driver's own start-up
         reads too (MySQL's insert settings), which reads alone do not need."""
         if self._checked and (self._prepared or not writes):
             return
@@ -134,7 +134,7 @@ class QueueAdmin:
                 await check_schema(self.engine, self.tables)
                 self._checked = True
             if writes and not self._prepared:
-                await self.dialect.prepare(self.engine)
+                await self.driver.prepare(self.engine)
                 self._prepared = True
 
     # -- looking ---------------------------------------------------------------------
@@ -168,7 +168,7 @@ class QueueAdmin:
     async def inspect(self, message_id: int) -> MessageDetails:
         """One message, queued or archived."""
         await self._prepare()
-        found = await messages.find_message(self.dialect, self.engine, _id(message_id))
+        found = await messages.find_message(self.driver, self.engine, _id(message_id))
         if found is None:
             raise UnknownMessageError(f"no message {message_id} in the queue or the archive")
         return found
@@ -264,7 +264,7 @@ class QueueAdmin:
         validate_queue_name(queue)
         own = WHOLE_QUEUE if channel is None else limits.channel_name(channel)
         await self._prepare(writes=True)
-        return await controls.reset_breaker(self.dialect, self.engine, queue, own)
+        return await controls.reset_breaker(self.driver, self.engine, queue, own)
 
     async def pause_queue(self, queue: str) -> bool:
         """Stop every consumer of `queue`, in every process, from claiming its messages,
@@ -286,7 +286,7 @@ class QueueAdmin:
         await self._prepare(writes=True)
         async with reading(self.engine) as conn:
             await self._known_queue(conn, queue)
-        return await messages.purge_queue(self.dialect, self.engine, queue, progress)
+        return await messages.purge_queue(self.driver, self.engine, queue, progress)
 
     async def redrive(
         self,
@@ -359,12 +359,12 @@ class QueueAdmin:
         await self._prepare(writes=True)
         if ids is not None:
             return await dead_letters.move_ids(
-                self.dialect, self.engine, _ids(ids), states, progress, batch_size
+                self.driver, self.engine, _ids(ids), states, progress, batch_size
             )
         async with reading(self.engine) as conn:
             names = await self._queues_or_one(conn, queue)
         return await dead_letters.move_ranges(
-            self.dialect, self.engine, names, states, since, until, progress, batch_size
+            self.driver, self.engine, names, states, since, until, progress, batch_size
         )
 
     async def prune_archive(
@@ -388,7 +388,7 @@ class QueueAdmin:
         _batch_size(batch_size)
         await self._prepare(writes=True)
         return await archive.prune_archive(
-            self.dialect,
+            self.driver,
             self.engine,
             older_than.total_seconds(),
             batch_size=batch_size,
@@ -460,7 +460,7 @@ class QueueAdmin:
         name = limits.channel_name(channel)
         change = limits.channel_change(name, max_concurrency=max_concurrency, rate=rate)
         await self._prepare(writes=True)
-        await limits.set_limits(self.dialect, self.engine, queue, name, change)
+        await limits.set_limits(self.driver, self.engine, queue, name, change)
         async with reading(self.engine) as conn:
             return await limits.channel_status(conn, self.tables, queue, name)
 
@@ -496,7 +496,7 @@ class QueueAdmin:
             channel_rate=channel_rate,
         )
         await self._prepare(writes=True)
-        await limits.set_limits(self.dialect, self.engine, queue, WHOLE_QUEUE, change)
+        await limits.set_limits(self.driver, self.engine, queue, WHOLE_QUEUE, change)
         return await self.queue_limits(queue)
 
     async def pause_channel(self, queue: str, channel: str) -> bool:
@@ -506,14 +506,14 @@ class QueueAdmin:
         validate_queue_name(queue)
         name = limits.channel_name(channel)
         await self._prepare(writes=True)
-        return await limits.set_channel_paused(self.dialect, self.engine, queue, name, True)
+        return await limits.set_channel_paused(self.driver, self.engine, queue, name, True)
 
     async def resume_channel(self, queue: str, channel: str) -> bool:
         """Let the channel be claimed again; whether it was paused."""
         validate_queue_name(queue)
         name = limits.channel_name(channel)
         await self._prepare(writes=True)
-        return await limits.set_channel_paused(self.dialect, self.engine, queue, name, False)
+        return await limits.set_channel_paused(self.driver, self.engine, queue, name, False)
 
     # -- schedules -------------------------------------------------------------------
 
@@ -537,12 +537,12 @@ class QueueAdmin:
         """Remove `name`. A process that still declares it writes it again when it
         starts: remove it from the code first."""
         await self._prepare(writes=True)
-        async with self.dialect.own_transaction(self.engine) as conn:
+        async with self.driver.own_transaction(self.engine) as conn:
             await schedules.delete(conn, self.tables, name)
 
     async def _change_schedule(self, name: str, *, paused: bool) -> ScheduleInfo:
         await self._prepare(writes=True)
-        async with self.dialect.own_transaction(self.engine) as conn:
+        async with self.driver.own_transaction(self.engine) as conn:
             return await schedules.set_paused(conn, self.tables, name, paused=paused)
 
     # -- helpers ---------------------------------------------------------------------

@@ -6,9 +6,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.clock import utc_now
-from faststream_sqla.dialects import Dialect
-from faststream_sqla.dialects._claim import state_literal
-from faststream_sqla.dialects.base import TERMINAL, reading
+from faststream_sqla.drivers import Driver
+from faststream_sqla.drivers._claim import state_literal
+from faststream_sqla.drivers.base import TERMINAL, reading
 from faststream_sqla.schema import MessageState
 
 from .models import Progress
@@ -20,7 +20,7 @@ PRUNE_BATCH = 1000
 
 
 async def prune_archive(
-    dialect: Dialect,
+    driver: Driver,
     engine: AsyncEngine,
     older_than_seconds: float,
     *,
@@ -30,10 +30,10 @@ async def prune_archive(
     """Delete archive rows archived more than `older_than_seconds` ago (database clock),
     `batch_size` ids per transaction, one index range per queue and state, so workers
     keep archiving meanwhile. Returns how many were deleted."""
-    a = dialect.tables.archive
+    a = driver.tables.archive
     cutoff = utc_now(-older_than_seconds)
     async with reading(engine) as conn:
-        queues = await queue_names(conn, dialect.tables, live=False)
+        queues = await queue_names(conn, driver.tables, live=False)
     ranges = [(q, s) for q in queues for s in ARCHIVE_STATES]
     total = await start_progress(
         engine, a, [_old(a, queue, state, cutoff) for queue, state in ranges], progress
@@ -41,7 +41,7 @@ async def prune_archive(
     deleted = 0
     for queue, state in ranges:
         while True:
-            async with dialect.own_transaction(engine) as conn:
+            async with driver.own_transaction(engine) as conn:
                 ids = list(
                     (
                         await conn.execute(

@@ -20,14 +20,14 @@ from faststream_sqla.channels.store import (
     checked_channel,
     limit_change,
 )
-from faststream_sqla.dialects.ranges import ChannelCounts, channel_counts
+from faststream_sqla.drivers.ranges import ChannelCounts, channel_counts
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.schema import WHOLE_QUEUE, QueueTables
 
 from .models import ChannelStatus, QueueLimits
 
 if TYPE_CHECKING:
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
 
 
 def channel_name(value: object) -> str:
@@ -202,15 +202,15 @@ def queue_change(
 
 
 async def set_limits(
-    dialect: Dialect, engine: AsyncEngine, queue: str, channel: str, limits: LimitChange
+    driver: Driver, engine: AsyncEngine, queue: str, channel: str, limits: LimitChange
 ) -> bool:
     """Write a checked change of a channel's row ("": the queue's); whether it changed
     anything. Every process's next channel claim of the queue applies it."""
-    return await change_row(dialect, engine, queue, channel, limits)
+    return await change_row(driver, engine, queue, channel, limits)
 
 
 async def set_channel_paused(
-    dialect: Dialect, engine: AsyncEngine, queue: str, channel: str, paused: bool
+    driver: Driver, engine: AsyncEngine, queue: str, channel: str, paused: bool
 ) -> bool:
     """Pause or resume one channel; whether it was the other way before."""
-    return await change_row(dialect, engine, queue, channel, LimitChange(paused=paused))
+    return await change_row(driver, engine, queue, channel, LimitChange(paused=paused))

@@ -18,15 +18,15 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import to_aware, utc_now
-from faststream_sqla.dialects.base import reading
-from faststream_sqla.dialects.ranges import channelled_range
+from faststream_sqla.drivers.base import reading
+from faststream_sqla.drivers.ranges import channelled_range
 from faststream_sqla.ordering import IDS_PER_STATEMENT
 from faststream_sqla.schema import WHOLE_QUEUE, BreakerState, QueueTables
 
 from .models import BreakerStatus, BreakerTransition
 
 if TYPE_CHECKING:
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
 
 
 async def paused_among(
@@ -224,7 +224,7 @@ def _event(
 
 
 async def change_breaker(
-    dialect: Dialect,
+    driver: Driver,
     engine: AsyncEngine,
     queue: str,
     decide: Callable[[BreakerRecord], BreakerChange | None],
@@ -240,10 +240,10 @@ async def change_breaker(
 
     The lock (SELECT ... FOR UPDATE; SQLite's writer lock) makes the decisions of
     every process about one queue happen one after another."""
-    c = dialect.tables.controls
+    c = driver.tables.controls
     where = (c.c.queue == queue, c.c.channel == channel)
     for _ in range(2):
-        async with dialect.own_transaction(engine) as conn:
+        async with driver.own_transaction(engine) as conn:
             row = (
                 await conn.execute(
                     sa.select(*_breaker_columns(c.c)).where(*where).with_for_update()
@@ -271,7 +271,7 @@ async def change_breaker(
                 if change.reason is not None:
                     await conn.execute(
                         _event(
-                            dialect.tables,
+                            driver.tables,
                             queue,
                             before.state,
                             change.state,
@@ -284,7 +284,7 @@ async def change_breaker(
         if not create:
             return None
         try:
-            async with dialect.own_transaction(engine) as conn:
+            async with driver.own_transaction(engine) as conn:
                 await conn.execute(
                     c.insert().values(queue=queue, channel=channel, updated_at=utc_now())
                 )
@@ -302,11 +302,11 @@ def _breaker_active(c: sa.Table) -> sa.ColumnElement[bool]:
 
 
 async def channels_counting(
-    dialect: Dialect, engine: AsyncEngine, queue: str, channels: Sequence[str]
+    driver: Driver, engine: AsyncEngine, queue: str, channels: Sequence[str]
 ) -> list[str]:
     """Those of `queue`'s `channels` whose own breaker counts failures or is not
     CLOSED (a row-less or never-tripped channel's breaker is neither)."""
-    c = dialect.tables.controls
+    c = driver.tables.controls
     found: list[str] = []
     async with reading(engine) as conn:
         for start in range(0, len(channels), IDS_PER_STATEMENT):
@@ -322,12 +322,12 @@ async def channels_counting(
 
 
 async def take_probe(
-    dialect: Dialect, engine: AsyncEngine, queue: str, me: str, *, silent_after: float | None
+    driver: Driver, engine: AsyncEngine, queue: str, me: str, *, silent_after: float | None
 ) -> bool:
     """Compare-and-set to HALF_OPEN with `me` holding the probe: from OPEN once its
     reopening is due, or (with `silent_after`) from a HALF_OPEN whose holder has been
     silent that long. Whether this call won; the winner writes the event."""
-    tables = dialect.tables
+    tables = driver.tables
     c = tables.controls
     if silent_after is None:
         before, reason = BreakerState.OPEN, "cooldown over"
@@ -337,7 +337,7 @@ async def take_probe(
         when = c.c.breaker_changed_at <= utc_now(
             -sa.bindparam("silent_after", silent_after, type_=sa.Float())
         )
-    async with dialect.own_transaction(engine) as conn:
+    async with driver.own_transaction(engine) as conn:
         won = await conn.execute(
             c.update()
             .where(
@@ -368,12 +368,12 @@ def _probe_held(c: sa.Table, queue: str, me: str) -> tuple[sa.ColumnElement[bool
     )
 
 
-async def hand_back_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me: str) -> bool:
+async def hand_back_probe(driver: Driver, engine: AsyncEngine, queue: str, me: str) -> bool:
     """A stopping holder gives its probe back: OPEN again and due at once, so another
     process probes now rather than after the silent-holder timeout. Whether it held it."""
-    tables = dialect.tables
+    tables = driver.tables
     c = tables.controls
-    async with dialect.own_transaction(engine) as conn:
+    async with driver.own_transaction(engine) as conn:
         handed = await conn.execute(
             c.update()
             .where(*_probe_held(c, queue, me))
@@ -392,11 +392,11 @@ async def hand_back_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me:
     return True
 
 
-async def keep_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me: str) -> bool:
+async def keep_probe(driver: Driver, engine: AsyncEngine, queue: str, me: str) -> bool:
     """The probe holder shows it is alive (breaker_changed_at); False if it no longer
     holds the probe (reset, or taken over)."""
-    c = dialect.tables.controls
-    async with dialect.own_transaction(engine) as conn:
+    c = driver.tables.controls
+    async with driver.own_transaction(engine) as conn:
         kept = await conn.execute(
             c.update().where(*_probe_held(c, queue, me)).values(breaker_changed_at=utc_now())
         )
@@ -404,7 +404,7 @@ async def keep_probe(dialect: Dialect, engine: AsyncEngine, queue: str, me: str)
 
 
 async def reset_breaker(
-    dialect: Dialect, engine: AsyncEngine, queue: str, channel: str = WHOLE_QUEUE
+    driver: Driver, engine: AsyncEngine, queue: str, channel: str = WHOLE_QUEUE
 ) -> bool:
     """Close the breaker of the queue (or of its `channel`), failures forgotten
     ("manual reset"); whether it was anything but CLOSED without failures."""
@@ -414,7 +414,7 @@ async def reset_breaker(
             return None
         return BreakerChange(BreakerState.CLOSED, 0, reason="manual reset")
 
-    changed = await change_breaker(dialect, engine, queue, closed, create=False, channel=channel)
+    changed = await change_breaker(driver, engine, queue, closed, create=False, channel=channel)
     return changed is not None and changed[0] != changed[1]
 
 

@@ -14,9 +14,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import to_aware, to_naive_utc
-from faststream_sqla.dialects import Dialect
-from faststream_sqla.dialects._claim import state_literal as _literal
-from faststream_sqla.dialects.base import NewMessage, reading, with_retries
+from faststream_sqla.drivers import Driver
+from faststream_sqla.drivers._claim import state_literal as _literal
+from faststream_sqla.drivers.base import NewMessage, reading, with_retries
 from faststream_sqla.durations import whole_number
 from faststream_sqla.exceptions import InvalidOptionError, UnknownMessageError, shown
 from faststream_sqla.parser import load_headers
@@ -195,10 +195,10 @@ async def dead_letter_summary(
 
 
 async def check_ids(
-    dialect: Dialect, engine: AsyncEngine, ids: Collection[int], allowed: Collection[MessageState]
+    driver: Driver, engine: AsyncEngine, ids: Collection[int], allowed: Collection[MessageState]
 ) -> None:
     """Every id is an archived message in one of the `allowed` states, or nothing moves."""
-    m, a = dialect.tables.message, dialect.tables.archive
+    m, a = driver.tables.message, driver.tables.archive
     wanted = sorted(set(ids))
     async with reading(engine) as conn:
         states: dict[int, Any] = {}
@@ -260,7 +260,7 @@ class MovedMeanwhile(Exception):
 
 
 async def move_batch(
-    dialect: Dialect,
+    driver: Driver,
     conn: AsyncConnection,
     selection: sa.Select,
     states: Collection[MessageState],
@@ -271,11 +271,11 @@ async def move_batch(
     The mark only changes rows still in one of `states`, and counts them: if any row
     was marked by another mover since it was read, MovedMeanwhile leaves the
     transaction to roll back, copies included, so no message is moved twice."""
-    a = dialect.tables.archive
+    a = driver.tables.archive
     rows = (await conn.execute(selection)).all()
     if not rows:
         return {}
-    new_ids = await dialect.insert_messages(conn, [_copy(row) for row in rows])
+    new_ids = await driver.insert_messages(conn, [_copy(row) for row in rows])
     moved = {row.id: new_id for row, new_id in zip(rows, new_ids, strict=True)}
     # One UPDATE per MARK_ROWS (CASE id WHEN old THEN new ...): a statement per row
     # would be a round trip each on drivers without pipelined executemany.
@@ -309,7 +309,7 @@ def archive_columns(a: sa.Table) -> tuple[sa.Column, ...]:
 
 
 async def _move_until_settled(
-    dialect: Dialect,
+    driver: Driver,
     engine: AsyncEngine,
     selection: sa.Select,
     states: Collection[MessageState],
@@ -318,27 +318,27 @@ async def _move_until_settled(
     takes some of its rows first (each time it does, fewer rows are left to read)."""
 
     async def once() -> dict[int, int]:
-        async with dialect.own_transaction(engine) as conn:
-            return await move_batch(dialect, conn, selection, states)
+        async with driver.own_transaction(engine) as conn:
+            return await move_batch(driver, conn, selection, states)
 
     while True:
         try:
             # a deadlock between two movers (MariaDB's gap locks) rolls back one batch
-            return await with_retries(dialect, once)
+            return await with_retries(driver, once)
         except MovedMeanwhile:
             continue
 
 
 async def move_ids(
-    dialect: Dialect,
+    driver: Driver,
     engine: AsyncEngine,
     ids: Sequence[int],
     allowed: Collection[MessageState],
     progress: Progress | None,
     batch_size: int = MOVE_BATCH,
 ) -> MoveResult:
-    a = dialect.tables.archive
-    await check_ids(dialect, engine, ids, allowed)
+    a = driver.tables.archive
+    await check_ids(driver, engine, ids, allowed)
     wanted = sorted(set(ids))
     moved: dict[int, int] = {}
     for start in range(0, len(wanted), batch_size):
@@ -349,7 +349,7 @@ async def move_ids(
             .order_by(a.c.id)
             .with_for_update()
         )
-        moved |= await _move_until_settled(dialect, engine, selection, allowed)
+        moved |= await _move_until_settled(driver, engine, selection, allowed)
         if progress is not None:
             progress(len(moved), len(wanted))
     skipped = {i: "moved meanwhile by another redrive" for i in wanted if i not in moved}
@@ -357,7 +357,7 @@ async def move_ids(
 
 
 async def move_ranges(
-    dialect: Dialect,
+    driver: Driver,
     engine: AsyncEngine,
     queues: Sequence[str],
     states: Collection[MessageState],
@@ -368,7 +368,7 @@ async def move_ranges(
 ) -> MoveResult:
     """Move every archive row of `queues` in `states` (and the time range), oldest
     first, a batch per transaction; rows another mover holds are left to it."""
-    a = dialect.tables.archive
+    a = driver.tables.archive
     where = _in_range(a, since, until)
     ranges = [(queue, state) for queue in queues for state in states]
     total = await start_progress(
@@ -387,7 +387,7 @@ async def move_ranges(
             .with_for_update(skip_locked=True)
         )
         while True:
-            batch = await _move_until_settled(dialect, engine, selection, [state])
+            batch = await _move_until_settled(driver, engine, selection, [state])
             if not batch:
                 break
             moved |= batch

@@ -9,10 +9,10 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import to_aware, utc_now
-from faststream_sqla.dialects import Dialect
-from faststream_sqla.dialects._claim import ready_predicate, state_literal
-from faststream_sqla.dialects.base import reading
-from faststream_sqla.dialects.ranges import purge_ranges
+from faststream_sqla.drivers import Driver
+from faststream_sqla.drivers._claim import ready_predicate, state_literal
+from faststream_sqla.drivers.base import reading
+from faststream_sqla.drivers.ranges import purge_ranges
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.parser import load_headers
 from faststream_sqla.schema import MessageState, QueueTables
@@ -26,11 +26,11 @@ PURGE_BATCH = 1000
 
 
 async def find_message(
-    dialect: Dialect, engine: AsyncEngine, message_id: int
+    driver: Driver, engine: AsyncEngine, message_id: int
 ) -> MessageDetails | None:
     """The message `message_id`, live or archived (live first: a message is archived
     and deleted in one transaction, so it is in one table or the other)."""
-    m, a = dialect.tables.message, dialect.tables.archive
+    m, a = driver.tables.message, driver.tables.archive
     async with reading(engine) as conn:
         row = (await conn.execute(sa.select(m).where(m.c.id == message_id))).mappings().first()
         archived = row is None
@@ -167,20 +167,20 @@ async def message_page(
 
 
 async def purge_queue(
-    dialect: Dialect, engine: AsyncEngine, queue: str, progress: Progress | None = None
+    driver: Driver, engine: AsyncEngine, queue: str, progress: Progress | None = None
 ) -> int:
     """Delete the queue's waiting messages in batches, each its own transaction; rows a
     claim has locked are skipped, and messages in flight are never touched. Returns how
     many went."""
-    m = dialect.tables.message
-    ranges = purge_ranges(dialect.tables.message)
+    m = driver.tables.message
+    ranges = purge_ranges(driver.tables.message)
     total = await start_progress(
         engine, m, [(m.c.queue == queue, *where) for where in ranges], progress
     )
     deleted = 0
     for where in ranges:
         while True:
-            async with dialect.own_transaction(engine) as conn:
+            async with driver.own_transaction(engine) as conn:
                 ids = list(
                     (
                         await conn.execute(
@@ -194,7 +194,7 @@ async def purge_queue(
                 if not ids:
                     break
                 # locked by us: no claim can take them before the delete
-                for table in dialect.tables.live:  # the key rows first (MySQL)
+                for table in driver.tables.live:  # the key rows first (MySQL)
                     result = await conn.execute(table.delete().where(table.c.id.in_(ids)))
                 deleted += result.rowcount or 0
             if progress is not None:

@@ -3,7 +3,7 @@ the cost does not grow with the backlog.
 
 - Which queues exist: a skip scan, `min(queue) ... WHERE queue > :after`, once per queue
   and per index that holds the queue first (the live ranges of
-  `dialects.ranges.live_ranges`, and the archive's index).
+  `drivers.ranges.live_ranges`, and the archive's index).
 - Each count is `count(*)` over a subquery cut at `cap` (the admin API's `exact_up_to`),
   reported as inexact when it reaches the cap.
 - Each kind of message is a few ranges of the claim index: the priorities go in as an
@@ -23,9 +23,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import to_aware, utc_now
-from faststream_sqla.dialects._claim import state_literal
-from faststream_sqla.dialects.base import TERMINAL, reading
-from faststream_sqla.dialects.ranges import claim_index_order, live_ranges, queue_ranges
+from faststream_sqla.drivers._claim import state_literal
+from faststream_sqla.drivers.base import TERMINAL, reading
+from faststream_sqla.drivers.ranges import claim_index_order, live_ranges, queue_ranges
 from faststream_sqla.schema import PRIORITIES, MessageState, QueueTables
 
 from .models import Count, Progress, QueueStats

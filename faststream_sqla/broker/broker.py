@@ -29,8 +29,8 @@ from faststream_sqla.connecting import (
     missing_sqlite_file,
     unreachable,
 )
-from faststream_sqla.dialects import dialect_for
-from faststream_sqla.dialects.base import NotificationListener, reading
+from faststream_sqla.drivers import driver_for
+from faststream_sqla.drivers.base import NotificationListener, reading
 from faststream_sqla.exceptions import InvalidOptionError, SchemaMissingError, shown
 from faststream_sqla.message import ClaimedMessage, SqlaMessage
 from faststream_sqla.migrations import check_schema, upgrade_command
@@ -276,7 +276,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             create_engine(target, **self._connection_kwargs["engine_options"]) if owned else target
         )
         try:
-            dialect = dialect_for(engine, self.config.tables)
+            driver = driver_for(engine, self.config.tables)
         except InvalidOptionError:
             if owned:
                 await engine.dispose()
@@ -290,11 +290,11 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             fix = upgrade_command(engine, self.config.tables.names)
             msg = f"no SQLite database at {missing} (the file does not exist); run: {fix}"
             raise SchemaMissingError(msg)
-        dialect.configure_engine(engine, owned=owned)
+        driver.configure_engine(engine, owned=owned)
         try:
             await ensure_reachable(engine)
             try:
-                await dialect.prepare(engine)
+                await driver.prepare(engine)
             except Exception as e:
                 raise unreachable(engine.url, e) from e
         except Exception:
@@ -303,13 +303,13 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             raise
         if self._connection_kwargs["validate_schema"]:
             try:
-                await check_schema(engine, dialect.tables)
+                await check_schema(engine, driver.tables)
             except Exception:
                 if owned:
                     await engine.dispose()
                 raise
         self._owns_engine = owned
-        self.config.connect(engine, dialect)
+        self.config.connect(engine, driver)
         return engine
 
     @override
@@ -319,10 +319,10 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         super()._setup_logger()
         if not self.config.broker_config.producer.fast_publish or self._connection is None:
             return
-        dialect = self.config.dialect
-        if not dialect.relaxes_commits:
+        driver = self.config.driver
+        if not driver.relaxes_commits:
             self.config.logger.log(
-                f"fast_publish has no effect on {dialect.name}: every publish is committed "
+                f"fast_publish has no effect on {driver.name}: every publish is committed "
                 "durably (only PostgreSQL can relax one transaction's commit)",
                 logging.WARNING,
                 {"queue": "", "message_id": ""},
@@ -356,7 +356,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         runner = ScheduleRunner(self.schedules, self.publish, log)
         producer = config.broker_config.producer
         await runner.start(
-            config.engine, config.dialect, producer.codec, producer.serializer, config.health
+            config.engine, config.driver, producer.codec, producer.serializer, config.health
         )
         self.schedule_runner = runner
 
@@ -371,7 +371,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         def log(level: int, message: str) -> None:
             self.config.logger.log(message, level, {"queue": "", "message_id": ""})
 
-        listener = self.config.dialect.listener(
+        listener = self.config.driver.listener(
             self.config.engine,
             on_queue=lambda queue: wakeups.wake((queue,)),
             on_reconnect=lambda: wakeups.wake(consumed),

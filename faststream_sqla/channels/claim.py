@@ -1,7 +1,7 @@
 """The channel claim, run: up to `limit` messages of one queue, within every limit,
 with the queue's channels taking turns.
 
-A claim reads (its database's statements: faststream_sqla.dialects.channel_claim and
+A claim reads (its database's statements: faststream_sqla.drivers.channel_claim and
 each database's own `channel_claim.py`), plans (plan.py, pure), then writes; the write
 applies only if the queue row's version is still the one read, else the claim reads
 again.
@@ -20,8 +20,8 @@ from .plan import Candidate, ProbeMissed, QueueRow, plan
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from faststream_sqla.dialects import Dialect
-    from faststream_sqla.dialects.channel_claim import ChannelSession
+    from faststream_sqla.drivers import Driver
+    from faststream_sqla.drivers.channel_claim import ChannelSession
 
     from .read_ahead import ReadAhead
 
@@ -29,11 +29,11 @@ if TYPE_CHECKING:
 CONFLICT_RETRIES = 4
 
 
-async def create_queue_row(dialect: Dialect, engine: AsyncEngine, queue: str) -> None:
+async def create_queue_row(driver: Driver, engine: AsyncEngine, queue: str) -> None:
     """The queue's control row, which every channel claim's write counts up."""
-    async with dialect.own_transaction(engine) as conn:
+    async with driver.own_transaction(engine) as conn:
         await conn.execute(
-            dialect.channel_claim.insert_if_missing().values(
+            driver.channel_claim.insert_if_missing().values(
                 queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now()
             )
         )
@@ -57,12 +57,12 @@ async def write_planned(
 
 
 async def claim_once(
-    dialect: Dialect, engine: AsyncEngine, queue: str, limit: int, *, channel_breakers: bool
+    driver: Driver, engine: AsyncEngine, queue: str, limit: int, *, channel_breakers: bool
 ) -> list[Sequence[Any]] | None:
     """One try of the claim: a read, then a write in its session; None if another
     claim changed the queue, or a channel's breaker, in between."""
     try:
-        async with dialect.channel_session(engine) as session:
+        async with driver.channel_session(engine) as session:
             head, candidates = await session.read(queue, limit)
             if head is not None:
                 return await write_planned(
@@ -70,12 +70,12 @@ async def claim_once(
                 )
     except ProbeMissed:
         return None  # rolled back: read again
-    await create_queue_row(dialect, engine, queue)
+    await create_queue_row(driver, engine, queue)
     return None
 
 
 async def claim_channelled(
-    dialect: Dialect,
+    driver: Driver,
     engine: AsyncEngine,
     queue: str,
     limit: int,
@@ -92,7 +92,7 @@ async def claim_channelled(
         if rows:
             return rows
     for _ in range(CONFLICT_RETRIES):
-        rows = await claim_once(dialect, engine, queue, limit, channel_breakers=channel_breakers)
+        rows = await claim_once(driver, engine, queue, limit, channel_breakers=channel_breakers)
         if rows is not None:
             return rows
     return []  # others kept claiming: the next round comes soon

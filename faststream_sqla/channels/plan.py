@@ -104,7 +104,7 @@ class Member:
     #: MySQL: the read's range of the keys index held all its live messages (it is
     #: not the last channel of its range), so the take may read them all
     whole: bool = False
-    #: what the read said of its due messages (dialects.channel_claim, ChannelClaim._channel_due)
+    #: what the read said of its due messages (drivers.channel_claim, ChannelClaim._channel_due)
     due: Any = None
 
     def room(self, now: float) -> int | None:

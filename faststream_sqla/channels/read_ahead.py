@@ -49,8 +49,8 @@ from .plan import EXTRA_CANDIDATES, PLAIN, Candidate, Plan, QueueRow, plan
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from faststream_sqla.dialects import Dialect
-    from faststream_sqla.dialects.channel_claim import ChannelSession
+    from faststream_sqla.drivers import Driver
+    from faststream_sqla.drivers.channel_claim import ChannelSession
 
 #: the oldest read a claim still writes from (seconds); also how long an unused one
 #: holds its connection
@@ -107,7 +107,7 @@ class ReadAhead:
 
     def __init__(
         self,
-        dialect: Dialect,
+        driver: Driver,
         engine: AsyncEngine,
         queue: str,
         limit: int,
@@ -116,9 +116,9 @@ class ReadAhead:
         left: tuple[QueueRow, list[Candidate], float] | None = None,
         claims: int = 1,
     ) -> None:
-        if not dialect.reads_channels_ahead:
+        if not driver.reads_channels_ahead:
             # its session would hold the database's one writer lock until the write
-            msg = f"{dialect.name} claims do not read ahead: their session holds the writer lock"
+            msg = f"{driver.name} claims do not read ahead: their session holds the writer lock"
             raise ValueError(msg)
         self.queue, self.limit = queue, limit
         #: a read made for an earlier claim, left to this one (`leftover`), and when it
@@ -138,15 +138,15 @@ class ReadAhead:
         #: claimed, discarded or expired: its session is someone's to close
         self._taken = False
         self._closing = set() if closing is None else closing
-        self._task = asyncio.create_task(self._read(dialect, engine))
+        self._task = asyncio.create_task(self._read(driver, engine))
         self._expiry = asyncio.get_running_loop().call_later(READ_AHEAD_MAX_AGE, self.expire)
 
     async def _read(
-        self, dialect: Dialect, engine: AsyncEngine
+        self, driver: Driver, engine: AsyncEngine
     ) -> tuple[ChannelSession, QueueRow | None, list[Candidate]]:
         self.began = True
         try:
-            session = await self._stack.enter_async_context(dialect.channel_session(engine))
+            session = await self._stack.enter_async_context(driver.channel_session(engine))
             if self._inherited is not None:
                 inherited_head, candidates, _ = self._inherited
                 return session, inherited_head, candidates
@@ -235,8 +235,8 @@ class ReadsAhead:
     """A fetcher's reads ahead, one per channelled queue, and whether its claims come
     close enough together for reading ahead to pay."""
 
-    def __init__(self, dialect: Dialect, engine: AsyncEngine) -> None:
-        self.dialect, self.engine = dialect, engine
+    def __init__(self, driver: Driver, engine: AsyncEngine) -> None:
+        self.driver, self.engine = driver, engine
         self.pending: dict[str, ReadAhead] = {}
         #: reads closing unused in the background (the loop keeps only weak references)
         self._closing: set[asyncio.Task[None]] = set()
@@ -250,7 +250,7 @@ class ReadsAhead:
 
     @property
     def enabled(self) -> bool:
-        return self.dialect.reads_channels_ahead
+        return self.driver.reads_channels_ahead
 
     def take(self, queue: str) -> ReadAhead | None:
         """The read made ahead for `queue`'s claim about to start, if any."""
@@ -285,7 +285,7 @@ class ReadsAhead:
             self._wide[queue] = used.filled
         claims = CLAIMS_PER_READ if self._wide.get(queue, True) else 1
         self.pending[queue] = ReadAhead(
-            self.dialect, self.engine, queue, limit, self._closing, left=left, claims=claims
+            self.driver, self.engine, queue, limit, self._closing, left=left, claims=claims
         )
 
     async def close(self) -> None:

@@ -24,7 +24,7 @@ from .limits import Rate, checked_concurrency, checked_rate
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
 
 
 class _Unset(enum.Enum):
@@ -135,7 +135,7 @@ def limit_change(
 
 
 async def change_row(
-    dialect: Dialect, engine: AsyncEngine, queue: str, channel: str, change: LimitChange
+    driver: Driver, engine: AsyncEngine, queue: str, channel: str, change: LimitChange
 ) -> bool:
     """Apply `change` to the row of (queue, channel), creating the queue's row if
     missing, and count the queue row's version up (which also serialises changes of
@@ -145,10 +145,10 @@ async def change_row(
     validate_queue_name(queue)
     channel = checked_channel(channel)
     wanted = change.values()
-    claim = dialect.channel_claim
-    c = dialect.tables.controls
+    claim = driver.channel_claim
+    c = driver.tables.controls
     this_row = (c.c.queue == queue, c.c.channel == channel)
-    async with dialect.channel_transaction(engine) as conn:
+    async with driver.channel_transaction(engine) as conn:
         await conn.execute(
             claim.insert_if_missing().values(queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now())
         )
@@ -178,7 +178,7 @@ async def change_row(
 
 
 async def set_limits(
-    dialect: Dialect,
+    driver: Driver,
     engine: AsyncEngine,
     queue: str,
     channel: str = WHOLE_QUEUE,
@@ -188,9 +188,7 @@ async def set_limits(
     rate for the whole queue, channel_max_concurrency and channel_rate for each of its
     channels without limits of its own); None removes a limit. Whether anything
     changed."""
-    return await change_row(
-        dialect, engine, queue, channel, limit_change(channel=channel, **limits)
-    )
+    return await change_row(driver, engine, queue, channel, limit_change(channel=channel, **limits))
 
 
 __all__ = [

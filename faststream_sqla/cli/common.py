@@ -88,7 +88,7 @@ def run(url: str, action: Callable[[AsyncEngine], Awaitable[T]], *, may_create: 
     line and exit 1. Only a command that `may_create` a database (`db upgrade`) may
     name a SQLite file that does not exist yet."""
     try:
-        # unknown dialect, sync driver or driver not installed: the async one to use
+        # unknown driver, sync driver or driver not installed: the async one to use
         engine = create_engine(url)
     except InvalidOptionError as e:
         raise fail(str(e)) from None
@@ -152,7 +152,7 @@ def with_admin(
         admin = QueueAdmin(engine, message_table=names.message, archive_table=names.archive)
         # The command made this engine: it gets the settings of an engine the broker owns
         # (on SQLite, write transactions that take the write lock when they begin).
-        admin.dialect.configure_engine(engine, owned=True)
+        admin.driver.configure_engine(engine, owned=True)
         return await action(admin)
 
     return run(url, go)

@@ -21,7 +21,7 @@ from faststream_sqla.admin.archive import PRUNE_BATCH
 from faststream_sqla.admin.dead_letters import first_line
 from faststream_sqla.admin.messages import MESSAGE_LIST_STATES
 from faststream_sqla.admin.models import MoveResult, QueueStats
-from faststream_sqla.dialects.postgresql.partitions import MAX_MONTHS_AHEAD
+from faststream_sqla.drivers.postgresql.partitions import MAX_MONTHS_AHEAD
 from faststream_sqla.exceptions import shown
 
 from .common import (

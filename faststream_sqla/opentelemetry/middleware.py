@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import Meter, MeterProvider
     from opentelemetry.trace import TracerProvider
 
-    from faststream_sqla.dialects.base import Outcome
+    from faststream_sqla.drivers.base import Outcome
 
 SETTLE = "settle"
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from faststream_sqla.dialects.base import reading, with_retries
+from faststream_sqla.drivers.base import reading, with_retries
 from faststream_sqla.parser import CONTENT_TYPE_HEADER
 
 from . import store
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from faststream._internal.parser import CodecProto
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
     from faststream_sqla.health import DatabaseHealth
 
 #: headers of every message a schedule publishes: its name, and the tick it is for
@@ -60,34 +60,34 @@ class ScheduleRunner:
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._engine: AsyncEngine | None = None
-        self._dialect: Dialect | None = None
+        self._driver: Driver | None = None
         self._health: DatabaseHealth | None = None
         #: ticks this process published, by schedule (read by tests and metrics)
         self.fired: dict[str, int] = dict.fromkeys(self.schedules, 0)
 
     @property
     def table(self) -> sa.Table:
-        assert self._dialect is not None
-        return self._dialect.tables.schedule
+        assert self._driver is not None
+        return self._driver.tables.schedule
 
     async def start(
         self,
         engine: AsyncEngine,
-        dialect: Dialect,
+        driver: Driver,
         codec: CodecProto,
         serializer: Any,
         health: DatabaseHealth,
     ) -> None:
         """Write the declarations (before returning, so a body that cannot be encoded
         fails the start), then fire in the background."""
-        self._engine, self._dialect, self._health = engine, dialect, health
+        self._engine, self._driver, self._health = engine, driver, health
         for schedule in self.schedules.values():
             payload, content_type = await codec.encode(schedule.body, serializer)
             headers = dict(schedule.headers or {})
             if content_type:
                 headers.setdefault(CONTENT_TYPE_HEADER, content_type)
             await with_retries(
-                dialect, functools.partial(self._declare_once, schedule, payload, headers)
+                driver, functools.partial(self._declare_once, schedule, payload, headers)
             )
         self._stopping.clear()
         self._task = asyncio.create_task(self._run(), name="faststream-sqla schedules")
@@ -118,7 +118,7 @@ class ScheduleRunner:
         """Insert the schedule, or bring its row up to this declaration. A row whose
         timing changed fires next by the new timing; its paused state, last firing and
         count are kept."""
-        assert self._engine is not None and self._dialect is not None
+        assert self._engine is not None and self._driver is not None
         table, timing = self.table, schedule.timing
         definition: dict[str, Any] = {
             "queue": schedule.queue,
@@ -132,7 +132,7 @@ class ScheduleRunner:
             "missed": schedule.policy.value,
             "catch_up_limit": schedule.catch_up_limit,
         }
-        async with self._dialect.own_transaction(self._engine) as conn:
+        async with self._driver.own_transaction(self._engine) as conn:
             now = await store.database_now(conn)
             row = await store.load_one(conn, table, schedule.key)
             if row is None:
@@ -175,7 +175,7 @@ class ScheduleRunner:
     async def fire_due(self) -> float:
         """Fire every declared schedule that is due; returns how long to wait before
         looking again (until the next one is due, at most POLL_SECONDS)."""
-        assert self._engine is not None and self._dialect is not None
+        assert self._engine is not None and self._driver is not None
         async with reading(self._engine) as conn:
             now = await store.database_now(conn)
             rows = await store.load(conn, self.table, self.schedules)
@@ -187,11 +187,11 @@ class ScheduleRunner:
             if next_fire_at <= now:
                 try:
                     next_fire_at = await with_retries(
-                        self._dialect, functools.partial(self._fire, row, now)
+                        self._driver, functools.partial(self._fire, row, now)
                     )
                 except Exception as e:
                     # queue, say) must not hold the others back
-                    if self._dialect.is_unreachable(e):
+                    if self._driver.is_unreachable(e):
                         raise
                     self._failed(f"Schedule {row['name']!r}: firing failed", e)
                     continue
@@ -205,12 +205,12 @@ class ScheduleRunner:
     async def _fire(self, row: sa.RowMapping, now: datetime) -> datetime:
         """Publish the ticks of `row` due at `now`, if this process is the one to;
         returns when the schedule is due next."""
-        assert self._engine is not None and self._dialect is not None
+        assert self._engine is not None and self._driver is not None
         schedule = self.schedules[row["name"]]
         plan = _timing_of(row).due(
             row["next_fire_at"], now, Missed(row["missed"]), row["catch_up_limit"]
         )
-        async with self._dialect.own_transaction(self._engine) as conn:
+        async with self._driver.own_transaction(self._engine) as conn:
             won = await store.advance(
                 conn,
                 self.table,

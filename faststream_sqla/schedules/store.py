@@ -1,7 +1,7 @@
 """Every statement on the schedule table, for the runner and the admin API.
 
 Plain SQLAlchemy Core: each renders on every database, so there is nothing per
-dialect here. Firing is fenced by `advance`, a compare-and-set on `next_fire_at`.
+driver here. Firing is fenced by `advance`, a compare-and-set on `next_fire_at`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from faststream_sqla.clock import utc_now
-from faststream_sqla.dialects.base import reading
+from faststream_sqla.drivers.base import reading
 from faststream_sqla.exceptions import (
     InvalidOptionError,
     MessageSerializationError,

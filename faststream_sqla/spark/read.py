@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from faststream_sqla.clock import to_naive_utc
-from faststream_sqla.dialects.base import reading
+from faststream_sqla.drivers.base import reading
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
     InvalidOptionError,

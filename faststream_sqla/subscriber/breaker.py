@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING
 
 from faststream_sqla.admin import controls
 from faststream_sqla.admin.controls import BreakerChange, BreakerRecord, ControlReading
-from faststream_sqla.dialects.base import Outcome, with_retries
+from faststream_sqla.drivers.base import Outcome, with_retries
 from faststream_sqla.schema import BreakerState, MessageState
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
     from faststream_sqla.message import ClaimedMessage
 
 Log = Callable[..., None]
@@ -181,7 +181,7 @@ class Breakers:
     """The breakers of one subscriber's queues (see the module docstring)."""
 
     engine: AsyncEngine
-    dialect: Dialect
+    driver: Driver
     queues: Sequence[str]
     threshold: int
     cooldown: float
@@ -302,8 +302,8 @@ class Breakers:
         for queue, names in quiet.items():
             try:
                 found = await with_retries(
-                    self.dialect,
-                    partial(controls.channels_counting, self.dialect, self.engine, queue, names),
+                    self.driver,
+                    partial(controls.channels_counting, self.driver, self.engine, queue, names),
                 )
             except Exception as exc:
                 self.log(logging.WARNING, f"reading channels' circuit breakers failed: {exc!r}")
@@ -330,9 +330,9 @@ class Breakers:
             )
 
         changed = await with_retries(
-            self.dialect,
+            self.driver,
             lambda: controls.change_breaker(
-                self.dialect, self.engine, queue, judge, channel=channel
+                self.driver, self.engine, queue, judge, channel=channel
             ),
         )
         assert changed is not None  # the row is inserted when missing
@@ -388,7 +388,7 @@ class Breakers:
             )
 
         changed = await with_retries(
-            self.dialect, lambda: controls.change_breaker(self.dialect, self.engine, queue, judge)
+            self.driver, lambda: controls.change_breaker(self.driver, self.engine, queue, judge)
         )
         assert changed is not None  # the row is inserted when missing
         before, after = changed
@@ -460,8 +460,8 @@ class Breakers:
                     await self._take_probe(queue, self.silent_after)
             elif record.state is HALF_OPEN and record.probe == self.me:
                 await with_retries(
-                    self.dialect,
-                    partial(controls.keep_probe, self.dialect, self.engine, queue, self.me),
+                    self.driver,
+                    partial(controls.keep_probe, self.driver, self.engine, queue, self.me),
                 )
         self._notify()
 
@@ -470,15 +470,15 @@ class Breakers:
         for queue, view in self.views.items():
             if view.state is HALF_OPEN and view.probe == self.me:
                 await with_retries(
-                    self.dialect,
-                    partial(controls.hand_back_probe, self.dialect, self.engine, queue, self.me),
+                    self.driver,
+                    partial(controls.hand_back_probe, self.driver, self.engine, queue, self.me),
                 )
 
     async def _take_probe(self, queue: str, silent_after: float | None) -> None:
         won = await with_retries(
-            self.dialect,
+            self.driver,
             lambda: controls.take_probe(
-                self.dialect, self.engine, queue, self.me, silent_after=silent_after
+                self.driver, self.engine, queue, self.me, silent_after=silent_after
             ),
         )
         if not won:

@@ -13,15 +13,15 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from faststream_sqla.channels.read_ahead import ReadAhead
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
 
 
 class Claimer:
     """Claims for one subscriber. `channel_breakers`: its messages with a channel
     count toward their channel's breaker, which the channel claim then enforces."""
 
-    def __init__(self, dialect: Dialect, engine: AsyncEngine, *, channel_breakers: bool) -> None:
-        self.dialect, self.engine = dialect, engine
+    def __init__(self, driver: Driver, engine: AsyncEngine, *, channel_breakers: bool) -> None:
+        self.driver, self.engine = driver, engine
         self.channel_breakers = channel_breakers
 
     async def claim(
@@ -32,11 +32,11 @@ class Claimer:
         ahead of this claim, if any (channels.read_ahead)."""
         if channelled:
             return await claim_channelled(
-                self.dialect,
+                self.driver,
                 self.engine,
                 queue,
                 limit,
                 channel_breakers=self.channel_breakers,
                 ahead=ahead,
             )
-        return await self.dialect.claim(self.engine, queue, limit)
+        return await self.driver.claim(self.engine, queue, limit)

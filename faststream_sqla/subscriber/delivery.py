@@ -17,7 +17,7 @@ from faststream.exceptions import AckMessage, NackMessage, RejectMessage, StopCo
 from faststream.message import AckStatus
 
 from faststream_sqla import lifecycle
-from faststream_sqla.dialects.base import Outcome
+from faststream_sqla.drivers.base import Outcome
 from faststream_sqla.exceptions import HandlerTimeoutError, InvalidOptionError, RetryAfter
 from faststream_sqla.message import ClaimedMessage, validate_delay
 

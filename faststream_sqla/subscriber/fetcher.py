@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from faststream_sqla.channels.read_ahead import ReadsAhead
-from faststream_sqla.dialects.base import with_retries
+from faststream_sqla.drivers.base import with_retries
 from faststream_sqla.parser import claimed_reader
 
 from .claim_size import ClaimSizer
@@ -18,7 +18,7 @@ from .loops import Backoff, Log, log_failure, wait_event
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
     from faststream_sqla.health import DatabaseHealth
     from faststream_sqla.message import ClaimedMessage
 
@@ -43,7 +43,7 @@ class Fetcher:
         self,
         *,
         engine: AsyncEngine,
-        dialect: Dialect,
+        driver: Driver,
         queues: Sequence[str],
         options: ConsumeOptions,
         buffer: PrefetchBuffer,
@@ -57,8 +57,8 @@ class Fetcher:
         claimer: Claimer,
         on_short_claim: Callable[[], None] | None = None,
     ) -> None:
-        self.engine, self.dialect, self.queues = engine, dialect, list(queues)
-        self.claimed_from_row = claimed_reader(times_as_text=dialect.times_as_text)
+        self.engine, self.driver, self.queues = engine, driver, list(queues)
+        self.claimed_from_row = claimed_reader(times_as_text=driver.times_as_text)
         self.claimer = claimer
         #: called when a channelled claim took less than its idle workers' room: the
         #: channels' slots may be held by handled messages whose outcomes wait to be
@@ -89,8 +89,8 @@ class Fetcher:
         #: claim paid that four times while the buffer ran dry. So while the buffer
         #: holds less than those turns' deliveries, workers yield at every delivery.
         self.claim_in_flight = False
-        self._hurry_claims = dialect.claim_round_trips > 1
-        self.hurry_below = dialect.claim_round_trips * options.max_workers * DELIVERIES_PER_YIELD
+        self._hurry_claims = driver.claim_round_trips > 1
+        self.hurry_below = driver.claim_round_trips * options.max_workers * DELIVERIES_PER_YIELD
         self.stopping = False
         self._rotation = 0
         #: queues an operator paused (ControlWatcher keeps it current): not claimed
@@ -105,7 +105,7 @@ class Fetcher:
         #: the circuit breakers of the queues, if the subscriber has them
         self.breakers: Breakers | None = None
         #: the channelled queues' next claims, read while the workers are busy
-        self.reads_ahead = ReadsAhead(dialect, engine)
+        self.reads_ahead = ReadsAhead(driver, engine)
 
     def _apply_size(self) -> None:
         self.batch_size = self.sizer.size
@@ -236,7 +236,7 @@ class Fetcher:
                 return await self.claimer.claim(queue, remaining, channelled=channelled, ahead=used)
 
             async with self.claiming:
-                rows = await with_retries(self.dialect, claim)
+                rows = await with_retries(self.driver, claim)
                 now = time.monotonic()
                 from_row = self.claimed_from_row
                 claimed = [from_row(row, now) for row in rows]

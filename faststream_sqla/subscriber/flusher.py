@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from faststream_sqla.dialects.base import Outcome, with_retries
+from faststream_sqla.drivers.base import Outcome, with_retries
 from faststream_sqla.message import KEEP_STATE
 
 from .loops import Backoff, Log, StoppableLoop, log_failure, wait_event
@@ -15,7 +15,7 @@ from .loops import Backoff, Log, StoppableLoop, log_failure, wait_event
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
     from faststream_sqla.health import DatabaseHealth
 
     from .config import ConsumeOptions
@@ -43,7 +43,7 @@ class OutcomeFlusher(StoppableLoop):
         self,
         *,
         engine: AsyncEngine,
-        dialect: Dialect,
+        driver: Driver,
         interval: float,
         batch_size: int,
         on_written: Callable[[Sequence[Outcome]], None],
@@ -53,7 +53,7 @@ class OutcomeFlusher(StoppableLoop):
         after_write: Callable[[Sequence[Outcome]], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__()
-        self.engine, self.dialect, self.interval, self.log = engine, dialect, interval, log
+        self.engine, self.driver, self.interval, self.log = engine, driver, interval, log
         self.health = health
         self.batch_size = max(batch_size, 1)
         self.on_written = on_written
@@ -149,11 +149,11 @@ class OutcomeFlusher(StoppableLoop):
             nonlocal tries
             tries += 1
             if saving:  # deferrals' states first: a crash between leaves state, no outcome
-                await self.dialect.save_states(self.engine, saving)
-            return await self.dialect.write_outcomes(self.engine, batch)
+                await self.driver.save_states(self.engine, saving)
+            return await self.driver.write_outcomes(self.engine, batch)
 
         try:
-            changed = await with_retries(self.dialect, write)
+            changed = await with_retries(self.driver, write)
         except BaseException as exc:
             self.pending[:0] = batch
             self._nonempty.set()

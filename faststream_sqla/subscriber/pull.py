@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from faststream_sqla import lifecycle, ordering
 from faststream_sqla.admin import controls
-from faststream_sqla.dialects.base import Outcome, reading, with_retries
+from faststream_sqla.drivers.base import Outcome, reading, with_retries
 from faststream_sqla.message import KEEP_STATE, ClaimedMessage
 from faststream_sqla.parser import claimed_reader
 
@@ -60,9 +60,9 @@ class Pull:
             wakeups.unregister(self.queues, wake)
 
     async def _claim_one(self) -> ClaimedMessage | None:
-        dialect, opts = self.broker_config().dialect, self.options
+        driver, opts = self.broker_config().driver, self.options
         claimer = Claimer(
-            dialect, self.broker_config().engine, channel_breakers=opts.circuit_breaker_per_channel
+            driver, self.broker_config().engine, channel_breakers=opts.circuit_breaker_per_channel
         )
         for queue in self.queues:
 
@@ -80,9 +80,9 @@ class Pull:
                         return []
                 return await claimer.claim(queue, 1, channelled=True)
 
-            while rows := await with_retries(dialect, claim):
+            while rows := await with_retries(driver, claim):
                 now = time.monotonic()
-                raw = claimed_reader(times_as_text=dialect.times_as_text)(rows[0], now)
+                raw = claimed_reader(times_as_text=driver.times_as_text)(rows[0], now)
                 settled = lifecycle.before_handler(raw, opts.max_deliveries, now)
                 if settled is not None:
                     await self._write_now(settled, raw)
@@ -99,25 +99,25 @@ class Pull:
         seen = self._controls.get(queue)
         if not fresh and seen is not None and now - seen[0] < CONTROL_INTERVAL:
             return seen[1], seen[2]
-        dialect, engine = self.broker_config().dialect, self.broker_config().engine
+        driver, engine = self.broker_config().driver, self.broker_config().engine
         async with reading(engine) as conn:
-            paused = bool(await controls.paused_among(conn, dialect.tables, [queue]))
-            channelled = bool(await controls.channelled_among(conn, dialect.tables, [queue]))
+            paused = bool(await controls.paused_among(conn, driver.tables, [queue]))
+            channelled = bool(await controls.channelled_among(conn, driver.tables, [queue]))
         self._controls[queue] = (now, paused, channelled)
         return paused, channelled
 
     async def _write_now(self, outcome: Outcome, raw: ClaimedMessage) -> None:
-        dialect, engine = self.broker_config().dialect, self.broker_config().engine
+        driver, engine = self.broker_config().driver, self.broker_config().engine
 
         async def write() -> int:
             if outcome.saved_state is not KEEP_STATE:
-                await dialect.save_states(engine, [outcome])
-            return await dialect.write_outcomes(engine, [outcome])
+                await driver.save_states(engine, [outcome])
+            return await driver.write_outcomes(engine, [outcome])
 
-        await with_retries(dialect, write)
+        await with_retries(driver, write)
         if raw.ordering_key is not None and outcome.archives:
             keys = {(raw.queue, raw.ordering_key)}
-            await with_retries(dialect, lambda: ordering.release_next(dialect, engine, keys))
+            await with_retries(driver, lambda: ordering.release_next(driver, engine, keys))
 
     async def _settle_now(self, raw: ClaimedMessage) -> None:
         now = lifecycle.db_time(raw, time.monotonic())

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 
 from faststream_sqla import ordering
 from faststream_sqla.admin import controls
-from faststream_sqla.dialects.base import reading, with_retries
+from faststream_sqla.drivers.base import reading, with_retries
 
 from .loops import Backoff, Log, StoppableLoop, log_failure
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from faststream_sqla.dialects import Dialect
+    from faststream_sqla.drivers import Driver
     from faststream_sqla.health import DatabaseHealth
     from faststream_sqla.message import ClaimedMessage
 
@@ -35,7 +35,7 @@ class StuckReleaser(StoppableLoop):
         self,
         *,
         engine: AsyncEngine,
-        dialect: Dialect,
+        driver: Driver,
         queues: Sequence[str],
         options: ConsumeOptions,
         held: dict[int, ClaimedMessage],
@@ -46,7 +46,7 @@ class StuckReleaser(StoppableLoop):
     ) -> None:
         super().__init__()
         self.health = health
-        self.engine, self.dialect, self.queues = engine, dialect, list(queues)
+        self.engine, self.driver, self.queues = engine, driver, list(queues)
         self.options, self.held, self.on_released, self.log = options, held, on_released, log
         self.claiming = claiming
         #: per queue, the ordering key after which the next sweep looks
@@ -57,7 +57,7 @@ class StuckReleaser(StoppableLoop):
             # What this process holds is never stuck, however late its renewal: a
             # handler that blocks the event loop holds back the LeaseKeeper too, and
             # without this the process took back its own running messages.
-            return await self.dialect.release_stuck(
+            return await self.driver.release_stuck(
                 self.engine, self.queues, self.options.release_stuck_timeout, list(self.held)
             )
 
@@ -65,15 +65,15 @@ class StuckReleaser(StoppableLoop):
         # ids were read, while a blocking handler delayed the statement past the
         # timeout, would otherwise look stuck.
         async with self.claiming:
-            count = await with_retries(self.dialect, release)
+            count = await with_retries(self.driver, release)
         for queue in self.queues:
             # messages left WAITING for an ordering key by a process that died between
             # a commit and its release (faststream_sqla.ordering)
             released, self._sweep_from[queue] = await with_retries(
-                self.dialect,
+                self.driver,
                 functools.partial(
                     ordering.sweep,
-                    self.dialect,
+                    self.driver,
                     self.engine,
                     queue,
                     self._sweep_from.get(queue, ""),
@@ -116,7 +116,7 @@ class ControlWatcher(StoppableLoop):
         self,
         *,
         engine: AsyncEngine,
-        dialect: Dialect,
+        driver: Driver,
         queues: Sequence[str],
         fetcher: Fetcher,
         wake: asyncio.Event,
@@ -126,7 +126,7 @@ class ControlWatcher(StoppableLoop):
         breakers: Breakers | None = None,
     ) -> None:
         super().__init__()
-        self.engine, self.dialect, self.queues = engine, dialect, list(queues)
+        self.engine, self.driver, self.queues = engine, driver, list(queues)
         self.fetcher, self.wake, self.log, self.health = fetcher, wake, log, health
         self.interval = interval
         self.breakers = breakers
@@ -139,16 +139,16 @@ class ControlWatcher(StoppableLoop):
 
         async def read() -> set[str]:
             async with reading(self.engine) as conn:
-                return await controls.paused_among(conn, self.dialect.tables, self.queues)
+                return await controls.paused_among(conn, self.driver.tables, self.queues)
 
-        self._take_paused(frozenset(await with_retries(self.dialect, read)))
+        self._take_paused(frozenset(await with_retries(self.driver, read)))
 
     async def _read_channelled(self) -> None:
         async def read() -> set[str]:
             async with reading(self.engine) as conn:
-                return await controls.channelled_among(conn, self.dialect.tables, self.queues)
+                return await controls.channelled_among(conn, self.driver.tables, self.queues)
 
-        channelled = frozenset(await with_retries(self.dialect, read))
+        channelled = frozenset(await with_retries(self.driver, read))
         before = self.fetcher.channelled
         if channelled != before:
             self.fetcher.channelled = channelled
@@ -166,10 +166,10 @@ class ControlWatcher(StoppableLoop):
         async def read() -> dict[str, controls.ControlReading]:
             async with reading(self.engine) as conn:
                 return await controls.controls_among(
-                    conn, self.dialect.tables, self.queues, breakers.silent_after
+                    conn, self.driver.tables, self.queues, breakers.silent_after
                 )
 
-        readings = await with_retries(self.dialect, read)
+        readings = await with_retries(self.driver, read)
         self._take_paused(frozenset(q for q, found in readings.items() if found.paused))
         await breakers.observe(readings, versions)
 
@@ -212,14 +212,14 @@ class LeaseKeeper(StoppableLoop):
         self,
         *,
         engine: AsyncEngine,
-        dialect: Dialect,
+        driver: Driver,
         held: dict[int, ClaimedMessage],
         interval: float,
         log: Log,
         health: DatabaseHealth,
     ) -> None:
         super().__init__()
-        self.engine, self.dialect, self.held, self.log = engine, dialect, held, log
+        self.engine, self.driver, self.held, self.log = engine, driver, held, log
         self.health = health
         self.interval = interval
 
@@ -229,9 +229,9 @@ class LeaseKeeper(StoppableLoop):
             return 0
 
         async def renew() -> int:
-            return await self.dialect.extend_leases(self.engine, leases)
+            return await self.driver.extend_leases(self.engine, leases)
 
-        return await with_retries(self.dialect, renew)
+        return await with_retries(self.driver, renew)
 
     async def run(self) -> None:
         backoff = Backoff(cap=self.interval)

@@ -19,7 +19,7 @@ from typing_extensions import override
 
 from faststream_sqla import lifecycle, ordering
 from faststream_sqla._faststream import set_auto_ack_disabled
-from faststream_sqla.dialects.base import Outcome, with_retries
+from faststream_sqla.drivers.base import Outcome, with_retries
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.parser import SqlaBatchParser, SqlaParser
 from faststream_sqla.publisher.fake import SqlaFakePublisher
@@ -165,16 +165,16 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._post_start()
 
     def _start_loops(self) -> None:
-        engine, dialect, opts = self._outer_config.engine, self._outer_config.dialect, self.options
+        engine, driver, opts = self._outer_config.engine, self._outer_config.driver, self.options
         self._buffer = PrefetchBuffer()
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._held = {}
         claiming = asyncio.Lock()
-        self._claimer = Claimer(dialect, engine, channel_breakers=opts.circuit_breaker_per_channel)
+        self._claimer = Claimer(driver, engine, channel_breakers=opts.circuit_breaker_per_channel)
         self._fetcher = Fetcher(
             engine=engine,
-            dialect=dialect,
+            driver=driver,
             queues=self.queues,
             options=opts,
             buffer=self._buffer,
@@ -192,7 +192,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             self._fetcher.per_worker = opts.fetch_batch_size
         self._flusher = OutcomeFlusher(
             engine=engine,
-            dialect=dialect,
+            driver=driver,
             interval=opts.flush_interval,
             batch_size=flush_batch_size(self._fetcher.batch_size, opts),
             on_written=self._release_held,
@@ -204,7 +204,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         if opts.circuit_breaker_threshold is not None:
             self._breakers = self._fetcher.breakers = Breakers(
                 engine=engine,
-                dialect=dialect,
+                driver=driver,
                 queues=self.queues,
                 threshold=opts.circuit_breaker_threshold,
                 cooldown=opts.circuit_breaker_cooldown,
@@ -220,7 +220,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             )
         releaser = StuckReleaser(
             engine=engine,
-            dialect=dialect,
+            driver=driver,
             queues=self.queues,
             options=opts,
             held=self._held,
@@ -231,7 +231,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         )
         leases = LeaseKeeper(
             engine=engine,
-            dialect=dialect,
+            driver=driver,
             held=self._held,
             interval=opts.release_stuck_timeout / 3,
             log=self._log,
@@ -239,7 +239,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         )
         watcher = ControlWatcher(
             engine=engine,
-            dialect=dialect,
+            driver=driver,
             queues=self.queues,
             fetcher=self._fetcher,
             wake=self._wake,
@@ -336,7 +336,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         if keys:
             config = self._outer_config
             await with_retries(
-                config.dialect, lambda: ordering.release_next(config.dialect, config.engine, keys)
+                config.driver, lambda: ordering.release_next(config.driver, config.engine, keys)
             )
 
     def _claim_resized(self, claim_size: int) -> None:

@@ -1,4 +1,4 @@
-"""One suite every dialect must pass: the SQL contract behind the `Dialect` interface,
+"""One suite every driver must pass: the SQL contract behind the `Driver` interface,
 the channel claim included."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from faststream_sqla import lifecycle
 from faststream_sqla.channels.claim import claim_channelled
 from faststream_sqla.admin.channels import set_channel_paused
 from faststream_sqla.channels.store import set_limits
-from faststream_sqla.dialects import dialect_for
-from faststream_sqla.dialects.base import NewMessage, Outcome
+from faststream_sqla.drivers import driver_for
+from faststream_sqla.drivers.base import NewMessage, Outcome
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import MAX_QUEUE_NAME_LENGTH, BreakerState, MessageState, QueueTables
@@ -31,18 +31,18 @@ def new(queue: str = "q", *, delay: float = 0.0, at: datetime | None = None) -> 
     )
 
 
-async def claim(engine, dialect, queue: str, limit: int) -> list[ClaimedMessage]:
-    """Claim through the dialect and read the rows the way the fetch loop does, which
+async def claim(engine, driver, queue: str, limit: int) -> list[ClaimedMessage]:
+    """Claim through the driver and read the rows the way the fetch loop does, which
     also checks that each row carries CLAIMED_COLUMNS in order."""
-    return [claimed_from_row(row, 0.0) for row in await dialect.claim(engine, queue, limit)]
+    return [claimed_from_row(row, 0.0) for row in await driver.claim(engine, queue, limit)]
 
 
-async def insert(engine, dialect, *messages: NewMessage) -> list[int]:
-    return await dialect.insert_committed(engine, list(messages))
+async def insert(engine, driver, *messages: NewMessage) -> list[int]:
+    return await driver.insert_committed(engine, list(messages))
 
 
-async def test_insert_returns_ids_in_order_and_stores_pending_rows(engine, tables, dialect):
-    ids = await insert(engine, dialect, *(new() for _ in range(5)))
+async def test_insert_returns_ids_in_order_and_stores_pending_rows(engine, tables, driver):
+    ids = await insert(engine, driver, *(new() for _ in range(5)))
     assert ids == sorted(ids) and len(set(ids)) == 5
     stored = await rows(engine, tables.message)
     assert [r["id"] for r in stored] == ids
@@ -50,11 +50,11 @@ async def test_insert_returns_ids_in_order_and_stores_pending_rows(engine, table
     assert stored[0]["headers"] == {"k": "v"} and stored[0]["payload"] == b"p"
 
 
-async def test_claim_takes_ready_messages_oldest_first_up_to_the_limit(engine, tables, dialect):
-    later = await insert(engine, dialect, new(delay=3600))
-    first = await insert(engine, dialect, *(new() for _ in range(3)))
-    other = await insert(engine, dialect, new("other"))
-    claimed = await claim(engine, dialect, "q", 2)
+async def test_claim_takes_ready_messages_oldest_first_up_to_the_limit(engine, tables, driver):
+    later = await insert(engine, driver, new(delay=3600))
+    first = await insert(engine, driver, *(new() for _ in range(3)))
+    other = await insert(engine, driver, new("other"))
+    claimed = await claim(engine, driver, "q", 2)
     assert [r.id for r in claimed] == first[:2]
     assert all(r.deliveries_count == 1 and r.acquired_at is not None for r in claimed)
     assert all(r.headers == {"k": "v"} and r.payload == b"p" for r in claimed)
@@ -63,26 +63,26 @@ async def test_claim_takes_ready_messages_oldest_first_up_to_the_limit(engine, t
     # the claim reports the acquired_at it stored: attempt times are measured from it
     stored = {r["id"]: r["acquired_at"] for r in await rows(engine, tables.message)}
     assert all(stored[r.id] == r.acquired_at for r in claimed)
-    rest = await claim(engine, dialect, "q", 10)
+    rest = await claim(engine, driver, "q", 10)
     assert [r.id for r in rest] == first[2:]  # not the delayed one, not other queues
     assert later[0] not in [r.id for r in rest] and other[0] not in [r.id for r in rest]
 
 
-async def test_concurrent_claims_never_share_a_message(engine, dialect):
-    inserted = await insert(engine, dialect, *(new() for _ in range(60)))
-    batches = await asyncio.gather(*(claim(engine, dialect, "q", 10) for _ in range(8)))
+async def test_concurrent_claims_never_share_a_message(engine, driver):
+    inserted = await insert(engine, driver, *(new() for _ in range(60)))
+    batches = await asyncio.gather(*(claim(engine, driver, "q", 10) for _ in range(8)))
     ids = [r.id for batch in batches for r in batch]
     assert len(ids) == len(set(ids))  # never one message in two claims
     # Under a loaded host MariaDB's SKIP LOCKED has once returned short claims (30 of
     # 60 rows over eight claims); what they skipped is still there for the next claim.
-    while rest := await claim(engine, dialect, "q", 10):
+    while rest := await claim(engine, driver, "q", 10):
         ids += [r.id for r in rest]
     assert sorted(ids) == inserted
 
 
-async def test_outcomes_archive_requeue_and_are_fenced(engine, tables, dialect):
-    a, b, c = await insert(engine, dialect, new(), new(), new())
-    claimed = {r.id: r for r in await claim(engine, dialect, "q", 3)}
+async def test_outcomes_archive_requeue_and_are_fenced(engine, tables, driver):
+    a, b, c = await insert(engine, driver, new(), new(), new())
+    claimed = {r.id: r for r in await claim(engine, driver, "q", 3)}
     now = claimed[a].acquired_at
     outcomes = [
         Outcome(id=a, token=1, state=MessageState.COMPLETED, attempts_count=1,
@@ -94,10 +94,10 @@ async def test_outcomes_archive_requeue_and_are_fenced(engine, tables, dialect):
         Outcome(id=c, token=7, state=MessageState.FAILED, attempts_count=1,  # stale token
                 deliveries_count=7),
     ]
-    assert await dialect.write_outcomes(engine, outcomes) == 2
+    assert await driver.write_outcomes(engine, outcomes) == 2
     (archived,) = await rows(engine, tables.archive)
     assert (archived["id"], archived["state"]) == (a, MessageState.COMPLETED)
-    # times round-trip to the microsecond, whatever form a dialect sends them in
+    # times round-trip to the microsecond, whatever form a driver sends them in
     assert archived["first_attempt_at"] == now - timedelta(minutes=5)
     assert archived["last_attempt_at"] == now
     by_id = {r["id"]: r for r in await rows(engine, tables.message)}
@@ -108,77 +108,77 @@ async def test_outcomes_archive_requeue_and_are_fenced(engine, tables, dialect):
     assert by_id[c]["state"] == MessageState.PROCESSING  # the stale outcome changed nothing
 
 
-async def test_a_claim_given_back_unstarted_never_shares_a_token(engine, tables, dialect):
+async def test_a_claim_given_back_unstarted_never_shares_a_token(engine, tables, driver):
     """Claim, give back unstarted (a graceful stop), claim again elsewhere: the first
     claim's late outcome and renewal change nothing; the second claim's outcome lands."""
-    await insert(engine, dialect, new())
-    (first,) = await claim(engine, dialect, "q", 1)
-    assert await dialect.write_outcomes(engine, [lifecycle.released(first, started=False)]) == 1
-    (second,) = await claim(engine, dialect, "q", 1)
+    await insert(engine, driver, new())
+    (first,) = await claim(engine, driver, "q", 1)
+    assert await driver.write_outcomes(engine, [lifecycle.released(first, started=False)]) == 1
+    (second,) = await claim(engine, driver, "q", 1)
     assert second.deliveries_count == first.deliveries_count == 1  # not counted twice
     assert second.token > first.token
     late = lifecycle.completed(first, first.acquired_at)
-    assert await dialect.write_outcomes(engine, [late]) == 0
-    assert await dialect.extend_leases(engine, [(first.id, first.token)]) == 0
+    assert await driver.write_outcomes(engine, [late]) == 0
+    assert await driver.extend_leases(engine, [(first.id, first.token)]) == 0
     (row,) = await rows(engine, tables.message)
     assert (row["state"], row["claims_count"]) == (MessageState.PROCESSING, second.token)
     assert await rows(engine, tables.archive) == []
     done = lifecycle.completed(second, second.acquired_at)
-    assert await dialect.write_outcomes(engine, [done]) == 1
+    assert await driver.write_outcomes(engine, [done]) == 1
     (archived,) = await rows(engine, tables.archive)
     assert (archived["state"], archived["claims_count"]) == (MessageState.COMPLETED, 2)
 
 
-async def test_leases_extend_only_current_claims(engine, tables, dialect):
-    a, b = await insert(engine, dialect, new(), new())
-    await dialect.claim(engine, "q", 2)
+async def test_leases_extend_only_current_claims(engine, tables, driver):
+    a, b = await insert(engine, driver, new(), new())
+    await driver.claim(engine, "q", 2)
     old = {r["id"]: r["acquired_at"] for r in await rows(engine, tables.message)}
-    assert await dialect.extend_leases(engine, [(a, 1), (b, 5)]) == 1
+    assert await driver.extend_leases(engine, [(a, 1), (b, 5)]) == 1
     after = {r["id"]: r["acquired_at"] for r in await rows(engine, tables.message)}
     assert after[a] >= old[a] and after[b] == old[b]
 
 
-async def test_release_stuck_only_touches_old_claims_of_given_queues(engine, tables, dialect):
-    await insert(engine, dialect, new("q"), new("other"))
-    await dialect.claim(engine, "q", 1)
-    await dialect.claim(engine, "other", 1)
-    assert await dialect.release_stuck(engine, ["q"], 3600) == 0  # too recent
-    assert await dialect.release_stuck(engine, ["q"], 0) == 1
+async def test_release_stuck_only_touches_old_claims_of_given_queues(engine, tables, driver):
+    await insert(engine, driver, new("q"), new("other"))
+    await driver.claim(engine, "q", 1)
+    await driver.claim(engine, "other", 1)
+    assert await driver.release_stuck(engine, ["q"], 3600) == 0  # too recent
+    assert await driver.release_stuck(engine, ["q"], 0) == 1
     states = {r["queue"]: r["state"] for r in await rows(engine, tables.message)}
     assert states == {"q": MessageState.PENDING, "other": MessageState.PROCESSING}
 
 
 @pytest.mark.parametrize("held_count", [1, 5000])
-async def test_release_stuck_leaves_what_the_caller_holds(engine, tables, dialect, held_count):
-    mine, theirs = await insert(engine, dialect, new(), new())
-    await dialect.claim(engine, "q", 2)
+async def test_release_stuck_leaves_what_the_caller_holds(engine, tables, driver, held_count):
+    mine, theirs = await insert(engine, driver, new(), new())
+    await driver.claim(engine, "q", 2)
     # thousands of held ids still travel as one parameter
     held = [mine, *range(10**9, 10**9 + held_count - 1)]
-    assert await dialect.release_stuck(engine, ["q"], 0, held) == 1
+    assert await driver.release_stuck(engine, ["q"], 0, held) == 1
     states = {r["id"]: r["state"] for r in await rows(engine, tables.message)}
     assert states == {mine: MessageState.PROCESSING, theirs: MessageState.PENDING}
 
 
-async def test_counting_a_queue_stops_at_the_bound(engine, tables, dialect):
-    await insert(engine, dialect, *(new() for _ in range(10)), new("other"))
-    await dialect.claim(engine, "q", 4)  # 4 in flight, 6 waiting
+async def test_counting_a_queue_stops_at_the_bound(engine, tables, driver):
+    await insert(engine, driver, *(new() for _ in range(10)), new("other"))
+    await driver.claim(engine, "q", 4)  # 4 in flight, 6 waiting
     async with engine.connect() as conn:
-        assert await dialect.count_active(conn, "q", at_most=100) == 10
-        assert 3 <= await dialect.count_active(conn, "q", at_most=3) <= 6  # per index
-        assert await dialect.count_active(conn, "none", at_most=100) == 0
+        assert await driver.count_active(conn, "q", at_most=100) == 10
+        assert 3 <= await driver.count_active(conn, "q", at_most=3) <= 6  # per index
+        assert await driver.count_active(conn, "none", at_most=100) == 0
 
 
-async def test_explicit_publish_time_is_stored_exactly(engine, tables, dialect):
+async def test_explicit_publish_time_is_stored_exactly(engine, tables, driver):
     at = datetime(2031, 5, 6, 7, 8, 9, 123456)
-    (i,) = await insert(engine, dialect, new(at=at))
+    (i,) = await insert(engine, driver, new(at=at))
     (row,) = await rows(engine, tables.message, tables.message.c.id == i)
     assert row["next_attempt_at"] == at
     assert row["created_at"] < at
 
 
-async def test_outbox_insert_joins_the_callers_transaction(engine, tables, dialect):
+async def test_outbox_insert_joins_the_callers_transaction(engine, tables, driver):
     async with engine.connect() as conn:
-        await dialect.insert_messages(conn, [new()])
+        await driver.insert_messages(conn, [new()])
         await conn.rollback()
     assert await rows(engine, tables.message) == []
 
@@ -193,7 +193,7 @@ async def test_mysql8_insert_paths_without_returning(server_databases, returning
 
     engine = create_async_engine(server_databases["mysql"])
     tables = QueueTables()
-    d = dialect_for(engine, tables)
+    d = driver_for(engine, tables)
     await d.prepare(engine)
     d.insert_returning, d.consecutive_ids = returning, consecutive
     try:
@@ -208,11 +208,11 @@ async def test_mysql8_insert_paths_without_returning(server_databases, returning
         await engine.dispose()
 
 
-async def test_a_large_outcome_batch_is_written_whole(engine, tables, dialect):
+async def test_a_large_outcome_batch_is_written_whole(engine, tables, driver):
     """More outcomes than one statement takes on SQLite (4,000 archived rows per
-    statement); the server dialects send any number in one statement."""
-    ids = await insert(engine, dialect, *(new() for _ in range(4100)))
-    claimed = await claim(engine, dialect, "q", 5000)
+    statement); the server drivers send any number in one statement."""
+    ids = await insert(engine, driver, *(new() for _ in range(4100)))
+    claimed = await claim(engine, driver, "q", 5000)
     assert len(claimed) == 4100
     outcomes = [
         Outcome(id=r.id, token=r.token, state=MessageState.COMPLETED, attempts_count=1,
@@ -220,7 +220,7 @@ async def test_a_large_outcome_batch_is_written_whole(engine, tables, dialect):
                 last_attempt_at=r.acquired_at)
         for r in claimed
     ]
-    assert await dialect.write_outcomes(engine, outcomes) == 4100
+    assert await driver.write_outcomes(engine, outcomes) == 4100
     assert sorted(r["id"] for r in await rows(engine, tables.archive)) == ids
     assert await rows(engine, tables.message) == []
 
@@ -231,17 +231,17 @@ async def test_a_batch_of_mixed_rows_is_stored_all_or_nothing(server, server_dat
     (The failing row is too long for the queue column, which SQLite does not check.)"""
     engine = create_async_engine(server_databases[server])
     tables = QueueTables()
-    dialect = dialect_for(engine, tables)
-    await dialect.prepare(engine)
+    driver = driver_for(engine, tables)
+    await driver.prepare(engine)
     mine = tables.message.c.queue.in_(["mixed-a", "mixed-b"])
     try:
         with pytest.raises(sa.exc.DBAPIError):
-            await dialect.insert_committed(
+            await driver.insert_committed(
                 engine,
                 [new("mixed-a"), new("mixed-a"), new("x" * (MAX_QUEUE_NAME_LENGTH + 1))],
             )
         assert await rows(engine, tables.message, mine) == []
-        ids = await dialect.insert_committed(
+        ids = await driver.insert_committed(
             engine, [new("mixed-a"), new("mixed-b"), new("mixed-a")]
         )
         assert [r["id"] for r in await rows(engine, tables.message, mine)] == ids
@@ -265,7 +265,7 @@ async def test_mysql_own_transactions_read_committed_and_leave_the_session_alone
     tables = QueueTables()
     engine = create_async_engine(server_databases["mysql"], pool_size=1, max_overflow=0)
     other = create_async_engine(server_databases["mysql"])
-    d = dialect_for(engine, tables)
+    d = driver_for(engine, tables)
     count = sa.select(sa.func.count()).select_from(tables.message).where(
         tables.message.c.queue == "isolation"
     )
@@ -276,7 +276,7 @@ async def test_mysql_own_transactions_read_committed_and_leave_the_session_alone
         return await counted() > before
 
     try:
-        # the broker's own transactions run on the driver (dialects/mysql/_asyncmy.py)
+        # the broker's own transactions run on the driver (drivers/mysql/_asyncmy.py)
         async with d._transaction(engine) as transaction:
             cursor = transaction.cursor
 
@@ -312,17 +312,17 @@ def channelled(channel: str | None, n: int = 1) -> list[NewMessage]:
     return messages
 
 
-async def claim_channels(engine, dialect, limit: int, **kwargs) -> list[ClaimedMessage]:
-    rows = await claim_channelled(dialect, engine, "work", limit, **kwargs)
+async def claim_channels(engine, driver, limit: int, **kwargs) -> list[ClaimedMessage]:
+    rows = await claim_channelled(driver, engine, "work", limit, **kwargs)
     return [claimed_from_row(row, 0.0) for row in rows]
 
 
 async def test_a_channel_claim_marks_what_it_returns_as_a_plain_claim_does(
-    engine, tables, dialect
+    engine, tables, driver
 ):
-    await set_limits(dialect, engine, "work", "a", max_concurrency=5)
-    ids = await insert(engine, dialect, *channelled("a", 2))
-    claimed = await claim_channels(engine, dialect, 10)
+    await set_limits(driver, engine, "work", "a", max_concurrency=5)
+    ids = await insert(engine, driver, *channelled("a", 2))
+    claimed = await claim_channels(engine, driver, 10)
     assert sorted(m.id for m in claimed) == ids
     for m in claimed:
         assert (m.queue, m.channel, m.deliveries_count, m.claims_count) == ("work", "a", 1, 1)
@@ -331,45 +331,45 @@ async def test_a_channel_claim_marks_what_it_returns_as_a_plain_claim_does(
     assert {stored[i]["state"] for i in ids} == {MessageState.PROCESSING}
 
 
-async def test_a_channel_claim_keeps_each_channels_limit_and_gives_turns(engine, dialect):
-    await set_limits(dialect, engine, "work", channel_max_concurrency=2)
-    await insert(engine, dialect, *channelled("a", 5), *channelled("b", 5), *channelled(None, 5))
-    first = await claim_channels(engine, dialect, 3)
+async def test_a_channel_claim_keeps_each_channels_limit_and_gives_turns(engine, driver):
+    await set_limits(driver, engine, "work", channel_max_concurrency=2)
+    await insert(engine, driver, *channelled("a", 5), *channelled("b", 5), *channelled(None, 5))
+    first = await claim_channels(engine, driver, 3)
     # one each in turn: a, b, and the messages without a channel
     assert sorted(m.channel or "" for m in first) == ["", "a", "b"]
-    rest = await claim_channels(engine, dialect, 20)
+    rest = await claim_channels(engine, driver, 20)
     taken = [m.channel for m in first + rest]
     assert taken.count("a") == 2 and taken.count("b") == 2  # at their limit
     assert taken.count(None) == 5  # no limit of their own
 
 
-async def test_a_paused_channel_and_one_out_of_rate_are_passed_over(engine, dialect):
-    await set_limits(dialect, engine, "work", "slow", rate="2/min")
+async def test_a_paused_channel_and_one_out_of_rate_are_passed_over(engine, driver):
+    await set_limits(driver, engine, "work", "slow", rate="2/min")
     await insert(
-        engine, dialect, *channelled("held", 3), *channelled("slow", 5), *channelled("free", 3)
+        engine, driver, *channelled("held", 3), *channelled("slow", 5), *channelled("free", 3)
     )
-    await set_channel_paused(dialect, engine, "work", "held", True)
-    taken = [m.channel for m in await claim_channels(engine, dialect, 20)]
+    await set_channel_paused(driver, engine, "work", "held", True)
+    taken = [m.channel for m in await claim_channels(engine, driver, 20)]
     assert sorted(taken) == ["free"] * 3 + ["slow"] * 2
 
 
-async def test_concurrent_channel_claims_share_no_message_and_keep_the_limit(engine, dialect):
-    await set_limits(dialect, engine, "work", channel_max_concurrency=3)
-    await insert(engine, dialect, *(m for c in "abcd" for m in channelled(c, 6)))
-    claims = await asyncio.gather(*(claim_channels(engine, dialect, 4) for _ in range(6)))
+async def test_concurrent_channel_claims_share_no_message_and_keep_the_limit(engine, driver):
+    await set_limits(driver, engine, "work", channel_max_concurrency=3)
+    await insert(engine, driver, *(m for c in "abcd" for m in channelled(c, 6)))
+    claims = await asyncio.gather(*(claim_channels(engine, driver, 4) for _ in range(6)))
     taken = [m for claimed in claims for m in claimed]
     assert len({m.id for m in taken}) == len(taken)
     for channel in "abcd":
         assert sum(1 for m in taken if m.channel == channel) <= 3
 
 
-async def test_a_due_channel_breaker_lets_exactly_one_probe_through(engine, tables, dialect):
+async def test_a_due_channel_breaker_lets_exactly_one_probe_through(engine, tables, driver):
     await due_channel_breaker(engine, tables, "work", "down", BreakerState.OPEN, failures=3)
-    await set_limits(dialect, engine, "work", "down", max_concurrency=5)
-    await insert(engine, dialect, *channelled("down", 3))
-    first = await claim_channels(engine, dialect, 10, channel_breakers=True)
+    await set_limits(driver, engine, "work", "down", max_concurrency=5)
+    await insert(engine, driver, *channelled("down", 3))
+    first = await claim_channels(engine, driver, 10, channel_breakers=True)
     assert len(first) == 1  # the probe
-    assert await claim_channels(engine, dialect, 10, channel_breakers=True) == []
+    assert await claim_channels(engine, driver, 10, channel_breakers=True) == []
     c = tables.controls
     async with engine.connect() as conn:
         state = await conn.scalar(

@@ -28,7 +28,7 @@ from faststream._internal.testing.broker import TestBroker
 from faststream.middlewares import AckPolicy
 from faststream_sqla import SqlaBroker, SqlaRouter
 from faststream_sqla._faststream import AUTO_ACK_DISABLED, serializer_of, set_auto_ack_disabled
-from faststream_sqla.dialects.sqlite._aiosqlite import run_in_thread, runs_calls_in_thread
+from faststream_sqla.drivers.sqlite._aiosqlite import run_in_thread, runs_calls_in_thread
 
 
 def _moved(dependency: str, what: str) -> str:
@@ -38,7 +38,7 @@ def _moved(dependency: str, what: str) -> str:
     )
 
 
-# -- aiosqlite (dialects/sqlite/_aiosqlite.py) ---------------------------------------
+# -- aiosqlite (drivers/sqlite/_aiosqlite.py) ---------------------------------------
 
 
 async def test_aiosqlite_runs_a_function_on_its_thread_with_the_sqlite3_connection(tmp_path):

@@ -1,5 +1,5 @@
 """MySQL/MariaDB run the broker's own transactions on the pool's asyncmy connection
-(`dialects/mysql/_asyncmy.py`): what that route must keep from SQLAlchemy's, and the round
+(`drivers/mysql/_asyncmy.py`): what that route must keep from SQLAlchemy's, and the round
 trip it saves."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.support.helpers import (
     claim_after_losing_the_connection,
     one_connection_engine,
     plain_message,
-    prepared_dialect,
+    prepared_driver,
     wait_until,
 )
 
@@ -34,24 +34,24 @@ async def my_engine(server_databases):
 
 @pytest.mark.databases("mysql")
 async def test_a_committed_transaction_is_checked_in_without_a_rollback(my_engine):
-    dialect = await prepared_dialect(my_engine)
+    driver = await prepared_driver(my_engine)
     resets: list[bool] = []
 
     @sa.event.listens_for(my_engine.sync_engine.pool, "reset")
     def _reset(_dbapi_connection, _record, state) -> None:
         resets.append(state.transaction_was_reset)
 
-    (message_id,) = await dialect.insert_committed(my_engine, [plain_message()])
+    (message_id,) = await driver.insert_committed(my_engine, [plain_message()])
     assert resets == [True]  # already reset: no ROLLBACK sent
     resets.clear()
     with pytest.raises(sa.exc.ProgrammingError) as missing:
-        async with dialect._transaction(my_engine) as transaction:
+        async with driver._transaction(my_engine) as transaction:
             cursor = transaction.cursor
             await cursor.execute("SELECT * FROM no_such_table", ())
     assert resets == [True]  # after a failure, rolled back before it went back
     assert missing.value.orig.args[0] == 1146 and not missing.value.connection_invalidated
     with pytest.raises(sa.exc.IntegrityError):
-        async with dialect._transaction(my_engine) as transaction:
+        async with driver._transaction(my_engine) as transaction:
             cursor = transaction.cursor
             await cursor.execute(  # the same id again: a duplicate key
                 "INSERT INTO message (id, queue, payload, state, attempts_count, "
@@ -59,15 +59,15 @@ async def test_a_committed_transaction_is_checked_in_without_a_rollback(my_engin
                 "'PENDING', 0, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
                 (message_id,),
             )
-    rows = await dialect.claim(my_engine, "q", 10)  # the connection is still good
+    rows = await driver.claim(my_engine, "q", 10)  # the connection is still good
     assert [row[0] for row in rows] == [message_id]
 
 
 @pytest.mark.databases("mysql")
 async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(my_engine):
-    dialect = await prepared_dialect(my_engine)
-    await dialect.insert_committed(my_engine, [plain_message()])
-    async with dialect._transaction(my_engine) as transaction:  # the one pooled connection
+    driver = await prepared_driver(my_engine)
+    await driver.insert_committed(my_engine, [plain_message()])
+    async with driver._transaction(my_engine) as transaction:  # the one pooled connection
         cursor = transaction.cursor
         await cursor.execute("SELECT CONNECTION_ID()", ())
         doomed = (await cursor.fetchall())[0][0]
@@ -76,7 +76,7 @@ async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(my_
         await conn.exec_driver_sql(f"KILL CONNECTION {int(doomed)}")
     await admin.dispose()
 
-    assert len(await claim_after_losing_the_connection(dialect, my_engine, "q")) == 1
+    assert len(await claim_after_losing_the_connection(driver, my_engine, "q")) == 1
 
 
 @pytest.mark.databases("mysql")
@@ -84,15 +84,15 @@ async def test_claim_and_release_stuck_each_read_their_own_range_of_the_ready_in
     """MySQL has no partial indexes: ready_at is the last DATETIME while a message is in
     flight, so the claim's range (ready_at up to now) holds no in-flight row to walk and
     lock, and release-stuck reads that one key (only in-flight rows), not the backlog."""
-    from faststream_sqla.dialects._compiled import DriverStatement
+    from faststream_sqla.drivers._compiled import DriverStatement
 
-    dialect = await prepared_dialect(my_engine)
+    driver = await prepared_driver(my_engine)
     # A backlog well above the rows in flight, as in a busy queue: with 2,000 rows and
     # 300 in flight MariaDB sometimes judged a walk of the primary key as cheap.
-    await dialect.insert_committed(my_engine, [plain_message() for _ in range(20000)])
-    in_flight = await dialect.claim(my_engine, "q", 300)
+    await driver.insert_committed(my_engine, [plain_message() for _ in range(20000)])
+    in_flight = await driver.claim(my_engine, "q", 300)
     claim = DriverStatement(
-        dialect._lock_ready, my_engine.dialect, per_call=("claim_queue", "claim_limit")
+        driver._lock_ready, my_engine.dialect, per_call=("claim_queue", "claim_limit")
     )
     statements: list[tuple[str, object]] = []
 
@@ -100,9 +100,9 @@ async def test_claim_and_release_stuck_each_read_their_own_range_of_the_ready_in
     def _capture(_conn, _cursor, statement, parameters, _context, _executemany) -> None:
         statements.append((statement, parameters))
 
-    assert await dialect.release_stuck(my_engine, ["q"], 300.0) == 0  # none is that old
+    assert await driver.release_stuck(my_engine, ["q"], 300.0) == 0  # none is that old
     ((release_sql, release_args),) = [s for s in statements if s[0].startswith("UPDATE")]
-    async with dialect._transaction(my_engine) as transaction:
+    async with driver._transaction(my_engine) as transaction:
         cursor = transaction.cursor
         await cursor.execute("ANALYZE TABLE message", ())
         await cursor.fetchall()
@@ -122,7 +122,7 @@ async def test_claim_and_release_stuck_each_read_their_own_range_of_the_ready_in
 
     # and the rows the claim returns are the next ready ones, not in-flight ones
     taken = {row[0] for row in in_flight}
-    nxt = await dialect.claim(my_engine, "q", 100)
+    nxt = await driver.claim(my_engine, "q", 100)
     assert len(nxt) == 100 and not taken & {row[0] for row in nxt}
     assert min(row[0] for row in nxt) > max(taken)
     async with my_engine.begin() as conn:
@@ -130,14 +130,14 @@ async def test_claim_and_release_stuck_each_read_their_own_range_of_the_ready_in
             sa.text("SELECT COUNT(*) FROM message WHERE ready_at = '9999-12-31 23:59:59'")
         )
     assert ready_at == 400  # both claims' rows, and only those
-    assert await dialect.release_stuck(my_engine, ["q"], 0.0) == 400  # found by that key
+    assert await driver.release_stuck(my_engine, ["q"], 0.0) == 400  # found by that key
 
 
 @pytest.mark.databases("mysql")
 async def test_mysql_claim_round_trips_counts_the_statements_a_claim_sends(my_engine):
     """The server's own count of statements on the one connection, around a claim."""
-    dialect = await prepared_dialect(my_engine)
-    await dialect.insert_committed(my_engine, [plain_message() for _ in range(3)])
+    driver = await prepared_driver(my_engine)
+    await driver.insert_committed(my_engine, [plain_message() for _ in range(3)])
 
     async def statements_so_far() -> int:
         async with my_engine.connect() as conn:
@@ -150,19 +150,19 @@ async def test_mysql_claim_round_trips_counts_the_statements_a_claim_sends(my_en
     first, second = await statements_so_far(), await statements_so_far()
     reading = second - first  # what one reading itself adds
     before = await statements_so_far()
-    assert len(await dialect.claim(my_engine, "q", 10)) == 3
+    assert len(await driver.claim(my_engine, "q", 10)) == 3
     after = await statements_so_far()
-    assert after - before - reading == dialect.claim_round_trips == 4
+    assert after - before - reading == driver.claim_round_trips == 4
 
 
 @pytest.mark.parametrize("dialect_name", on_servers("mysql"))
 async def test_a_channel_claim_reads_back_what_it_marked_when_another_took_some(
-    database_url, engine, dialect, tables
+    database_url, engine, driver, tables
 ):
     """MariaDB's channel claim takes (a plain read) and then marks, with no UPDATE ...
     RETURNING: when a plain claim takes one of the taken messages without a channel in
     between, the marking leaves it alone and the claim returns what it did mark."""
-    await set_limits(dialect, engine, "work", channel_max_concurrency=5)
+    await set_limits(driver, engine, "work", channel_max_concurrency=5)
     async with SqlaBroker(database_url) as broker:
         await broker.publish_batch("a1", "a2", queue="work", channel="a")
         await broker.publish("p1", queue="work")
@@ -182,7 +182,7 @@ async def test_a_channel_claim_reads_back_what_it_marked_when_another_took_some(
         # another claimer holds the message without a channel (its row alone, by
         # primary key): the marking, which the take's plain read did not stop, waits
         await other.execute(sa.select(m.c.id).where(m.c.id == p1).with_for_update())
-        claim = asyncio.create_task(claim_channelled(dialect, engine, "work", 10))
+        claim = asyncio.create_task(claim_channelled(driver, engine, "work", 10))
         await wait_until(marking_waits)
         await other.execute(
             sa.update(m)

@@ -1,4 +1,4 @@
-"""The pool adapter (dialects/_pool.py) against the installed SQLAlchemy: it reaches
+"""The pool adapter (drivers/_pool.py) against the installed SQLAlchemy: it reaches
 into a private method, so an upgrade that changes it must fail here, loudly.
 
 Checked on SQLAlchemy 2.0.38 and 2.1.9: CI runs this on the newest release that
@@ -15,14 +15,14 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool.base import _ConnectionFairy
 
-from faststream_sqla.dialects._pool import check_in
+from faststream_sqla.drivers._pool import check_in
 
 
 def test_the_private_check_in_still_takes_transaction_reset():
     parameters = inspect.signature(_ConnectionFairy._close_special).parameters
     assert "transaction_reset" in parameters, (
         f"SQLAlchemy {sqlalchemy.__version__}: _ConnectionFairy._close_special no longer "
-        "takes transaction_reset; update dialects/_pool.py (and the pin in pyproject.toml)"
+        "takes transaction_reset; update drivers/_pool.py (and the pin in pyproject.toml)"
     )
 
 

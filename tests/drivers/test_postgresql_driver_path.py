@@ -1,5 +1,5 @@
 """PostgreSQL runs claims and outcome writes on the pool's asyncpg connection itself
-(`dialects/postgresql/_asyncpg.py`): what that path must keep from SQLAlchemy's."""
+(`drivers/postgresql/_asyncpg.py`): what that path must keep from SQLAlchemy's."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from faststream_sqla.dialects.postgresql._asyncpg import driver_connection
-from faststream_sqla.dialects._compiled import DriverStatement
-from faststream_sqla.dialects.base import Outcome
-from faststream_sqla.dialects.postgresql.dialect import outcome_parameters
+from faststream_sqla.drivers.postgresql._asyncpg import driver_connection
+from faststream_sqla.drivers._compiled import DriverStatement
+from faststream_sqla.drivers.base import Outcome
+from faststream_sqla.drivers.postgresql.driver import outcome_parameters
 from faststream_sqla.schema import MessageState, QueueTables
 
 from tests.support.helpers import (
     claim_after_losing_the_connection,
     one_connection_engine,
     plain_message,
-    prepared_dialect,
+    prepared_driver,
 )
 
 
@@ -52,8 +52,8 @@ def test_constants_are_converted_once_and_per_call_values_must_need_none():
 
 @pytest.mark.databases("postgresql")
 async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(pg_engine):
-    dialect = await prepared_dialect(pg_engine)
-    await dialect.insert_committed(pg_engine, [plain_message()])
+    driver = await prepared_driver(pg_engine)
+    await driver.insert_committed(pg_engine, [plain_message()])
     async with driver_connection(pg_engine) as conn:
         doomed = conn.get_server_pid()
     admin = create_async_engine(str(pg_engine.url.render_as_string(hide_password=False)))
@@ -62,14 +62,14 @@ async def test_a_killed_connection_is_dropped_and_the_retry_gets_a_fresh_one(pg_
     await admin.dispose()
 
     # the dead connection was dropped: the retry ran on a new backend
-    assert len(await claim_after_losing_the_connection(dialect, pg_engine, "q")) == 1
+    assert len(await claim_after_losing_the_connection(driver, pg_engine, "q")) == 1
     async with driver_connection(pg_engine) as conn:
         assert conn.get_server_pid() != doomed
 
 
 @pytest.mark.databases("postgresql")
 async def test_driver_errors_come_out_as_sqlalchemys(pg_engine):
-    """The classes SQLAlchemy's own asyncpg dialect gives, with the driver's error (and
+    """The classes SQLAlchemy's own asyncpg driver gives, with the driver's error (and
     its SQLSTATE) kept as `orig`; a live connection stays in the pool."""
     async with driver_connection(pg_engine) as conn:
         pid = conn.get_server_pid()
@@ -127,20 +127,20 @@ async def test_outcomes_and_leases_reach_their_rows_by_key_against_stale_statist
     proportion to the pairs, under a custom plan and under a generic one: the rows all
     its plan nodes produce, each counted once per loop, stay within a small multiple of
     the pairs (the quadratic plan produced a million)."""
-    dialect = await prepared_dialect(pg_engine)
-    await dialect.insert_committed(pg_engine, [plain_message() for _ in range(1000)])
+    driver = await prepared_driver(pg_engine)
+    await driver.insert_committed(pg_engine, [plain_message() for _ in range(1000)])
     async with pg_engine.connect() as conn:
         await conn.execute(sa.text("ANALYZE message"))  # nothing claimed yet
         await conn.commit()
-    claimed = await dialect.claim(pg_engine, "q", 1000)
+    claimed = await driver.claim(pg_engine, "q", 1000)
     assert len(claimed) == 1000
 
     def outcomes(state: MessageState) -> list[Outcome]:
         return [Outcome(row[0], row[5], state, 1, row[5]) for row in claimed]
 
-    archive = dialect._outcomes_statement(pg_engine, archives=True, requeues=False)
-    requeue = dialect._outcomes_statement(pg_engine, archives=False, requeues=True)
-    lease = DriverStatement(dialect._lease_sql(pg_engine), pg_engine.dialect, ("ids", "tokens"))
+    archive = driver._outcomes_statement(pg_engine, archives=True, requeues=False)
+    requeue = driver._outcomes_statement(pg_engine, archives=False, requeues=True)
+    lease = DriverStatement(driver._lease_sql(pg_engine), pg_engine.dialect, ("ids", "tokens"))
     statements = {
         "archive": (archive.sql, archive.arguments(
             outcome_parameters(outcomes(MessageState.COMPLETED)))),
@@ -177,8 +177,8 @@ async def test_the_claim_keeps_to_indexes_under_a_generic_plan(pg_engine):
     the table. Written as a join, the claim then hash-joined over a scan of the whole
     message table (700 ms a claim with 1M queued); the `= ANY(ARRAY(...))` form stays
     on the keys."""
-    dialect = await prepared_dialect(pg_engine)
-    stmt = dialect._claim_statement(pg_engine)  # the statement claim() runs
+    driver = await prepared_driver(pg_engine)
+    stmt = driver._claim_statement(pg_engine)  # the statement claim() runs
     assert stmt is not None
     args = stmt.arguments({"claim_queue": "generic-plan", "claim_limit": 10})
     async with driver_connection(pg_engine) as conn:
@@ -211,7 +211,7 @@ async def test_the_claim_keeps_to_indexes_under_a_generic_plan(pg_engine):
 
 
 def test_a_broken_socket_is_an_operational_error_but_a_timeout_is_left_alone():
-    from faststream_sqla.dialects.postgresql._asyncpg import as_sqlalchemy_error
+    from faststream_sqla.drivers.postgresql._asyncpg import as_sqlalchemy_error
 
     reset = as_sqlalchemy_error(ConnectionResetError("peer"), lost=True)
     assert isinstance(reset, sa.exc.OperationalError) and reset.connection_invalidated

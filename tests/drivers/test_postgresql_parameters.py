@@ -18,8 +18,8 @@ def naive(value: datetime) -> datetime:
 def test_postgresql_claim_arrays_become_rows_oldest_first(arrived) -> None:
     # (priority DESC, next_attempt_at, id) orders a claim; batch publishes share
     # next_attempt_at
-    from faststream_sqla.dialects.base import CLAIMED_COLUMNS
-    from faststream_sqla.dialects.postgresql.dialect import rows_from_columns
+    from faststream_sqla.drivers.base import CLAIMED_COLUMNS
+    from faststream_sqla.drivers.postgresql.driver import rows_from_columns
 
     due = [naive(T0), naive(T0), naive(T0 + timedelta(seconds=1)), naive(T0 - timedelta(seconds=2))]
     ids = [7, 9, 3, 1]  # higher priority first, then by due time, then id
@@ -37,8 +37,8 @@ def test_postgresql_claim_arrays_become_rows_oldest_first(arrived) -> None:
 
 def test_postgresql_outcome_parameters_are_array_text_and_exact_microseconds() -> None:
     from faststream_sqla.clock import micros_since_epoch
-    from faststream_sqla.dialects.base import Outcome
-    from faststream_sqla.dialects.postgresql.dialect import array_literal, outcome_parameters
+    from faststream_sqla.drivers.base import Outcome
+    from faststream_sqla.drivers.postgresql.driver import array_literal, outcome_parameters
     from faststream_sqla.schema import MessageState
 
     assert array_literal([1, None, -3]) == "{1,NULL,-3}"

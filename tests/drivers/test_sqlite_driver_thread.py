@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from faststream_sqla import MessageState, SqlaBroker, upgrade_schema
-from faststream_sqla.dialects.sqlite.dialect import (
+from faststream_sqla.drivers.sqlite.driver import (
     immediate_transaction,
     in_driver_thread,
     through_sqlalchemy,
@@ -102,21 +102,21 @@ async def test_the_writer_lock_is_free_after_every_kind_of_write_ending(sqlite_e
     # until the connection is back. Either way the next writer gets it and commits.
     import asyncio
 
-    from faststream_sqla.dialects.sqlite.dialect import SQLiteDialect
+    from faststream_sqla.drivers.sqlite.driver import SQLiteDriver
 
-    dialect = SQLiteDialect(QueueTables())
-    assert await dialect._write(sqlite_engine, insert_two) == 2
-    assert not dialect._writer.locked()
+    driver = SQLiteDriver(QueueTables())
+    assert await driver._write(sqlite_engine, insert_two) == 2
+    assert not driver._writer.locked()
     with pytest.raises(sa.exc.OperationalError, match="missing_table"):
-        await dialect._write(sqlite_engine, insert_then_fail)
-    assert not dialect._writer.locked()
+        await driver._write(sqlite_engine, insert_then_fail)
+    assert not driver._writer.locked()
 
     # two writers at once: the second waits for the first, both commit in turn
     first, second = await asyncio.gather(
-        dialect._write(sqlite_engine, insert_two), dialect._write(sqlite_engine, insert_two)
+        driver._write(sqlite_engine, insert_two), driver._write(sqlite_engine, insert_two)
     )
     assert sorted([first, second]) == [4, 6]
-    assert not dialect._writer.locked()
+    assert not driver._writer.locked()
     assert await names(sqlite_engine) == ["a", "b"] * 3
 
 
@@ -129,7 +129,7 @@ async def test_a_write_that_ended_its_own_transaction_skips_the_pools_rollback(
     connection goes back to the pool with no transaction open."""
     from sqlalchemy.util import greenlet_spawn
 
-    from faststream_sqla.dialects.sqlite.dialect import SQLiteDialect, call_in_thread
+    from faststream_sqla.drivers.sqlite.driver import SQLiteDriver, call_in_thread
 
     resets: list[bool] = []
 
@@ -144,13 +144,13 @@ async def test_a_write_that_ended_its_own_transaction_skips_the_pools_rollback(
         finally:
             await greenlet_spawn(raw.close)
 
-    dialect = SQLiteDialect(QueueTables())
-    assert await dialect._write(sqlite_engine, insert_two) == 2
+    driver = SQLiteDriver(QueueTables())
+    assert await driver._write(sqlite_engine, insert_two) == 2
     assert resets == [True]  # checked in as already reset: no rollback
     assert not await pooled_in_transaction()
     resets.clear()
     with pytest.raises(sa.exc.OperationalError, match="missing_table"):
-        await dialect._write(sqlite_engine, insert_then_fail)
+        await driver._write(sqlite_engine, insert_then_fail)
     assert resets == [False]  # the usual check-in, with its rollback
     assert not await pooled_in_transaction()
     assert await names(sqlite_engine) == ["a", "b"]
@@ -158,10 +158,10 @@ async def test_a_write_that_ended_its_own_transaction_skips_the_pools_rollback(
 
 async def test_work_on_the_driver_thread_runs_with_a_short_switch_interval(sqlite_engine):
     """The driver's thread gets the GIL back promptly at each hand-off while the broker's
-    call runs (see dialects._gil), and the interval is as before once it is done."""
+    call runs (see drivers._gil), and the interval is as before once it is done."""
     import sys
 
-    from faststream_sqla.dialects._gil import DRIVER_SWITCH_INTERVAL
+    from faststream_sqla.drivers._gil import DRIVER_SWITCH_INTERVAL
 
     before = sys.getswitchinterval()
     async with sqlite_engine.connect() as conn:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from faststream_sqla.dialects import _gil
-from faststream_sqla.dialects._gil import ShortSwitchInterval
+from faststream_sqla.drivers import _gil
+from faststream_sqla.drivers._gil import ShortSwitchInterval
 
 
 @pytest.fixture(autouse=True)

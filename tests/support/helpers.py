@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from faststream_sqla import SqlaBroker, SqlaMessage
 from faststream_sqla.clock import utc_now
-from faststream_sqla.dialects import dialect_for
-from faststream_sqla.dialects.base import Dialect, NewMessage, with_retries
+from faststream_sqla.drivers import driver_for
+from faststream_sqla.drivers.base import Driver, NewMessage, with_retries
 from faststream_sqla.schema import BreakerState, QueueTables
 
 FAST = {
@@ -140,12 +140,12 @@ async def one_connection_engine(url: str) -> AsyncIterator[AsyncEngine]:
         await engine.dispose()
 
 
-async def prepared_dialect(engine: AsyncEngine) -> Dialect:
-    """The engine's dialect, set up as the broker sets it up at connect."""
-    dialect = dialect_for(engine, QueueTables())
-    dialect.configure_engine(engine, owned=False)
-    await dialect.prepare(engine)
-    return dialect
+async def prepared_driver(engine: AsyncEngine) -> Driver:
+    """The engine's driver, set up as the broker sets it up at connect."""
+    driver = driver_for(engine, QueueTables())
+    driver.configure_engine(engine, owned=False)
+    await driver.prepare(engine)
+    return driver
 
 
 def plain_message(queue: str = "q") -> NewMessage:
@@ -154,15 +154,15 @@ def plain_message(queue: str = "q") -> NewMessage:
 
 
 async def claim_after_losing_the_connection(
-    dialect: Dialect, engine: AsyncEngine, queue: str
+    driver: Driver, engine: AsyncEngine, queue: str
 ) -> list[Any]:
     """After the pooled connection was killed: the first claim fails as SQLAlchemy
     reports a lost connection (so is_disconnect, and callers, know it), and the retry
     gets a fresh connection. Returns the retried claim's rows."""
     with pytest.raises(sa.exc.DBAPIError) as lost:
-        await dialect.claim(engine, queue, 10)
-    assert lost.value.connection_invalidated and dialect.is_disconnect(lost.value)
-    return await with_retries(dialect, lambda: dialect.claim(engine, queue, 10))
+        await driver.claim(engine, queue, 10)
+    assert lost.value.connection_invalidated and driver.is_disconnect(lost.value)
+    return await with_retries(driver, lambda: driver.claim(engine, queue, 10))
 
 
 # -- outages ----------------------------------------------------------------------

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from faststream_sqla import InvalidOptionError, MessageState, SqlaBroker, SqlaMessage
 from faststream_sqla.clock import utc_now
-from faststream_sqla.dialects.base import Outcome
+from faststream_sqla.drivers.base import Outcome
 from faststream_sqla.message import KEEP_STATE, MAX_SAVED_STATE_BYTES, encode_saved_state
 from faststream_sqla.retry import NoRetryStrategy
 
@@ -92,7 +92,7 @@ async def test_deferred_message_waits_its_delay_and_keeps_its_last_error(
     assert encode_saved_state([1, 2]) == bytes(row["saved_state"])
 
 
-async def test_a_lapsed_claim_saves_no_state(database_url, engine, tables, dialect):
+async def test_a_lapsed_claim_saves_no_state(database_url, engine, tables, driver):
     (message_id,) = await _publish(database_url, "fenced")
     async with engine.begin() as conn:  # claimed once: claims_count 1
         await conn.execute(
@@ -105,10 +105,10 @@ async def test_a_lapsed_claim_saves_no_state(database_url, engine, tables, diale
     def outcome(token: int) -> Outcome:
         return Outcome(message_id, token, MessageState.PENDING, 0, 1, saved_state=state)
 
-    assert await dialect.save_states(engine, [outcome(token=2)]) == 0
+    assert await driver.save_states(engine, [outcome(token=2)]) == 0
     (row,) = await rows(engine, tables.message)
     assert row["saved_state"] is None
-    assert await dialect.save_states(engine, [outcome(token=1)]) == 1
+    assert await driver.save_states(engine, [outcome(token=1)]) == 1
     (row,) = await rows(engine, tables.message)
     assert bytes(row["saved_state"]) == state
 

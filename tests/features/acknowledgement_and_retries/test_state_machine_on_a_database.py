@@ -30,7 +30,7 @@ from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.retry import ConstantRetryStrategy
 from faststream_sqla.schema import MessageState, QueueTables
 
-from tests.support.helpers import plain_message, prepared_dialect
+from tests.support.helpers import plain_message, prepared_driver
 
 MAX_ATTEMPTS = 3
 RETRY_AT_ONCE = ConstantRetryStrategy(delay_seconds=0, max_attempts=MAX_ATTEMPTS)
@@ -63,7 +63,7 @@ def machine_for(url: str) -> type[RuleBasedStateMachine]:
             super().__init__()
             self.loop = asyncio.new_event_loop()
             self.engine = create_async_engine(url)
-            self.dialect = self.run(prepared_dialect(self.engine))
+            self.driver = self.run(prepared_driver(self.engine))
             self.run(self._clear())
             self.published: set[int] = set()
             self.current: dict[int, ClaimedMessage] = {}  # id -> the claim that holds it
@@ -85,13 +85,13 @@ def machine_for(url: str) -> type[RuleBasedStateMachine]:
 
         @rule(n=st.integers(1, 3))
         def publish(self, n: int) -> None:
-            ids = self.run(self.dialect.insert_committed(self.engine, [plain_message()] * n))
+            ids = self.run(self.driver.insert_committed(self.engine, [plain_message()] * n))
             assert len(set(ids)) == n and not set(ids) & self.published
             self.published |= set(ids)
 
         @rule(limit=st.integers(1, 4))
         def claim(self, limit: int) -> None:
-            rows = self.run(self.dialect.claim(self.engine, "q", limit))
+            rows = self.run(self.driver.claim(self.engine, "q", limit))
             for row in rows:
                 raw = claimed_from_row(row, time.monotonic())
                 assert raw.id in self.published and raw.id not in self.archived
@@ -104,7 +104,7 @@ def machine_for(url: str) -> type[RuleBasedStateMachine]:
             message_id = data.draw(st.sampled_from(sorted(self.current)))
             raw = self.current.pop(message_id)
             outcome = _outcome(raw, kind)
-            assert self.run(self.dialect.write_outcomes(self.engine, [outcome])) == 1
+            assert self.run(self.driver.write_outcomes(self.engine, [outcome])) == 1
             if kind == "ack":
                 self.archived[message_id] = MessageState.COMPLETED
             elif kind == "reject":
@@ -120,18 +120,18 @@ def machine_for(url: str) -> type[RuleBasedStateMachine]:
         def settle_stale(self, data: st.DataObject, kind: str) -> None:
             raw = data.draw(st.sampled_from(self.stale))
             outcome = _outcome(raw, kind)
-            assert self.run(self.dialect.write_outcomes(self.engine, [outcome])) == 0
+            assert self.run(self.driver.write_outcomes(self.engine, [outcome])) == 0
 
         @precondition(lambda self: self.stale)
         @rule(data=st.data())
         def renew_stale_lease(self, data: st.DataObject) -> None:
             raw = data.draw(st.sampled_from(self.stale))
             leases = [(raw.id, raw.token)]
-            assert self.run(self.dialect.extend_leases(self.engine, leases)) == 0
+            assert self.run(self.driver.extend_leases(self.engine, leases)) == 0
 
         @rule()
         def release_stuck(self) -> None:
-            released = self.run(self.dialect.release_stuck(self.engine, ["q"], 0.0))
+            released = self.run(self.driver.release_stuck(self.engine, ["q"], 0.0))
             states = self.run(self._states())[0]
             lost = [i for i in self.current if states.get(i) != MessageState.PROCESSING]
             for message_id in lost:

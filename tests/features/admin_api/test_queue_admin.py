@@ -17,7 +17,7 @@ from faststream_sqla import (
     UnknownQueueError,
 )
 from faststream_sqla.admin import Count, QueueAdmin
-from faststream_sqla.dialects.base import Outcome
+from faststream_sqla.drivers.base import Outcome
 from faststream_sqla.lifecycle import settled_unhandled
 from faststream_sqla.parser import claimed_from_row
 from tests.support.helpers import recording, rows
@@ -25,15 +25,15 @@ from tests.support.helpers import recording, rows
 FAR = datetime(2099, 1, 1)
 
 
-async def claim(dialect, engine, queue, limit):
-    return [claimed_from_row(row, 0.0) for row in await dialect.claim(engine, queue, limit)]
+async def claim(driver, engine, queue, limit):
+    return [claimed_from_row(row, 0.0) for row in await driver.claim(engine, queue, limit)]
 
 
-async def fail(dialect, engine, queue, n, error="ValueError: bad data\n  at line 3"):
+async def fail(driver, engine, queue, n, error="ValueError: bad data\n  at line 3"):
     """Claim `n` messages of `queue` and archive them FAILED with `error`."""
-    claimed = await claim(dialect, engine, queue, n)
+    claimed = await claim(driver, engine, queue, n)
     outcomes = [settled_unhandled(m, MessageState.FAILED, error) for m in claimed]
-    assert await dialect.write_outcomes(engine, outcomes) == n
+    assert await driver.write_outcomes(engine, outcomes) == n
     return [m.id for m in claimed]
 
 
@@ -43,7 +43,7 @@ async def admin(engine):
         yield admin
 
 
-async def test_queue_figures_count_each_state(database_url, engine, dialect, admin):
+async def test_queue_figures_count_each_state(database_url, engine, driver, admin):
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
         await broker.publish_batch(
@@ -51,11 +51,11 @@ async def test_queue_figures_count_each_state(database_url, engine, dialect, adm
             Envelope("head", ordering_key="k"), Envelope("behind", ordering_key="k"), "g",
             queue="q",
         )
-    await claim(dialect, engine, "q", 1)  # a: processing
-    (b, c) = await claim(dialect, engine, "q", 2)
+    await claim(driver, engine, "q", 1)  # a: processing
+    (b, c) = await claim(driver, engine, "q", 2)
     retry = Outcome(b.id, b.token, MessageState.RETRYABLE, 1, 1, next_attempt_at=FAR)
     failed = settled_unhandled(c, MessageState.FAILED, "boom")
-    assert await dialect.write_outcomes(engine, [retry, failed]) == 2
+    assert await driver.write_outcomes(engine, [retry, failed]) == 2
 
     (stats,) = await admin.queues()
     assert stats.queue == "q"
@@ -76,7 +76,7 @@ async def test_queue_figures_count_each_state(database_url, engine, dialect, adm
         await admin.queues(["nope"])
 
 
-async def test_queue_names_cover_every_state_and_the_archive(database_url, engine, dialect, admin):
+async def test_queue_names_cover_every_state_and_the_archive(database_url, engine, driver, admin):
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
         for queue in ("ready", "in-flight", "archived-only"):
@@ -84,12 +84,12 @@ async def test_queue_names_cover_every_state_and_the_archive(database_url, engin
         await broker.publish_batch(
             Envelope("1", ordering_key="k"), Envelope("2", ordering_key="k"), queue="keyed"
         )
-    await claim(dialect, engine, "in-flight", 1)
-    await fail(dialect, engine, "archived-only", 1)
+    await claim(driver, engine, "in-flight", 1)
+    await fail(driver, engine, "archived-only", 1)
     assert await admin.queue_names() == ["archived-only", "in-flight", "keyed", "ready"]
 
 
-async def test_inspect_finds_live_and_archived_messages(database_url, engine, dialect, admin):
+async def test_inspect_finds_live_and_archived_messages(database_url, engine, driver, admin):
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
         live = await broker.publish(
@@ -97,7 +97,7 @@ async def test_inspect_finds_live_and_archived_messages(database_url, engine, di
             ordering_key="k", idempotency_key="once",
         )
         gone = await broker.publish("bye", queue="q2")
-    await fail(dialect, engine, "q2", 1, error="RuntimeError: nope")
+    await fail(driver, engine, "q2", 1, error="RuntimeError: nope")
 
     found = await admin.inspect(live)
     assert (found.queue, found.state, found.archived) == ("q", "PENDING", False)
@@ -119,7 +119,7 @@ async def test_inspect_finds_live_and_archived_messages(database_url, engine, di
 
 
 async def test_purge_deletes_waiting_messages_never_those_in_flight(
-    database_url, engine, dialect, admin, tables
+    database_url, engine, driver, admin, tables
 ):
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
@@ -128,7 +128,7 @@ async def test_purge_deletes_waiting_messages_never_those_in_flight(
             Envelope("k1", ordering_key="k"), Envelope("k2", ordering_key="k"), queue="q",
         )
         await broker.publish("other queue", queue="other")
-    (in_flight,) = await claim(dialect, engine, "q", 1)
+    (in_flight,) = await claim(driver, engine, "q", 1)
     seen: list[tuple[int, int | None]] = []
     assert await admin.purge("q", progress=lambda done, total: seen.append((done, total))) == 4
     assert seen[0] == (0, 4) and seen[-1] == (4, 4)
@@ -141,17 +141,17 @@ async def test_purge_deletes_waiting_messages_never_those_in_flight(
         await admin.purge("never-seen")
 
 
-async def test_dead_letters_page_and_summary(database_url, engine, dialect, admin):
+async def test_dead_letters_page_and_summary(database_url, engine, driver, admin):
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
         await broker.publish_batch(*[str(i) for i in range(5)], queue="a")
         await broker.publish_batch("x", "y", queue="b")
         await broker.publish("fine", queue="c")
-    first = await fail(dialect, engine, "a", 3, error="ValueError: bad\nTraceback ...")
-    second = await fail(dialect, engine, "a", 2, error="KeyError: 'id'")
-    b_ids = await fail(dialect, engine, "b", 2)
-    (done,) = await claim(dialect, engine, "c", 1)
-    assert await dialect.write_outcomes(
+    first = await fail(driver, engine, "a", 3, error="ValueError: bad\nTraceback ...")
+    second = await fail(driver, engine, "a", 2, error="KeyError: 'id'")
+    b_ids = await fail(driver, engine, "b", 2)
+    (done,) = await claim(driver, engine, "c", 1)
+    assert await driver.write_outcomes(
         engine, [Outcome(done.id, done.token, MessageState.COMPLETED, 1, 1)]
     ) == 1
 
@@ -181,7 +181,7 @@ async def test_dead_letters_page_and_summary(database_url, engine, dialect, admi
 
 
 async def test_redrive_moves_dead_letters_back_with_an_audit_trail(
-    make_broker, engine, dialect, admin, tables
+    make_broker, engine, driver, admin, tables
 ):
     broker = make_broker()
     got = recording(broker, "q")
@@ -193,8 +193,8 @@ async def test_redrive_moves_dead_letters_back_with_an_audit_trail(
             "plain", "third", queue="q",
         )
         await broker.publish("elsewhere", queue="r")
-        dead = await fail(dialect, engine, "q", 3)
-        await fail(dialect, engine, "r", 1)
+        dead = await fail(driver, engine, "q", 3)
+        await fail(driver, engine, "r", 1)
 
         result = await admin.redrive(ids=[dead[0]])
         (new_id,) = result.moved.values()
@@ -224,15 +224,15 @@ async def test_redrive_moves_dead_letters_back_with_an_audit_trail(
         assert sorted(await got.wait_for(3)) == ["keyed", "plain", "third"]
 
 
-async def test_replay_takes_any_final_state_by_queue_and_time(database_url, engine, dialect, admin):
+async def test_replay_takes_any_final_state_by_queue_and_time(database_url, engine, driver, admin):
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
         await broker.publish_batch("ok", "bad", queue="q")
-    (done,) = await claim(dialect, engine, "q", 1)
-    assert await dialect.write_outcomes(
+    (done,) = await claim(driver, engine, "q", 1)
+    assert await driver.write_outcomes(
         engine, [Outcome(done.id, done.token, MessageState.COMPLETED, 1, 1)]
     ) == 1
-    (failed,) = await fail(dialect, engine, "q", 1)
+    (failed,) = await fail(driver, engine, "q", 1)
     future = datetime.now(timezone.utc) + timedelta(hours=1)
     assert (await admin.replay(queue="q", since=future)).moved == {}
     only_completed = await admin.replay(queue="q", states=["COMPLETED"])
@@ -246,11 +246,11 @@ async def test_replay_takes_any_final_state_by_queue_and_time(database_url, engi
         await admin.replay(queue="none-such")
 
 
-async def test_prune_deletes_only_old_archive_rows(database_url, engine, dialect, admin, tables):
+async def test_prune_deletes_only_old_archive_rows(database_url, engine, driver, admin, tables):
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
         await broker.publish_batch(*[str(i) for i in range(5)], queue="q")
-    ids = await fail(dialect, engine, "q", 5)
+    ids = await fail(driver, engine, "q", 5)
     a = tables.archive
     old = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=40)
     async with engine.begin() as conn:
@@ -262,7 +262,7 @@ async def test_prune_deletes_only_old_archive_rows(database_url, engine, dialect
 
 
 async def test_prune_runs_beside_draining_workers(
-    database_url, make_broker, engine, dialect, admin, tables
+    database_url, make_broker, engine, driver, admin, tables
 ):
     """Prune's short transactions and the workers' archive writes do not get in each
     other's way: every message is handled and archived, and only the old rows go."""
@@ -270,7 +270,7 @@ async def test_prune_runs_beside_draining_workers(
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
         await broker.publish_batch(*[str(i) for i in range(300)], queue="old")
-    old_ids = await fail(dialect, engine, "old", 300)
+    old_ids = await fail(driver, engine, "old", 300)
     async with engine.begin() as conn:
         await conn.execute(
             sa.update(a).where(a.c.id.in_(old_ids)).values(archived_at=datetime(2020, 1, 1))

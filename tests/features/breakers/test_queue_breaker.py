@@ -359,7 +359,7 @@ async def test_each_queue_has_its_own_breaker(database_url, engine, tables):
 
 @pytest.mark.parametrize("held", ["by a silent holder", "by nobody after its cooldown"])
 async def test_only_a_process_with_an_idle_worker_takes_the_probe(
-    database_url, engine, dialect, tables, held
+    database_url, engine, driver, tables, held
 ):
     """A process whose workers are all busy would make the probe wait for the longest
     running handler, keeping the whole queue shut: it leaves the probe to another."""
@@ -373,7 +373,7 @@ async def test_only_a_process_with_an_idle_worker_takes_the_probe(
         ))
     idle = False
     breakers = Breakers(
-        engine=engine, dialect=dialect, queues=["probed"], threshold=3, cooldown=1.0,
+        engine=engine, driver=driver, queues=["probed"], threshold=3, cooldown=1.0,
         silent_after=60.0, log=lambda *args, **kwargs: None, on_opened=lambda queue: None,
         wake=asyncio.Event(), has_idle_worker=lambda: idle,
     )
@@ -396,7 +396,7 @@ async def test_only_a_process_with_an_idle_worker_takes_the_probe(
 
 
 async def test_a_process_that_first_sees_another_holding_the_probe_gives_back_its_buffer(
-    database_url, engine, dialect, tables
+    database_url, engine, driver, tables
 ):
     """A watcher reads every 2 s: it may miss OPEN and first see the breaker HALF_OPEN,
     held by another process. What this process buffered of the queue cannot run here,
@@ -409,7 +409,7 @@ async def test_a_process_that_first_sees_another_holding_the_probe_gives_back_it
         ))
     given_back: list[str] = []
     breakers = Breakers(
-        engine=engine, dialect=dialect, queues=["probed"], threshold=3, cooldown=1.0,
+        engine=engine, driver=driver, queues=["probed"], threshold=3, cooldown=1.0,
         silent_after=60.0, log=lambda *args, **kwargs: None, on_opened=given_back.append,
         wake=asyncio.Event(), has_idle_worker=lambda: False,
     )

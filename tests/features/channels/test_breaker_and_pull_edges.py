@@ -17,7 +17,7 @@ from faststream_sqla import SqlaBroker
 from faststream_sqla.admin import controls
 from faststream_sqla.admin.controls import BreakerChange
 from faststream_sqla.channels.claim import claim_channelled, create_queue_row
-from faststream_sqla.dialects import dialect_for
+from faststream_sqla.drivers import driver_for
 from faststream_sqla.schema import CLAIMED_COLUMNS, BreakerState, QueueTables
 from faststream_sqla.subscriber.breaker import Attempt, decide_channel
 
@@ -57,7 +57,7 @@ def _in_a_thread(coro_factory) -> None:
 
 
 async def test_a_verdict_between_read_and_write_abandons_the_probe(
-    database_url, engine, dialect, tables, monkeypatch
+    database_url, engine, driver, tables, monkeypatch
 ):
     """The channel's breaker is HALF_OPEN and its reopens_at has passed (the last probe
     ran longer than the cooldown, and failed). A claim reads it as 'may probe'; before
@@ -66,13 +66,13 @@ async def test_a_verdict_between_read_and_write_abandons_the_probe(
     message of the OPEN channel stays where it is."""
     async with SqlaBroker(database_url) as broker:
         await broker.publish("x", queue="work", channel="acme")
-    await create_queue_row(dialect, engine, "work")
+    await create_queue_row(driver, engine, "work")
     await due_channel_breaker(engine, tables, "work", "acme", BreakerState.HALF_OPEN, failures=2)
 
     async def verdict() -> None:
         other = create_async_engine(database_url)
         try:
-            d = dialect_for(other, QueueTables())
+            d = driver_for(other, QueueTables())
             d.configure_engine(other, owned=False)
             await d.prepare(other)
             await controls.change_breaker(
@@ -99,7 +99,7 @@ async def test_a_verdict_between_read_and_write_abandons_the_probe(
         return planned
 
     monkeypatch.setattr(claim_module, "plan", racing)
-    taken = await claim_channelled(dialect, engine, "work", 1, channel_breakers=True)
+    taken = await claim_channelled(driver, engine, "work", 1, channel_breakers=True)
     state, _ = await _breaker_row(engine, tables, "work", "acme")
     assert calls
     # An OPEN channel gets nothing; a claim that took its message must have marked the
@@ -109,7 +109,7 @@ async def test_a_verdict_between_read_and_write_abandons_the_probe(
     )
 
 
-async def test_a_channel_breaker_that_recovered_is_no_longer_counted(database_url, engine, dialect):
+async def test_a_channel_breaker_that_recovered_is_no_longer_counted(database_url, engine, driver):
     """After one failure and a success the channel's breaker is CLOSED with 0 failures:
     its healthy batches cost no locked transaction, and it is no longer listed."""
 
@@ -118,15 +118,15 @@ async def test_a_channel_breaker_that_recovered_is_no_longer_counted(database_ur
 
     now = datetime(2024, 1, 1)
     await controls.change_breaker(
-        dialect, engine, "work", judge([(Attempt.FAILED, now)]), channel="acme"
+        driver, engine, "work", judge([(Attempt.FAILED, now)]), channel="acme"
     )
     _, after = await controls.change_breaker(
-        dialect, engine, "work", judge([(Attempt.SUCCEEDED, now)]), channel="acme"
+        driver, engine, "work", judge([(Attempt.SUCCEEDED, now)]), channel="acme"
     )
     assert after.state is BreakerState.CLOSED and after.failures == 0
-    assert await controls.channels_counting(dialect, engine, "work", ["acme"]) == []
+    assert await controls.channels_counting(driver, engine, "work", ["acme"]) == []
     async with engine.connect() as conn:
-        listed = await controls.breaker_statuses(conn, dialect.tables, None, 5)
+        listed = await controls.breaker_statuses(conn, driver.tables, None, 5)
     assert not [b for b in listed if b.channel == "acme"]
 
 
@@ -148,14 +148,14 @@ async def test_a_pull_finds_a_channelled_message_published_after_an_empty_pull(
 
 
 async def test_group_limits_hold_across_channels_outside_one_read(
-    database_url, engine, dialect
+    database_url, engine, driver
 ):
     """A group's in-flight count covers its channels that a claim does not read, and
     its rate window lasts from claim to claim."""
     from faststream_sqla.channels.store import set_limits
 
-    await set_limits(dialect, engine, "work", "acme/", max_concurrency=3)
-    await set_limits(dialect, engine, "work", "slow/", rate="2/60s")
+    await set_limits(driver, engine, "work", "acme/", max_concurrency=3)
+    await set_limits(driver, engine, "work", "slow/", rate="2/60s")
     async with SqlaBroker(database_url) as broker:
         for i in range(30):
             await broker.publish_batch("a", "b", queue="work", channel=f"acme/{i:02}")
@@ -164,20 +164,20 @@ async def test_group_limits_hold_across_channels_outside_one_read(
         await broker.publish_batch(*range(5), queue="work", channel="plain")
     taken: list[str] = []
     for _ in range(80):
-        taken += [r[CHANNEL] for r in await claim_channelled(dialect, engine, "work", 1)]
+        taken += [r[CHANNEL] for r in await claim_channelled(driver, engine, "work", 1)]
     assert sum(1 for ch in taken if ch.startswith("acme/")) == 3
     assert sum(1 for ch in taken if ch.startswith("slow/")) == 2
     assert taken.count("plain") == 5
 
 
 async def test_a_subscriber_without_channel_breakers_ignores_them(
-    database_url, engine, dialect, tables
+    database_url, engine, driver, tables
 ):
     """A channel's breaker left OPEN by `circuit_breaker_per_channel` subscribers binds
     only subscribers with that option, which count its probes: one without it (the
     option dropped on redeploy) claims the channel as usual, instead of one probe per
     cooldown that nothing would ever count."""
-    await create_queue_row(dialect, engine, "work")
+    await create_queue_row(driver, engine, "work")
     # opened 30 s ago with a 29 s cooldown: due now
     await due_channel_breaker(
         engine, tables, "work", "acme", BreakerState.OPEN, failures=2, changed_ago=30

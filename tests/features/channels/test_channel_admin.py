@@ -38,13 +38,13 @@ async def controls(engine, tables) -> dict[tuple[str, str], sa.RowMapping]:
         return {(row["queue"], row["channel"]): row for row in found.mappings()}
 
 
-async def claim_one(dialect, engine, queue):
-    (row,) = await claim_channelled(dialect, engine, queue, 1)
+async def claim_one(driver, engine, queue):
+    (row,) = await claim_channelled(driver, engine, queue, 1)
     return claimed_from_row(row, 0.0)
 
 
 async def test_channels_show_their_messages_and_the_limits_that_apply(
-    database_url, engine, dialect, admin
+    database_url, engine, driver, admin
 ):
     await admin.set_queue_limits("q", channel_max_concurrency=3, channel_rate="100/min")
     await admin.set_channel_limits("q", "b", max_concurrency=1, rate="5/s")
@@ -61,7 +61,7 @@ async def test_channels_show_their_messages_and_the_limits_that_apply(
         )  # fmt: skip
         await broker.publish("plain", queue="q")  # no channel: not listed
         await broker.publish("elsewhere", queue="r", channel="b")
-    claimed = await claim_one(dialect, engine, "q")
+    claimed = await claim_one(driver, engine, "q")
     assert claimed.channel == "b"  # c is paused, the plain message comes after b
 
     found = await admin.channels("q")
@@ -115,7 +115,7 @@ async def test_pause_and_resume_say_whether_they_changed_anything(engine, admin,
     assert (await admin.queue_limits("q")).paused is False
 
 
-async def test_setting_a_rate_again_keeps_its_window(engine, dialect, admin, tables):
+async def test_setting_a_rate_again_keeps_its_window(engine, driver, admin, tables):
     # A rate's window counts the claims that started; writing the same rate again (a
     # script that re-applies its settings) must not forget them.
     await admin.set_channel_limits("q", "a", rate="5/s")
@@ -126,9 +126,9 @@ async def test_setting_a_rate_again_keeps_its_window(engine, dialect, admin, tab
             .where(tables.controls.c.queue == "q", tables.controls.c.channel == "a")
             .values(**window)
         )
-    assert await set_limits(dialect, engine, "q", "a", rate="5/s") is False
-    assert await set_limits(dialect, engine, "q", "a", max_concurrency=2) is True
-    assert await set_limits(dialect, engine, "q", "a", rate="8/s") is True
+    assert await set_limits(driver, engine, "q", "a", rate="5/s") is False
+    assert await set_limits(driver, engine, "q", "a", max_concurrency=2) is True
+    assert await set_limits(driver, engine, "q", "a", rate="8/s") is True
     after = (await controls(engine, tables))[("q", "a")]
     assert (after["rate_slot"], after["rate_counts"]) == (123, window["rate_counts"])
     assert (after["max_concurrency"], after["rate_count"]) == (2, 8)
@@ -159,7 +159,7 @@ async def test_bad_input_is_refused_before_anything_is_written(
 
 
 async def test_a_message_shows_its_channel_and_keeps_it_when_redriven(
-    database_url, engine, dialect, admin
+    database_url, engine, driver, admin
 ):
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
@@ -170,9 +170,9 @@ async def test_a_message_shows_its_channel_and_keeps_it_when_redriven(
     assert "channel" in shown and "acme" in shown
     assert (await cli_json(database_url, "inspect", str(live)))["channel"] == "acme"
 
-    doomed = await claim_one(dialect, engine, "dead")
+    doomed = await claim_one(driver, engine, "dead")
     failed = settled_unhandled(doomed, MessageState.FAILED, "boom")
-    assert await dialect.write_outcomes(engine, [failed]) == 1
+    assert await driver.write_outcomes(engine, [failed]) == 1
     assert (await admin.inspect(doomed.id)).channel == "acme"  # archived
     (new_id,) = (await admin.redrive(ids=[doomed.id])).moved.values()
     assert (await admin.inspect(new_id)).channel == "acme"  # back under its limits
@@ -329,12 +329,12 @@ async def test_changing_limits_through_queue_admin_writes_nothing_on_stderr(data
 
 
 async def test_a_running_broker_follows_channel_set_without_a_restart(
-    database_url, engine, dialect
+    database_url, engine, driver
 ):
     # Limited to 1, then raised to 3 with the command while the workers run: the
     # handlers started after the change wait until three of them run at once, which
     # only the new limit allows (the test times out if the change is not followed).
-    await set_limits(dialect, engine, "work", "a", max_concurrency=1)
+    await set_limits(driver, engine, "work", "a", max_concurrency=1)
     broker = SqlaBroker(database_url)
     got = Recorder()
     seen = Concurrency()
@@ -367,4 +367,4 @@ async def test_a_running_broker_follows_channel_set_without_a_restart(
         await got.wait_for(20)
     assert three_at_once.is_set()
     assert seen.peak["a"] == 3  # reached, never passed
-    assert not await rows(engine, dialect.tables.message)
+    assert not await rows(engine, driver.tables.message)

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from faststream_sqla import SqlaBroker
 from faststream_sqla.channels.claim import claim_channelled
 from faststream_sqla.channels.store import set_limits
-from faststream_sqla.dialects import Dialect, dialect_for
+from faststream_sqla.drivers import Driver, driver_for
 from faststream_sqla.migrations import upgrade_schema
 from faststream_sqla.schema import CLAIMED_COLUMNS, QueueTables
 
@@ -25,20 +25,20 @@ from tests.conftest import PG_SERVER, on_servers
 CHANNEL = CLAIMED_COLUMNS.index("channel")
 
 
-async def claim(dialect: Dialect, engine: AsyncEngine, limit: int = 1) -> list[str | None]:
+async def claim(driver: Driver, engine: AsyncEngine, limit: int = 1) -> list[str | None]:
     """The channels of the messages one claim of queue "work" takes."""
-    return [row[CHANNEL] for row in await claim_channelled(dialect, engine, "work", limit)]
+    return [row[CHANNEL] for row in await claim_channelled(driver, engine, "work", limit)]
 
 
 async def claims_until(
-    dialect: Dialect, engine: AsyncEngine, wanted: str, at_most: int
+    driver: Driver, engine: AsyncEngine, wanted: str, at_most: int
 ) -> list[list[str | None]]:
     """Up to `at_most` claims of one message, stopping at the first that takes
     `wanted`; what each took. A claim that takes nothing costs a subscriber
     `max_fetch_interval` (1 s by default) before it claims again."""
     taken: list[list[str | None]] = []
     for _ in range(at_most):
-        taken.append(await claim(dialect, engine))
+        taken.append(await claim(driver, engine))
         if wanted in taken[-1]:
             break
     return taken
@@ -58,19 +58,19 @@ async def claims_until(
 @pytest.mark.parametrize(
     "busy", ["a", None], ids=["while-an-earlier-channel-has-room", "while-plain-messages-wait"]
 )
-async def test_channels_after_a_blocked_run_get_a_turn(database_url, engine, dialect, busy):
+async def test_channels_after_a_blocked_run_get_a_turn(database_url, engine, driver, busy):
     for i in range(1, 10):
-        await set_limits(dialect, engine, "work", f"b{i}", max_concurrency=1)
+        await set_limits(driver, engine, "work", f"b{i}", max_concurrency=1)
     async with SqlaBroker(database_url) as broker:
         for i in range(1, 10):
             await broker.publish_batch("held", "ready", queue="work", channel=f"b{i}")
         # one message of each b taken and held: each b is at its limit from now on
-        assert sorted(await claim(dialect, engine, 9)) == [f"b{i}" for i in range(1, 10)]
+        assert sorted(await claim(driver, engine, 9)) == [f"b{i}" for i in range(1, 10)]
         await broker.publish_batch(*range(50), queue="work", channel=busy)
         # the round wraps: the rotation is "a" (or, for PLAIN's turn, "")
-        assert await claim(dialect, engine) == [busy]
+        assert await claim(driver, engine) == [busy]
         await broker.publish("late", queue="work", channel="z")
-    taken = await claims_until(dialect, engine, "z", at_most=30)
+    taken = await claims_until(driver, engine, "z", at_most=30)
     # Fair would be the next claim or the one after; the busy one keeps every turn instead.
     assert ["z"] in taken[:3], taken
 
@@ -84,13 +84,13 @@ async def test_channels_after_a_blocked_run_get_a_turn(database_url, engine, dia
 # max_fetch_interval of idling. The shares also charge rate windows for claims that
 # never happened.
 async def test_channels_with_nothing_due_do_not_use_up_the_claims(
-    database_url, engine, dialect
+    database_url, engine, driver
 ):
     async with SqlaBroker(database_url) as broker:
         for i in range(30):
             await broker.publish("later", queue="work", channel=f"d{i:02}", delay=3600)
         await broker.publish("due", queue="work", channel="z")
-    taken = await claims_until(dialect, engine, "z", at_most=40)
+    taken = await claims_until(driver, engine, "z", at_most=40)
     # The only due message is z's. Channels with nothing due get no share, and claims
     # that find only those move the rotation past them: 30 of them, 9 a claim.
     assert ["z"] in taken[:6], taken
@@ -105,16 +105,16 @@ async def test_channels_with_nothing_due_do_not_use_up_the_claims(
 # and take z at once.
 @pytest.mark.parametrize("dialect_name", on_servers("mysql"))
 async def test_mysql_channels_whose_messages_are_all_in_flight_do_not_use_up_the_claims(
-    database_url, engine, dialect
+    database_url, engine, driver
 ):
     async with SqlaBroker(database_url) as broker:
         for i in range(30):
             await broker.publish("busy", queue="work", channel=f"c{i:02}")
-        assert len(await claim(dialect, engine, 30)) == 30  # all in flight; rotation c29
+        assert len(await claim(driver, engine, 30)) == 30  # all in flight; rotation c29
         await broker.publish_batch("a1", "a2", queue="work", channel="a")
-        assert await claim(dialect, engine) == ["a"]  # the round wraps: rotation "a"
+        assert await claim(driver, engine) == ["a"]  # the round wraps: rotation "a"
         await broker.publish("ready", queue="work", channel="z")
-    taken = await claims_until(dialect, engine, "z", at_most=40)
+    taken = await claims_until(driver, engine, "z", at_most=40)
     assert ["z"] in taken[:6], taken  # past 30 busy channels, 9 a claim
 
 
@@ -123,15 +123,15 @@ async def test_mysql_channels_whose_messages_are_all_in_flight_do_not_use_up_the
 # at once: 10 claims inside one minute under a rate of 5 a minute. docs/flow-control.md
 # promises that a rate holds in any window and that changes apply from the next claim.
 async def test_a_rate_made_stricter_by_its_period_allows_no_second_burst(
-    database_url, engine, dialect
+    database_url, engine, driver
 ):
-    await set_limits(dialect, engine, "work", "r", rate="5/s")
+    await set_limits(driver, engine, "work", "r", rate="5/s")
     async with SqlaBroker(database_url) as broker:
         await broker.publish_batch(*range(20), queue="work", channel="r")
-    first = await claim(dialect, engine, 10)
+    first = await claim(driver, engine, 10)
     assert len(first) == 5
-    await set_limits(dialect, engine, "work", "r", rate="5/min")
-    second = await claim(dialect, engine, 10)
+    await set_limits(driver, engine, "work", "r", rate="5/min")
+    second = await claim(driver, engine, 10)
     # the 5 claimed a moment ago are within the last minute: nothing more may start
     assert second == [], f"{len(first) + len(second)} claims within a minute at 5/min"
 
@@ -161,9 +161,9 @@ async def test_postgresql_rotation_under_a_non_c_collation_serves_every_channel(
     engine = create_async_engine(url)
     try:
         await upgrade_schema(engine)
-        dialect = dialect_for(engine, QueueTables())
-        dialect.configure_engine(engine, owned=False)
-        await dialect.prepare(engine)
+        driver = driver_for(engine, QueueTables())
+        driver.configure_engine(engine, owned=False)
+        await driver.prepare(engine)
         async with engine.connect() as conn:  # the database orders as en-US does
             assert await conn.scalar(sa.text("SELECT 'a' < 'B'")) is True
         async with SqlaBroker(url) as broker:
@@ -171,7 +171,7 @@ async def test_postgresql_rotation_under_a_non_c_collation_serves_every_channel(
             await broker.publish_batch(*range(10), queue="work", channel="B")
         taken: list[str | None] = []
         for _ in range(9):
-            taken += await claim(dialect, engine)
+            taken += await claim(driver, engine)
         # round robin: the two channels alternate
         assert taken.count("a") >= 3, taken
     finally:
@@ -190,7 +190,7 @@ async def test_postgresql_rotation_under_a_non_c_collation_serves_every_channel(
 # the plan reads.
 @pytest.mark.parametrize("dialect_name", on_servers("postgresql"))
 async def test_a_queue_limit_does_not_make_each_claim_read_the_whole_plain_backlog(
-    database_url, engine, dialect
+    database_url, engine, driver
 ):
     import datetime
     import json
@@ -198,9 +198,9 @@ async def test_a_queue_limit_does_not_make_each_claim_read_the_whole_plain_backl
     async with SqlaBroker(database_url) as broker:
         for start in range(0, 5000, 1000):
             await broker.publish_batch(*range(start, start + 1000), queue="work")
-    await set_limits(dialect, engine, "work", max_concurrency=1000)
+    await set_limits(driver, engine, "work", max_concurrency=1000)
     # the PLAIN branch of the channel claim, as a claim for 8 idle workers runs it
-    branch = dialect.channel_claim._branch(None).params(
+    branch = driver.channel_claim._branch(None).params(
         ch_queue="work",
         take_plain=8,
         claim_queue="work",

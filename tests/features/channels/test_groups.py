@@ -57,9 +57,9 @@ def test_a_group_limit_holds_across_its_channels() -> None:
 
 
 async def test_a_group_limit_holds_across_every_channel_of_the_group(
-    database_url, engine, dialect
+    database_url, engine, driver
 ):
-    await set_limits(dialect, engine, "work", "acme/", max_concurrency=2)
+    await set_limits(driver, engine, "work", "acme/", max_concurrency=2)
     broker = SqlaBroker(database_url)
     got = Recorder()
     seen = Concurrency()
@@ -85,11 +85,11 @@ async def test_a_group_limit_holds_across_every_channel_of_the_group(
     assert seen.total_peak > 2
 
 
-async def test_a_tenant_cannot_take_more_by_opening_channels(database_url, engine, dialect):
+async def test_a_tenant_cannot_take_more_by_opening_channels(database_url, engine, driver):
     """A tenant with 20 channels of 10 messages, its group limited to 2 at a time, and
     a tenant with one channel of 10: the small tenant's ten are handled among the
     first 40, not one per round of the big tenant's 20 channels."""
-    await set_limits(dialect, engine, "work", "big/", max_concurrency=2)
+    await set_limits(driver, engine, "work", "big/", max_concurrency=2)
     broker = SqlaBroker(database_url)
     order: list[str] = []
     small_done = asyncio.Event()
@@ -110,8 +110,8 @@ async def test_a_tenant_cannot_take_more_by_opening_channels(database_url, engin
     assert last_small < 40, order[: last_small + 1]
 
 
-async def test_a_group_rate_holds_across_its_channels(database_url, engine, dialect):
-    await set_limits(dialect, engine, "work", "slow/", rate="5/s")
+async def test_a_group_rate_holds_across_its_channels(database_url, engine, driver):
+    await set_limits(driver, engine, "work", "slow/", rate="5/s")
 
     async def publish(broker: SqlaBroker) -> None:
         for name in ("slow/a", "slow/b", "slow/c"):
@@ -148,7 +148,7 @@ async def test_a_group_name_is_not_a_channel_to_publish_to(database_url, name):
 
 
 async def test_a_channel_whose_messages_share_an_ordering_key_is_strictly_fifo(
-    database_url, engine, dialect
+    database_url, engine, driver
 ):
     """How channels and ordering keys compose (docs/flow-control.md#publishing-to-a-channel):
     with the channel's name as every message's ordering key, the channel runs one message
@@ -156,7 +156,7 @@ async def test_a_channel_whose_messages_share_an_ordering_key_is_strictly_fifo(
     holds the ones behind it while it waits for its retry."""
     from faststream_sqla.retry import ConstantRetryStrategy
 
-    await set_limits(dialect, engine, "work", "acme", max_concurrency=3)
+    await set_limits(driver, engine, "work", "acme", max_concurrency=3)
     broker = SqlaBroker(database_url)
     got = Recorder()
     seen = Concurrency()

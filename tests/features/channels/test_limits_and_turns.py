@@ -44,9 +44,9 @@ async def test_channelled_messages_are_handled_and_carry_their_channel(
     assert not await rows(engine, tables.message)
 
 
-async def test_a_channel_never_runs_more_than_its_limit(make_broker, engine, dialect):
-    await set_limits(dialect, engine, "work", "a", max_concurrency=2)
-    await set_limits(dialect, engine, "work", channel_max_concurrency=3)
+async def test_a_channel_never_runs_more_than_its_limit(make_broker, engine, driver):
+    await set_limits(driver, engine, "work", "a", max_concurrency=2)
+    await set_limits(driver, engine, "work", channel_max_concurrency=3)
     broker = make_broker()
     got, seen = measured(broker, max_workers=8)
     async with broker:
@@ -58,8 +58,8 @@ async def test_a_channel_never_runs_more_than_its_limit(make_broker, engine, dia
     assert seen.peak["b"] == 3  # the queue's default for its channels
 
 
-async def test_the_queue_limit_holds_across_channels(make_broker, engine, dialect):
-    await set_limits(dialect, engine, "work", max_concurrency=3)
+async def test_the_queue_limit_holds_across_channels(make_broker, engine, driver):
+    await set_limits(driver, engine, "work", max_concurrency=3)
     broker = make_broker()
     got, seen = measured(broker, max_workers=8)
     async with broker:
@@ -71,9 +71,9 @@ async def test_the_queue_limit_holds_across_channels(make_broker, engine, dialec
     assert seen.total_peak == 3
 
 
-async def test_a_small_channel_is_served_beside_a_big_one(database_url, engine, dialect):
+async def test_a_small_channel_is_served_beside_a_big_one(database_url, engine, driver):
     # 10,000 ready on A (limited to 2 at a time), then 10 on B: B does not wait for A.
-    await set_limits(dialect, engine, "work", "A", max_concurrency=2)
+    await set_limits(driver, engine, "work", "A", max_concurrency=2)
     broker = SqlaBroker(database_url)
     order: list[str] = []
     b_done = asyncio.Event()
@@ -94,8 +94,8 @@ async def test_a_small_channel_is_served_beside_a_big_one(database_url, engine, 
     assert last_b < 100, order[: last_b + 1]
 
 
-async def test_a_rate_limited_channel_starts_at_most_its_rate(database_url, engine, dialect):
-    await set_limits(dialect, engine, "work", "slow", rate="5/s")
+async def test_a_rate_limited_channel_starts_at_most_its_rate(database_url, engine, driver):
+    await set_limits(driver, engine, "work", "slow", rate="5/s")
 
     async def publish(broker: SqlaBroker) -> None:
         await broker.publish_batch(*range(12), queue="work", channel="slow")
@@ -106,8 +106,8 @@ async def test_a_rate_limited_channel_starts_at_most_its_rate(database_url, engi
     assert claimed_at[-1] - claimed_at[0] >= timedelta(seconds=2)
 
 
-async def test_limits_change_while_workers_run(make_broker, engine, dialect):
-    await set_limits(dialect, engine, "work", "a", max_concurrency=1)
+async def test_limits_change_while_workers_run(make_broker, engine, driver):
+    await set_limits(driver, engine, "work", "a", max_concurrency=1)
     broker = make_broker()
     got, seen = measured(broker, max_workers=8, pause=0.05)
     async with broker:
@@ -115,14 +115,14 @@ async def test_limits_change_while_workers_run(make_broker, engine, dialect):
         await broker.publish_batch(*range(10), queue="work", channel="a")
         await got.wait_for(3)
         assert seen.peak["a"] == 1
-        await set_limits(dialect, engine, "work", "a", max_concurrency=4)
+        await set_limits(driver, engine, "work", "a", max_concurrency=4)
         await broker.publish_batch(*range(40), queue="work", channel="a")
         await got.wait_for(50)
     assert seen.peak["a"] == 4
 
 
-async def test_a_paused_channel_waits_and_the_others_go_on(database_url, engine, dialect, tables):
-    await set_limits(dialect, engine, "work", "held", paused=True)
+async def test_a_paused_channel_waits_and_the_others_go_on(database_url, engine, driver, tables):
+    await set_limits(driver, engine, "work", "held", paused=True)
     broker = SqlaBroker(database_url)
     got = Recorder()
     broker.subscriber("work", max_workers=4, **FAST)(running_handler(got, Concurrency(), pause=0))
@@ -132,7 +132,7 @@ async def test_a_paused_channel_waits_and_the_others_go_on(database_url, engine,
         await broker.publish_batch(*range(5), queue="work", channel="free")
         await got.wait_for(5)
         assert {channel for channel, _ in got.calls} == {"free"}
-        await set_limits(dialect, engine, "work", "held", paused=False)
+        await set_limits(driver, engine, "work", "held", paused=False)
         await got.wait_for(8)
     left = await rows(engine, tables.message)
     assert not left
@@ -150,12 +150,12 @@ async def test_a_paused_channel_waits_and_the_others_go_on(database_url, engine,
     ],
 )
 async def test_bad_limits_are_refused_before_anything_is_written(
-    engine, dialect, tables, limits, error
+    engine, driver, tables, limits, error
 ):
     limits = dict(limits)
     channel = limits.pop("channel", "")
     with pytest.raises(InvalidOptionError, match=error):
-        await set_limits(dialect, engine, "work", channel, **limits)
+        await set_limits(driver, engine, "work", channel, **limits)
     async with engine.connect() as conn:
         assert not (await conn.execute(sa.select(tables.controls))).all()
 
@@ -201,7 +201,7 @@ def peak_overlap(intervals: list[tuple[int, int]]) -> int:
 
 @pytest.mark.slow
 async def test_three_processes_of_eight_workers_never_exceed_a_channel_limit(
-    database_url, engine, dialect, tables, tmp_path
+    database_url, engine, driver, tables, tmp_path
 ):
     import sys
 
@@ -215,7 +215,7 @@ async def test_three_processes_of_eight_workers_never_exceed_a_channel_limit(
         await conn.run_sync(handled_channelled.metadata.create_all)
     try:
         for channel, limit in limits.items():
-            await set_limits(dialect, engine, "channelled", channel, max_concurrency=limit)
+            await set_limits(driver, engine, "channelled", channel, max_concurrency=limit)
         async with SqlaBroker(database_url, logger=None) as broker:
             for channel in limits:
                 await broker.publish_batch(*range(per_channel), queue="channelled", channel=channel)
@@ -249,8 +249,8 @@ async def test_three_processes_of_eight_workers_never_exceed_a_channel_limit(
             await conn.run_sync(handled_channelled.metadata.drop_all)
 
 
-async def test_get_one_takes_channelled_messages_within_their_limits(database_url, engine, dialect):
-    await set_limits(dialect, engine, "work", "a", max_concurrency=1)
+async def test_get_one_takes_channelled_messages_within_their_limits(database_url, engine, driver):
+    await set_limits(driver, engine, "work", "a", max_concurrency=1)
     async with SqlaBroker(database_url) as broker:
         await broker.publish_batch("a1", "a2", queue="work", channel="a")
         subscriber = broker.subscriber("work")
@@ -268,12 +268,12 @@ async def test_get_one_takes_channelled_messages_within_their_limits(database_ur
             await subscriber.stop()
 
 
-async def test_get_one_follows_the_queue_limit_and_pause(database_url, engine, dialect):
+async def test_get_one_follows_the_queue_limit_and_pause(database_url, engine, driver):
     """A pull claims as consumers with handlers do: on a queue with limits, within them
     (messages without a channel too), and nothing from a paused queue."""
     from faststream_sqla.admin import QueueAdmin
 
-    await set_limits(dialect, engine, "work", max_concurrency=1)
+    await set_limits(driver, engine, "work", max_concurrency=1)
     async with SqlaBroker(database_url) as broker, QueueAdmin(engine) as admin:
         await broker.publish_batch("p1", "p2", queue="work")  # no channel
         pulling = broker.subscriber("work")
@@ -321,40 +321,40 @@ async def test_the_test_client_carries_the_channel() -> None:
     assert seen == [("m", "acme")]
 
 
-async def test_the_rotation_moves_past_channels_with_no_room(database_url, engine, dialect):
+async def test_the_rotation_moves_past_channels_with_no_room(database_url, engine, driver):
     # More paused channels than one claim reads, named before the one free channel.
     for i in range(20):
-        await set_limits(dialect, engine, "work", f"p{i:02}", paused=True)
+        await set_limits(driver, engine, "work", f"p{i:02}", paused=True)
     async with SqlaBroker(database_url) as broker:
         for i in range(20):
             await broker.publish("held", queue="work", channel=f"p{i:02}")
         await broker.publish("free", queue="work", channel="zz")
     claimed = []
     for _ in range(10):  # each claim reads the limit plus 8 channels
-        claimed += await claim_channelled(dialect, engine, "work", 2)
+        claimed += await claim_channelled(driver, engine, "work", 2)
         if claimed:
             break
     assert [row[17] for row in claimed] == ["zz"]
 
 
-async def test_a_queue_goes_back_to_the_plain_claim_when_its_limits_go(engine, dialect, tables):
+async def test_a_queue_goes_back_to_the_plain_claim_when_its_limits_go(engine, driver, tables):
     from faststream_sqla.admin import controls
 
-    await set_limits(dialect, engine, "work", "a", max_concurrency=2, rate="5/s")
-    await set_limits(dialect, engine, "work", channel_rate="10/s")
+    await set_limits(driver, engine, "work", "a", max_concurrency=2, rate="5/s")
+    await set_limits(driver, engine, "work", channel_rate="10/s")
     async with engine.connect() as conn:
         assert await controls.channelled_among(conn, tables, ["work"]) == {"work"}
-    await set_limits(dialect, engine, "work", "a", max_concurrency=None, rate=None)
-    await set_limits(dialect, engine, "work", channel_rate=None)
+    await set_limits(driver, engine, "work", "a", max_concurrency=None, rate=None)
+    await set_limits(driver, engine, "work", channel_rate=None)
     async with engine.connect() as conn:
         assert await controls.channelled_among(conn, tables, ["work"]) == set()
 
 
-async def test_claims_go_round_many_channels_and_wrap(database_url, engine, dialect):
+async def test_claims_go_round_many_channels_and_wrap(database_url, engine, driver):
     """More channels than one claim reads, one of them longer than the read's range of
     entries: successive claims go round them in order, each channel's oldest message
     first, wrap to the start, and never exceed a channel's limit of one."""
-    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await set_limits(driver, engine, "work", channel_max_concurrency=1)
     names = [f"c{i:02}" for i in range(30)]
     async with SqlaBroker(database_url) as broker:
         for name in names:
@@ -365,7 +365,7 @@ async def test_claims_go_round_many_channels_and_wrap(database_url, engine, dial
         await broker.publish_batch("p0", "p1", queue="work")
     claimed: list[tuple[str | None, bytes]] = []
     for _ in range(30):
-        rows_ = await claim_channelled(dialect, engine, "work", 4)
+        rows_ = await claim_channelled(driver, engine, "work", 4)
         if not rows_:
             break
         # a claim's rows come in no particular order; its channels are the next ones
@@ -377,14 +377,14 @@ async def test_claims_go_round_many_channels_and_wrap(database_url, engine, dial
 
 
 async def test_a_handled_message_frees_its_channel_slot_without_waiting_for_the_flush(
-    database_url, engine, dialect
+    database_url, engine, driver
 ):
     """Until its outcome is written, a handled message counts in flight and holds its
     channel's slot. A claim that comes back short of its idle workers has the outcomes
     waiting in the flusher written at once, and claims again once they are: with a
     minute's flush_interval and fetch interval, a channel of one message at a time
     still drains its backlog, in order."""
-    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await set_limits(driver, engine, "work", channel_max_concurrency=1)
     async with SqlaBroker(database_url) as publisher:
         await publisher.publish_batch(*(f"a{i}" for i in range(4)), queue="work", channel="a")
     broker = SqlaBroker(database_url)

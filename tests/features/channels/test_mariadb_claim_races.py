@@ -18,7 +18,7 @@ from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import CLAIMED_COLUMNS, BreakerState, MessageState
 
 from tests.conftest import on_servers
-from tests.support.helpers import due_channel_breaker, prepared_dialect, wait_until
+from tests.support.helpers import due_channel_breaker, prepared_driver, wait_until
 
 PAYLOAD = CLAIMED_COLUMNS.index("payload")
 TOKEN = CLAIMED_COLUMNS.index("claims_count")
@@ -40,7 +40,7 @@ def _waiting(engine, statement_start: str):
 
 @pytest.mark.parametrize("dialect_name", on_servers("mysql"))
 async def test_a_channel_claim_does_not_hand_out_a_message_that_went_round_meanwhile(
-    database_url, engine, dialect, tables
+    database_url, engine, driver, tables
 ):
     """The take reads p1 (no channel) ready in the read's snapshot. Before the marking
     UPDATE reaches it, another claimer takes p1, its handler fails and p1 goes back
@@ -48,7 +48,7 @@ async def test_a_channel_claim_does_not_hand_out_a_message_that_went_round_meanw
     for). p1 is ready again, but not as the take read it: the marking checks its claim
     token (and that it is due), so the claim neither hands it out with a stale token,
     whose outcome would be fenced out, nor an hour early."""
-    await set_limits(dialect, engine, "work", channel_max_concurrency=5)
+    await set_limits(driver, engine, "work", channel_max_concurrency=5)
     async with SqlaBroker(database_url) as broker:
         await broker.publish("a1", queue="work", channel="a")
         await broker.publish("p1", queue="work")
@@ -57,7 +57,7 @@ async def test_a_channel_claim_does_not_hand_out_a_message_that_went_round_meanw
         p1 = await conn.scalar(sa.select(m.c.id).where(m.c.channel.is_(None)))
     async with engine.connect() as other:
         await other.execute(sa.select(m.c.id).where(m.c.id == p1).with_for_update())
-        claim = asyncio.create_task(claim_channelled(dialect, engine, "work", 10))
+        claim = asyncio.create_task(claim_channelled(driver, engine, "work", 10))
         await wait_until(_waiting(engine, "UPDATE message_controls AS c STRAIGHT_JOIN message"))
         # another claimer's claim of p1 and its failed attempt, retried in an hour
         await other.execute(
@@ -85,7 +85,7 @@ async def test_a_channel_claim_does_not_hand_out_a_message_that_went_round_meanw
 @pytest.mark.parametrize("reset", ["rollback", None])
 @pytest.mark.parametrize("dialect_name", on_servers("mysql"))
 async def test_a_probe_missed_after_the_marking_leaves_nothing_marked(
-    database_url, dialect, tables, reset
+    database_url, driver, tables, reset
 ):
     """The marking comes before the breaker's probe mark in the claim's transaction.
     When the probe mark finds the breaker changed (ProbeMissed), the marking must be
@@ -96,7 +96,7 @@ async def test_a_probe_missed_after_the_marking_leaves_nothing_marked(
     url = database_url
     engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_reset_on_return=reset)
     try:
-        d = await prepared_dialect(engine)
+        d = await prepared_driver(engine)
         async with SqlaBroker(url) as broker:
             await broker.publish("x", queue="work", channel="acme")
         await create_queue_row(d, engine, "work")

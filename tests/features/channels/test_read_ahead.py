@@ -49,10 +49,10 @@ async def states(engine, tables) -> list[str]:
 
 
 @pytest.mark.parametrize("dialect_name", on_servers())
-async def test_a_claim_writes_from_the_read_made_ahead(database_url, engine, dialect):
-    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+async def test_a_claim_writes_from_the_read_made_ahead(database_url, engine, driver):
+    await set_limits(driver, engine, "work", channel_max_concurrency=1)
     await publish(database_url, "a", "b", "c")
-    ahead = ReadAhead(dialect, engine, "work", 10)
+    ahead = ReadAhead(driver, engine, "work", 10)
     claimed = await ahead.claim(10, channel_breakers=False)
     assert sorted(bytes(row[PAYLOAD]) for row in claimed or ()) == [b"a0", b"b1", b"c2"]
     assert checked_out(engine) == 0  # its session ended with the write
@@ -60,33 +60,33 @@ async def test_a_claim_writes_from_the_read_made_ahead(database_url, engine, dia
 
 @pytest.mark.parametrize("dialect_name", on_servers())
 async def test_a_read_made_before_another_claim_hands_out_nothing_past_a_limit(
-    database_url, engine, dialect, tables
+    database_url, engine, driver, tables
 ):
     """The read sees channel a with room for one; another claim takes that one before
     the write: the version moved, so the read's plan writes nothing, and the claim that
     reads afresh sees a full."""
-    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await set_limits(driver, engine, "work", channel_max_concurrency=1)
     await publish(database_url, "a", "a", "a")
-    ahead = ReadAhead(dialect, engine, "work", 10)
+    ahead = ReadAhead(driver, engine, "work", 10)
     await ahead.read_made()
-    assert len(await claim_channelled(dialect, engine, "work", 10)) == 1
+    assert len(await claim_channelled(driver, engine, "work", 10)) == 1
     assert await ahead.claim(10, channel_breakers=False) is None
-    assert await claim_channelled(dialect, engine, "work", 10) == []
+    assert await claim_channelled(driver, engine, "work", 10) == []
     assert await states(engine, tables) == ["PROCESSING", "PENDING", "PENDING"]
     assert checked_out(engine) == 0
 
 
 @pytest.mark.parametrize("dialect_name", on_servers())
 async def test_an_old_read_is_closed_unused_and_the_claim_reads_afresh(
-    database_url, engine, dialect, monkeypatch
+    database_url, engine, driver, monkeypatch
 ):
     monkeypatch.setattr(read_ahead, "READ_AHEAD_MAX_AGE", 0.0)
-    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await set_limits(driver, engine, "work", channel_max_concurrency=1)
     await publish(database_url, "a", "b")
     closing: set[asyncio.Task[None]] = set()
     # expires at the loop's next turn, and closes in the background
-    ahead = ReadAhead(dialect, engine, "work", 10, closing)
-    claimed = await claim_channelled(dialect, engine, "work", 10, ahead=ahead)
+    ahead = ReadAhead(driver, engine, "work", 10, closing)
+    claimed = await claim_channelled(driver, engine, "work", 10, ahead=ahead)
     assert len(claimed) == 2  # from the fresh read
     while closing:
         await asyncio.wait(set(closing))
@@ -95,57 +95,57 @@ async def test_an_old_read_is_closed_unused_and_the_claim_reads_afresh(
 
 @pytest.mark.parametrize("dialect_name", on_servers())
 async def test_a_read_that_saw_nothing_leaves_a_later_publish_to_a_fresh_read(
-    database_url, engine, dialect
+    database_url, engine, driver
 ):
-    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
-    await create_queue_row(dialect, engine, "work")
-    ahead = ReadAhead(dialect, engine, "work", 10)
+    await set_limits(driver, engine, "work", channel_max_concurrency=1)
+    await create_queue_row(driver, engine, "work")
+    ahead = ReadAhead(driver, engine, "work", 10)
     await ahead.read_made()
     await publish(database_url, "a")
-    claimed = await claim_channelled(dialect, engine, "work", 10, ahead=ahead)
+    claimed = await claim_channelled(driver, engine, "work", 10, ahead=ahead)
     assert [bytes(row[PAYLOAD]) for row in claimed] == [b"a0"]
     assert checked_out(engine) == 0
 
 
 @pytest.mark.parametrize("dialect_name", on_servers())
-async def test_a_rate_is_charged_only_from_a_fresh_read(database_url, engine, dialect, tables):
+async def test_a_rate_is_charged_only_from_a_fresh_read(database_url, engine, driver, tables):
     """A rate window is charged at the read's clock: a read made earlier is not used."""
-    await set_limits(dialect, engine, "work", "a", rate="5/s")
+    await set_limits(driver, engine, "work", "a", rate="5/s")
     await publish(database_url, "a", "a")
-    ahead = ReadAhead(dialect, engine, "work", 10)
+    ahead = ReadAhead(driver, engine, "work", 10)
     assert await ahead.claim(10, channel_breakers=False) is None
     assert await states(engine, tables) == ["PENDING", "PENDING"]
-    assert len(await claim_channelled(dialect, engine, "work", 10)) == 2
+    assert len(await claim_channelled(driver, engine, "work", 10)) == 2
     assert checked_out(engine) == 0
 
 
 async def test_reads_ahead_are_made_where_the_session_holds_no_writer_lock(
-    database_url, engine, dialect, monkeypatch
+    database_url, engine, driver, monkeypatch
 ):
     """SQLite's claim session holds the one writer lock from its read to its write: a
     read made ahead would hold it while the workers run. Elsewhere, once claims have
     come far enough apart, a claim that handed out messages reads for the next, and a
     fetcher stopping gives its read's connection back."""
     monkeypatch.setattr(read_ahead, "READ_AHEAD_MIN_GAP", 0.0)
-    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await set_limits(driver, engine, "work", channel_max_concurrency=1)
     await publish(database_url, "a")
-    if dialect.name == "sqlite":
+    if driver.name == "sqlite":
         with pytest.raises(ValueError, match="writer lock"):
-            ReadAhead(dialect, engine, "work", 8)
-    reads = ReadsAhead(dialect, engine)
+            ReadAhead(driver, engine, "work", 8)
+    reads = ReadsAhead(driver, engine)
     reads.claimed("work", 8)  # no gap between claims seen yet: no read
     assert reads.pending == {}
     assert reads.take("work") is None
     reads.claimed("work", 8)
-    assert ("work" in reads.pending) == (dialect.name != "sqlite")
+    assert ("work" in reads.pending) == (driver.name != "sqlite")
     await reads.close()
     assert reads.pending == {} and checked_out(engine) == 0
 
 
-async def test_a_channelled_drain_with_reads_ahead_keeps_every_limit(database_url, engine, dialect):
+async def test_a_channelled_drain_with_reads_ahead_keeps_every_limit(database_url, engine, driver):
     """The subscriber reads ahead between its claims; handlers count what runs at once
     per channel, which never passes its limit, and every message is handled once."""
-    await set_limits(dialect, engine, "work", channel_max_concurrency=2)
+    await set_limits(driver, engine, "work", channel_max_concurrency=2)
     channels = [f"c{i}" for i in range(10)]
     expected = sorted(f"{c}:{n}" for n in range(6) for c in channels)
     async with SqlaBroker(database_url) as broker:
@@ -175,18 +175,18 @@ async def test_a_channelled_drain_with_reads_ahead_keeps_every_limit(database_ur
     assert sorted(handled) == expected
     assert max(most.values()) <= 2
     # the reads made ahead ended with the subscriber: none holds a transaction open
-    assert not await holds_a_transaction(engine, dialect.name, database_url)
+    assert not await holds_a_transaction(engine, driver.name, database_url)
 
 
 @pytest.mark.parametrize("dialect_name", on_servers())
 async def test_the_next_read_is_on_its_way_before_the_workers_start(
-    database_url, engine, dialect, monkeypatch
+    database_url, engine, driver, monkeypatch
 ):
     """A claim starts the next one's read before it hands its messages out, so the
     database reads while the workers run them: every handler that runs while a read is
     pending finds it begun."""
     monkeypatch.setattr(read_ahead, "READ_AHEAD_MIN_GAP", 0.0)
-    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await set_limits(driver, engine, "work", channel_max_concurrency=1)
     channels = [f"c{i}" for i in range(8)]
     async with SqlaBroker(database_url) as broker:
         for n in range(5):
@@ -220,10 +220,10 @@ def payloads(rows) -> list[str]:
 
 
 @pytest.fixture
-def reads_counted(dialect, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def reads_counted(driver, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The queues of the channel reads made, in order."""
     made: list[str] = []
-    claim = dialect.channel_claim
+    claim = driver.channel_claim
     read_with = claim.read_with
 
     async def counted(queue, limit, run):
@@ -236,19 +236,19 @@ def reads_counted(dialect, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @pytest.mark.parametrize("dialect_name", on_servers())
 async def test_a_read_made_ahead_serves_the_claim_after_it_too(
-    database_url, engine, dialect, reads_counted
+    database_url, engine, driver, reads_counted
 ):
     """It reads for two claims: the second writes from the channels the first left,
     those after its rotation, with no read of its own."""
-    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await set_limits(driver, engine, "work", channel_max_concurrency=1)
     channels = [f"c{i:02d}" for i in range(24)]
     await publish(database_url, *channels)
-    first = ReadAhead(dialect, engine, "work", 4, claims=2)
+    first = ReadAhead(driver, engine, "work", 4, claims=2)
     assert payloads(await first.claim(4, channel_breakers=False)) == [
         f"c{i:02d}{i}" for i in range(4)
     ]
     assert first.left is not None
-    second = ReadAhead(dialect, engine, "work", 4, left=first.left)
+    second = ReadAhead(driver, engine, "work", 4, left=first.left)
     assert not second.reads
     assert payloads(await second.claim(4, channel_breakers=False)) == [
         f"c{i:02d}{i}" for i in range(4, 8)
@@ -259,44 +259,44 @@ async def test_a_read_made_ahead_serves_the_claim_after_it_too(
 
 @pytest.mark.parametrize("dialect_name", on_servers())
 async def test_the_claim_from_what_a_read_left_counts_the_claim_before_in_flight(
-    database_url, engine, dialect
+    database_url, engine, driver
 ):
     """The read saw nothing in flight; the claim after the one it served knows that
     claim's four are, and the queue's limit of six leaves it two."""
-    await set_limits(dialect, engine, "work", max_concurrency=6)
+    await set_limits(driver, engine, "work", max_concurrency=6)
     await publish(database_url, *(f"c{i:02d}" for i in range(24)))
-    first = ReadAhead(dialect, engine, "work", 4, claims=2)
+    first = ReadAhead(driver, engine, "work", 4, claims=2)
     assert len(await first.claim(4, channel_breakers=False) or ()) == 4
     assert first.left is not None
-    second = ReadAhead(dialect, engine, "work", 4, left=first.left)
+    second = ReadAhead(driver, engine, "work", 4, left=first.left)
     assert len(await second.claim(4, channel_breakers=False) or ()) == 2
-    assert await claim_channelled(dialect, engine, "work", 4) == []
+    assert await claim_channelled(driver, engine, "work", 4) == []
 
 
 @pytest.mark.parametrize("dialect_name", on_servers())
-async def test_what_a_read_left_is_not_used_after_another_claim(database_url, engine, dialect):
+async def test_what_a_read_left_is_not_used_after_another_claim(database_url, engine, driver):
     """Another claim between moves the version past the one the first claim wrote: the
     claim from what the read left writes nothing, and the next claim reads afresh."""
-    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await set_limits(driver, engine, "work", channel_max_concurrency=1)
     await publish(database_url, *(f"c{i:02d}" for i in range(24)))
-    first = ReadAhead(dialect, engine, "work", 4, claims=2)
+    first = ReadAhead(driver, engine, "work", 4, claims=2)
     assert len(await first.claim(4, channel_breakers=False) or ()) == 4
     assert first.left is not None
-    assert payloads(await claim_channelled(dialect, engine, "work", 4)) == [
+    assert payloads(await claim_channelled(driver, engine, "work", 4)) == [
         f"c{i:02d}{i}" for i in range(4, 8)
     ]
-    second = ReadAhead(dialect, engine, "work", 4, left=first.left)
+    second = ReadAhead(driver, engine, "work", 4, left=first.left)
     assert await second.claim(4, channel_breakers=False) is None
-    assert payloads(await claim_channelled(dialect, engine, "work", 4)) == [
+    assert payloads(await claim_channelled(driver, engine, "work", 4)) == [
         f"c{i:02d}{i}" for i in range(8, 12)
     ]
     assert checked_out(engine) == 0
 
 
-def reads_under_way(dialect, engine) -> ReadsAhead:
+def reads_under_way(driver, engine) -> ReadsAhead:
     """A fetcher's reads ahead after two claims: the gap between claims is known, and
     the next claim's read is on its way."""
-    reads = ReadsAhead(dialect, engine)
+    reads = ReadsAhead(driver, engine)
     reads.claimed("work", 4)
     assert reads.take("work") is None
     reads.claimed("work", 4)
@@ -318,14 +318,14 @@ async def claims_of_four(reads: ReadsAhead, n: int) -> list[ReadAhead]:
 
 @pytest.mark.parametrize("dialect_name", on_servers())
 async def test_reads_ahead_hand_what_a_read_left_to_the_next_claim(
-    database_url, engine, dialect, monkeypatch, reads_counted
+    database_url, engine, driver, monkeypatch, reads_counted
 ):
     """A fetcher's reads: after a claim from a read made ahead, the next claim's read
     ahead is what that read left, and after that one a read of its own again."""
     monkeypatch.setattr(read_ahead, "READ_AHEAD_MIN_GAP", 0.0)
-    await set_limits(dialect, engine, "work", channel_max_concurrency=1)
+    await set_limits(driver, engine, "work", channel_max_concurrency=1)
     await publish(database_url, *(f"c{i:02d}" for i in range(40)))
-    reads = reads_under_way(dialect, engine)
+    reads = reads_under_way(driver, engine)
     used = await claims_of_four(reads, 3)
     assert [ahead.reads for ahead in used] == [True, False, True]
     assert reads_counted == ["work", "work"]
@@ -335,15 +335,15 @@ async def test_reads_ahead_hand_what_a_read_left_to_the_next_claim(
 
 @pytest.mark.parametrize("dialect_name", on_servers())
 async def test_a_queue_of_few_channels_reads_for_one_claim_at_a_time(
-    database_url, engine, dialect, monkeypatch
+    database_url, engine, driver, monkeypatch
 ):
     """A read for two claims that lists fewer channels than it asked for leaves the
     next claim nothing: the queue's next reads list channels for one claim, and go
     back to two once one of them finds as many as it asked for."""
     monkeypatch.setattr(read_ahead, "READ_AHEAD_MIN_GAP", 0.0)
-    await set_limits(dialect, engine, "work", channel_max_concurrency=100)
+    await set_limits(driver, engine, "work", channel_max_concurrency=100)
     await publish(database_url, *[f"c{i}" for i in range(6)] * 3)
-    reads = reads_under_way(dialect, engine)
+    reads = reads_under_way(driver, engine)
     assert [ahead.claims for ahead in await claims_of_four(reads, 3)] == [2, 1, 1]
     # the next read was made before these: the one after it finds them
     await publish(database_url, *(f"d{i:02d}" for i in range(20)))

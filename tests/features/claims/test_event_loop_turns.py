@@ -39,8 +39,8 @@ async def test_workers_yield_at_every_delivery_while_a_multi_statement_claim_is_
 
     async with broker:
         await broker.publish_batch(*range(3 * BATCH), queue="q")
-        dialect = broker.config.dialect
-        real_claim = dialect.claim
+        driver = broker.config.driver
+        real_claim = driver.claim
         calls = itertools.count(1)
 
         async def claim(engine, queue, limit):  # the real claim; the second one held
@@ -49,7 +49,7 @@ async def test_workers_yield_at_every_delivery_while_a_multi_statement_claim_is_
                 await release.wait()
             return await real_claim(engine, queue, limit)
 
-        dialect.claim = claim
+        driver.claim = claim
         tick_task = asyncio.create_task(ticker())
         try:
             await broker.start()
@@ -61,7 +61,7 @@ async def test_workers_yield_at_every_delivery_while_a_multi_statement_claim_is_
     during = [tick for tick, in_claim in handled.calls[:BATCH] if in_claim]
     assert len(during) == BATCH
     steps = [b - a for a, b in itertools.pairwise(during)]
-    if dialect.claim_round_trips > 1:
+    if driver.claim_round_trips > 1:
         assert dialect_name == "mysql"
         assert all(step > 0 for step in steps), steps  # one delivery per turn
     else:

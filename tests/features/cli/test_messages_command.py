@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from faststream_sqla import Envelope, MessageState, SqlaBroker
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.cli import app
-from faststream_sqla.dialects.base import Outcome
+from faststream_sqla.drivers.base import Outcome
 from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.retry import ConstantRetryStrategy
 
@@ -37,7 +37,7 @@ async def listed(url: str, *args: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def one_of_each(database_url, engine, dialect) -> dict[str, int]:
+async def one_of_each(database_url, engine, driver) -> dict[str, int]:
     """Queue q with a message in each listed state; the ids by state."""
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
@@ -50,10 +50,10 @@ async def one_of_each(database_url, engine, dialect) -> dict[str, int]:
             Envelope("waiting", ordering_key="k"),
             queue="q",
         )
-    (processing,) = await dialect.claim(engine, "q", 1)
-    (retrying,) = [claimed_from_row(row, 0.0) for row in await dialect.claim(engine, "q", 1)]
+    (processing,) = await driver.claim(engine, "q", 1)
+    (retrying,) = [claimed_from_row(row, 0.0) for row in await driver.claim(engine, "q", 1)]
     retry = Outcome(retrying.id, retrying.token, MessageState.RETRYABLE, 1, 1, next_attempt_at=FAR)
-    assert await dialect.write_outcomes(engine, [retry]) == 1
+    assert await driver.write_outcomes(engine, [retry]) == 1
     return dict(zip(["processing", "retrying", "ready", "scheduled", "head", "waiting"], ids))
 
 

@@ -15,7 +15,7 @@ from tests.support.cli import cli, cli_json
 
 
 @pytest.fixture
-async def seeded(database_url, engine, dialect):
+async def seeded(database_url, engine, driver):
     """Queue q: two pending (one keyed), one dead letter; queue r: one dead letter."""
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
@@ -23,10 +23,10 @@ async def seeded(database_url, engine, dialect):
         await broker.publish("r-doomed", queue="r")
     dead = []
     for queue in ("q", "r"):
-        (row,) = await dialect.claim(engine, queue, 1)
+        (row,) = await driver.claim(engine, queue, 1)
         message = claimed_from_row(row, 0.0)
         outcome = settled_unhandled(message, MessageState.FAILED, "ValueError: broken")
-        assert await dialect.write_outcomes(engine, [outcome]) == 1
+        assert await driver.write_outcomes(engine, [outcome]) == 1
         dead.append(message.id)
     return dead
 

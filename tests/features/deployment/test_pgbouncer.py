@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from chaos.servers import _as, _home, _until_answers, free_port
 from faststream_sqla import MessageState, SqlaBroker
-from faststream_sqla.dialects.postgresql.dialect import DEAF_WARNING
+from faststream_sqla.drivers.postgresql.driver import DEAF_WARNING
 from faststream_sqla.schema import QueueTables
 
 from tests.support.helpers import FAST, Recorder, captured_logger, rows, run_python, run_script, wait_until

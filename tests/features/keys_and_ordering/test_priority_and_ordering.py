@@ -13,7 +13,7 @@ from faststream_sqla.retry import ConstantRetryStrategy
 from tests.support.helpers import FAST, Recorder, recording, rows, wait_until
 
 
-async def test_a_claim_takes_higher_priorities_first(database_url, engine, tables, dialect):
+async def test_a_claim_takes_higher_priorities_first(database_url, engine, tables, driver):
     broker = SqlaBroker(database_url)
     async with broker:
         await broker.connect()
@@ -24,12 +24,12 @@ async def test_a_claim_takes_higher_priorities_first(database_url, engine, table
             Envelope("later", priority=10, delay=3600),
             queue="q",
         )
-    claimed = await dialect.claim(engine, "q", 4)
+    claimed = await driver.claim(engine, "q", 4)
     by_id = dict(zip(ids, (0, 3, 10, 3, 7, 0, 10)))
     assert [(row[0], by_id[row[0]]) for row in claimed] == [
         (ids[2], 10), (ids[4], 7), (ids[1], 3), (ids[3], 3)
     ]
-    rest = await dialect.claim(engine, "q", 10)
+    rest = await driver.claim(engine, "q", 10)
     assert [row[0] for row in rest] == [ids[0], ids[5]]  # "later" is not due
 
 
@@ -80,7 +80,7 @@ async def test_a_bad_key_is_refused_before_writing(database_url, engine, tables,
 
 
 async def test_one_claim_takes_only_the_first_message_of_a_key(
-    database_url, engine, tables, dialect
+    database_url, engine, tables, driver
 ):
     broker = SqlaBroker(database_url)
     async with broker:
@@ -93,10 +93,10 @@ async def test_one_claim_takes_only_the_first_message_of_a_key(
             Envelope("b2", ordering_key="b"),
             queue="q",
         )
-    first = await dialect.claim(engine, "q", 10)
+    first = await driver.claim(engine, "q", 10)
     assert [row[0] for row in first] == [ids[0], ids[1], ids[3]]
     # a1 and b1 are in flight: their keys' next messages wait
-    assert await dialect.claim(engine, "q", 10) == []
+    assert await driver.claim(engine, "q", 10) == []
 
 
 async def test_messages_of_a_key_run_one_at_a_time_in_order(database_url, engine, tables):
@@ -181,7 +181,7 @@ async def test_a_key_moves_on_after_its_message_expires(make_broker, engine, tab
 
 
 async def test_later_messages_of_a_key_wait_outside_the_claim_until_their_turn(
-    database_url, make_broker, engine, tables, dialect
+    database_url, make_broker, engine, tables, driver
 ):
     broker = SqlaBroker(database_url, max_queue_size=4)
     async with broker:
@@ -230,7 +230,7 @@ async def test_a_waiting_first_message_of_a_key_is_released_by_the_sweep(
 
 
 async def test_a_publish_that_races_the_archive_before_it_is_released_by_its_publisher(
-    database_url, engine, tables, dialect, dialect_name
+    database_url, engine, tables, driver, dialect_name
 ):
     """The archive's release runs before the new message commits, so it cannot see it;
     the publisher's release after its commit must then set it PENDING. (SQLite's one
@@ -243,7 +243,7 @@ async def test_a_publish_that_races_the_archive_before_it_is_released_by_its_pub
     async with broker:
         await broker.connect()
         head_id = await broker.publish("head", queue="q", ordering_key="k")
-        (row,) = await dialect.claim(engine, "q", 10)
+        (row,) = await driver.claim(engine, "q", 10)
         head = claimed_from_row(row, 0.0)
         async with broker.engine.connect() as conn:
             async with conn.begin():
@@ -253,16 +253,16 @@ async def test_a_publish_that_races_the_archive_before_it_is_released_by_its_pub
                 if dialect_name != "sqlite":
                     # meanwhile a consumer archives the head and releases the key's
                     # next message, which it cannot see yet
-                    assert await dialect.write_outcomes(
+                    assert await driver.write_outcomes(
                         engine, [lifecycle.completed(head, head.acquired_at)]
                     ) == 1
-                    assert await ordering.release_next(dialect, engine, {("q", "k")}) == 0
+                    assert await ordering.release_next(driver, engine, {("q", "k")}) == 0
         if dialect_name == "sqlite":
-            assert await dialect.write_outcomes(
+            assert await driver.write_outcomes(
                 engine, [lifecycle.completed(head, head.acquired_at)]
             ) == 1
             # this or the publisher's own release, whichever runs after the archive
-            await ordering.release_next(dialect, engine, {("q", "k")})
+            await ordering.release_next(driver, engine, {("q", "k")})
 
         async def released() -> bool:
             stored = await rows(engine, tables.message, tables.message.c.id == racer)

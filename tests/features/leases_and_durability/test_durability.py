@@ -295,7 +295,7 @@ KILL_OTHERS = {
 async def _kill_other_connections(url: str) -> int:
     admin = create_async_engine(url)
     async with admin.connect() as conn:
-        if admin.dialect.name == "postgresql":
+        if admin.driver.name == "postgresql":
             killed = len((await conn.execute(sa.text(KILL_OTHERS["postgresql"]))).all())
         else:
             ids = (
@@ -337,7 +337,7 @@ async def _archived_count(engine, tables, n: int) -> bool:
 
 
 class FlakyOnce:
-    """Wraps a dialect method so its first `failures` calls raise, like a dropped link."""
+    """Wraps a driver method so its first `failures` calls raise, like a dropped link."""
 
     def __init__(self, method, failures: int) -> None:
         self.method, self.failures, self.calls = method, failures, 0
@@ -358,9 +358,9 @@ async def test_failing_loop_step_is_retried_and_nothing_is_lost(
 
     async with broker:
         await broker.connect()
-        dialect = broker.config.dialect
-        flaky = FlakyOnce(getattr(dialect, operation), failures=3)
-        setattr(dialect, operation, flaky)
+        driver = broker.config.driver
+        flaky = FlakyOnce(getattr(driver, operation), failures=3)
+        setattr(driver, operation, flaky)
         await broker.publish_batch(1, 2, queue="q")
         await broker.start()
         await got.wait_for(2)
@@ -412,8 +412,8 @@ async def test_outcome_batches_are_written_two_at_a_time(make_broker, engine, ta
 
     async with broker:
         await broker.connect()
-        dialect = broker.config.dialect
-        write = dialect.write_outcomes
+        driver = broker.config.driver
+        write = driver.write_outcomes
 
         async def overlapping_write(engine_, outcomes):
             nonlocal calls, overlapped
@@ -430,7 +430,7 @@ async def test_outcome_batches_are_written_two_at_a_time(make_broker, engine, ta
                 second_started.set()
             return await write(engine_, outcomes)
 
-        dialect.write_outcomes = overlapping_write
+        driver.write_outcomes = overlapping_write
         await broker.publish_batch(*range(20), queue="q")
         await broker.start()
         await got.wait_for(20)

@@ -16,8 +16,8 @@ async def test_an_outcome_written_again_after_a_lost_reply_is_not_blamed_on_rele
 
     async with broker:
         await broker.connect()
-        dialect = broker.config.dialect
-        write = dialect.write_outcomes
+        driver = broker.config.driver
+        write = driver.write_outcomes
         calls = 0
 
         async def commit_then_lose_the_reply(engine_, outcomes):
@@ -30,7 +30,7 @@ async def test_an_outcome_written_again_after_a_lost_reply_is_not_blamed_on_rele
                 raise ConnectionResetError("connection lost before the commit's reply")
             return changed
 
-        dialect.write_outcomes = commit_then_lose_the_reply  # type: ignore[method-assign]
+        driver.write_outcomes = commit_then_lose_the_reply  # type: ignore[method-assign]
         await broker.start()
         await broker.publish("once", queue="q")
         await got.wait_for(1)

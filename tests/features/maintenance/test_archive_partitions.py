@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from faststream_sqla import InvalidOptionError, MessageState, SqlaBroker
 from faststream_sqla.admin import QueueAdmin
-from faststream_sqla.dialects.postgresql.partitions import is_partitioned
+from faststream_sqla.drivers.postgresql.partitions import is_partitioned
 from faststream_sqla.lifecycle import settled_unhandled
 from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import QueueTables
@@ -20,10 +20,10 @@ from tests.support.helpers import recording
 OLD = datetime(2024, 1, 15, 12, 0)
 
 
-async def _archive_one(dialect, engine, queue):
-    (row,) = await dialect.claim(engine, queue, 1)
+async def _archive_one(driver, engine, queue):
+    (row,) = await driver.claim(engine, queue, 1)
     message = claimed_from_row(row, 0.0)
-    assert await dialect.write_outcomes(
+    assert await driver.write_outcomes(
         engine, [settled_unhandled(message, MessageState.FAILED, "boom")]
     ) == 1
     return message.id
@@ -44,7 +44,7 @@ async def _partitions(engine):
 
 
 async def test_partitioning_keeps_rows_and_maintain_keeps_months(
-    database_url, make_broker, engine, dialect, dialect_name, tables
+    database_url, make_broker, engine, driver, dialect_name, tables
 ):
     admin = QueueAdmin(engine)
     if dialect_name != "postgresql":
@@ -58,8 +58,8 @@ async def test_partitioning_keeps_rows_and_maintain_keeps_months(
         async with SqlaBroker(database_url) as broker:
             await broker.connect()
             await broker.publish_batch("old", "recent", queue="q")
-        old_id = await _archive_one(dialect, engine, "q")
-        recent_id = await _archive_one(dialect, engine, "q")
+        old_id = await _archive_one(driver, engine, "q")
+        recent_id = await _archive_one(driver, engine, "q")
         async with engine.begin() as conn:  # one row from long ago
             await conn.execute(sa.update(a).where(a.c.id == old_id).values(archived_at=OLD))
 

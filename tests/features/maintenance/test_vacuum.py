@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from faststream_sqla import SqlaBroker
-from faststream_sqla.dialects.base import Outcome
+from faststream_sqla.drivers.base import Outcome
 from faststream_sqla.schema import MessageState
 from faststream_sqla.vacuum import MIN_SETTLED_BETWEEN_VACUUMS, settled_between_vacuums
 
@@ -21,7 +21,7 @@ from tests.support.helpers import (
     captured_logger,
     one_connection_engine,
     plain_message,
-    prepared_dialect,
+    prepared_driver,
 )
 
 READY_SCAN = (
@@ -41,21 +41,21 @@ async def ready_scan_buffers(engine) -> int:
 @pytest.mark.databases("postgresql")
 async def test_a_vacuum_takes_the_dead_head_out_of_the_claims_walk(server_databases):
     async with one_connection_engine(server_databases["postgresql"]) as engine:
-        dialect = await prepared_dialect(engine)
+        driver = await prepared_driver(engine)
         async with engine.begin() as conn:  # only the test's own work leaves dead rows
             await conn.exec_driver_sql("ALTER TABLE message SET (autovacuum_enabled = off)")
         try:
-            await dialect.vacuum_message_table(engine)  # whatever earlier tests left
-            await dialect.insert_committed(engine, [plain_message() for _ in range(3000)])
-            while claimed := await dialect.claim(engine, "q", 500):
-                await dialect.write_outcomes(engine, [
+            await driver.vacuum_message_table(engine)  # whatever earlier tests left
+            await driver.insert_committed(engine, [plain_message() for _ in range(3000)])
+            while claimed := await driver.claim(engine, "q", 500):
+                await driver.write_outcomes(engine, [
                     Outcome(id=row[0], token=row[5], state=MessageState.COMPLETED,
                             attempts_count=1, deliveries_count=row[5])
                     for row in claimed
                 ])
             walked = await ready_scan_buffers(engine)
 
-            rows = await dialect.vacuum_message_table(engine)
+            rows = await driver.vacuum_message_table(engine)
 
             assert rows == 0  # the estimate the next interval is sized by: nothing queued
             after = await ready_scan_buffers(engine)
@@ -138,7 +138,7 @@ async def test_a_user_who_may_not_vacuum_leaves_the_table_to_autovacuum(server_d
     async with broker:
         await broker.start()
         assert not broker.config.vacuum.active
-        assert NOT_OWNER in (broker.config.dialect.vacuum_denied or "")
+        assert NOT_OWNER in (broker.config.driver.vacuum_denied or "")
         await broker.publish_batch(*range(50), queue="q")
         assert sorted(await seen.wait_for(50)) == list(range(50))  # consuming goes on
 
@@ -162,25 +162,25 @@ async def test_no_vacuum_while_a_snapshot_keeps_every_dead_row(server_databases)
     try:
         async with broker:
             await broker.connect()
-            vacuum, dialect, engine = broker.config.vacuum, broker.config.dialect, broker.engine
+            vacuum, driver, engine = broker.config.vacuum, broker.config.driver, broker.engine
             async with holder_engine.connect() as holder:
                 await holder.execute(sa.text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
                 holder_pid = await holder.scalar(sa.text("SELECT pg_backend_pid()"))
                 await holder.scalar(sa.text("SELECT count(*) FROM message"))  # the snapshot
 
-                assert await vacuum.vacuum_now(engine, dialect)  # horizon noted
+                assert await vacuum.vacuum_now(engine, driver)  # horizon noted
                 ids = await broker.publish_batch(*range(200), queue="q")
                 async with engine.begin() as conn:  # 200 dead rows the snapshot keeps
                     await conn.execute(sa.text("DELETE FROM message WHERE id = ANY(:ids)"),
                                        {"ids": ids})
-                assert not await vacuum.vacuum_now(engine, dialect)
-                assert not await vacuum.vacuum_now(engine, dialect)
+                assert not await vacuum.vacuum_now(engine, driver)
+                assert not await vacuum.vacuum_now(engine, driver)
                 assert (vacuum.vacuums, vacuum.skipped) == (1, 2)
                 told = [m for m in records.messages if "not vacuuming" in m]
                 assert len(told) == 1  # once per streak, naming who holds the rows
                 assert f"session {holder_pid} (idle in transaction" in told[0]
                 await holder.rollback()
-            assert await vacuum.vacuum_now(engine, dialect)  # the horizon moved on
+            assert await vacuum.vacuum_now(engine, driver)  # the horizon moved on
             assert vacuum.vacuums == 2
     finally:
         await holder_engine.dispose()

@@ -351,11 +351,11 @@ def test_console_script(tmp_path: Path) -> None:
 
 async def test_upgrade_from_the_first_revision_keeps_messages(engine: AsyncEngine) -> None:
     """A database created by 0001 moves to head with its rows intact."""
-    from faststream_sqla.dialects import dialect_for
+    from faststream_sqla.drivers import driver_for
 
     await downgrade_schema(engine, revision="0001")
     try:
-        dialect = dialect_for(engine, QueueTables())
+        driver = driver_for(engine, QueueTables())
         # rows as 0001 stores them: only its columns
         async with engine.begin() as conn:
             for _ in range(2):
@@ -386,11 +386,11 @@ async def test_upgrade_from_the_first_revision_keeps_messages(engine: AsyncEngin
             tokens = dict((await conn.execute(
                 sa.text("SELECT id, claims_count FROM message"))).all())
         assert tokens == {in_flight: 1, kept: 0}
-        claimed = await dialect.claim(engine, "m", 10)
+        claimed = await driver.claim(engine, "m", 10)
         assert [r[0] for r in claimed] == [kept]  # id comes first in a claimed row
         # the row in flight at the upgrade is still found as stuck, then claimable
-        assert await dialect.release_stuck(engine, ["m"], 60.0) == 1
-        assert [r[0] for r in await dialect.claim(engine, "m", 10)] == [in_flight]
+        assert await driver.release_stuck(engine, ["m"], 60.0) == 1
+        assert [r[0] for r in await driver.claim(engine, "m", 10)] == [in_flight]
     finally:
         await upgrade_schema(engine)
         async with engine.begin() as conn:

@@ -41,7 +41,7 @@ async def test_in_flight_messages_count_too(database_url, engine, tables):
     async with broker:
         await broker.connect()
         await broker.publish_batch(1, 2, queue="q")
-        await broker.config.dialect.claim(broker.engine, "q", 1)  # one PROCESSING
+        await broker.config.driver.claim(broker.engine, "q", 1)  # one PROCESSING
         with pytest.raises(QueueFullError):
             await broker.publish(3, queue="q")
         await broker.publish_batch(*range(10), queue="unlimited")

@@ -144,7 +144,7 @@ async def test_message_over_mariadb_packet_limit_is_refused_whole(server_databas
     broker = SqlaBroker(url)
     async with broker:
         await broker.connect()
-        too_big = b"\x00" * broker.config.dialect.max_packet
+        too_big = b"\x00" * broker.config.driver.max_packet
         with pytest.raises(MessageTooLargeError, match="max_allowed_packet"):
             await broker.publish_batch(b"small", too_big, queue="huge")
     engine = create_async_engine(url)

@@ -29,7 +29,7 @@ broker = SqlaBroker(sys.argv[1], logger=logging.getLogger("worker"))
     flush_interval=0.01,
 )
 async def handle(value: int) -> None:
-    # The broker's engine carries the dialect's settings (SQLite busy timeout, ...).
+    # The broker's engine carries the driver's settings (SQLite busy timeout, ...).
     async with broker.engine.begin() as conn:
         await conn.execute(sa.insert(handled).values(value=value, pid=os.getpid()))
 

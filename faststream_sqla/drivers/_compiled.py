@@ -12,7 +12,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 
 class DriverStatement:
-    """A statement compiled once for the engine's driver: its SQL text and its arguments
+    """A statement compiled once for the engine's dialect: its SQL text and its arguments
     in order.
 
     Constants bound inside the statement are converted by their SQLAlchemy types here,
@@ -48,7 +48,7 @@ class DriverStatement:
 
 
 class DriverStatements:
-    """A dialect's driver statements by name, each compiled the first time it is needed:
+    """A driver's statements by name, each compiled the first time it is needed:
     the engine's SQLAlchemy dialect, which compiling needs, is known only then."""
 
     def __init__(self) -> None:

@@ -9,7 +9,7 @@ SQLAlchemy's connection.
 
 asyncpg opens no transaction by itself: each statement commits on its own, which is
 what these one-statement operations want. Errors come out as SQLAlchemy's, classed as
-SQLAlchemy's own asyncpg dialect classes them, so callers catch one family of
+SQLAlchemy's own asyncpg driver classes them, so callers catch one family of
 exceptions whichever route a statement took.
 """
 
@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from .._pool import check_in
 
 # asyncpg's exception classes, most specific first, and the SQLAlchemy class each
-# becomes: the same classing SQLAlchemy's asyncpg dialect applies.
+# becomes: the same classing SQLAlchemy's asyncpg driver applies.
 _SQLALCHEMY_CLASSES: tuple[tuple[type[BaseException], type[sa.exc.DBAPIError]], ...] = (
     (asyncpg.exceptions.IntegrityConstraintViolationError, sa.exc.IntegrityError),
     (asyncpg.exceptions.SyntaxOrAccessError, sa.exc.ProgrammingError),
@@ -56,14 +56,14 @@ async def driver_connection(engine: AsyncEngine) -> AsyncIterator[Any]:
     again and a retry gets a fresh one.
     """
     fairy = await engine.raw_connection()
-    driver = fairy.driver_connection
-    if driver is None:  # only on a connection SQLAlchemy has already closed
+    native = fairy.driver_connection
+    if native is None:  # only on a connection SQLAlchemy has already closed
         raise sa.exc.ResourceClosedError("the pool handed out a closed connection")
     interrupted = False
     try:
-        yield driver
+        yield native
     except Exception as exc:
-        lost = driver.is_closed()
+        lost = native.is_closed()
         if lost:
             fairy.invalidate(exc)
         translated = as_sqlalchemy_error(exc, lost=lost)

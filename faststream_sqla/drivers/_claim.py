@@ -1,4 +1,4 @@
-"""Pieces of the claim statement shared by the dialects that build it from Core."""
+"""Pieces of the claim statement shared by the drivers that build it from Core."""
 
 from __future__ import annotations
 
@@ -35,11 +35,11 @@ def ready_ids(
     tables: QueueTables, priority: sa.ColumnElement[int], *extra: sa.ColumnElement
 ) -> sa.Select:
     """Ids (and `extra` columns) of one queue's ready messages of one `priority`, oldest
-    first, up to :claim_limit. Each dialect takes the priorities highest first
+    first, up to :claim_limit. Each driver takes the priorities highest first
     (`schema.PRIORITIES`) and stops at the limit.
 
     Eligibility and ordering live here, so later terms (paused queues, rate limits)
-    are added in one place for every dialect. One range of the claim index per
+    are added in one place for every driver. One range of the claim index per
     priority: with priority in the index but not pinned, a claim would walk every not
     yet due message of the higher priorities before reaching a due one.
     """

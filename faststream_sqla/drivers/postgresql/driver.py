@@ -55,7 +55,7 @@ from ..base import (
     SHARED_CLAIM_COLUMNS,
     TERMINAL,
     TOKEN_COLUMN,
-    Dialect,
+    Driver,
     NewMessage,
     NotificationListener,
     Outcome,
@@ -204,7 +204,7 @@ def rows_from_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
 CLIENT_FILLED = (*SHARED_CLAIM_COLUMNS, "channel")
 
 
-class PostgresDialect(Dialect):
+class PostgresDriver(Driver):
     name = "postgresql"
     channel_claim_type = PostgresChannelClaim
     needs_vacuum = True
@@ -734,18 +734,18 @@ class PostgresListener(NotificationListener):
             raw: Any = None
             try:
                 raw = await self.engine.raw_connection()
-                driver = raw.driver_connection
+                native = raw.driver_connection
                 lost = asyncio.Event()
-                driver.add_termination_listener(lambda _c, lost=lost: lost.set())
-                await driver.add_listener(self.channel, self._notified)
+                native.add_termination_listener(lambda _c, lost=lost: lost.set())
+                await native.add_listener(self.channel, self._notified)
                 self.hearing = await self._hears_itself()
                 self.checked.set()
                 if not self.hearing:
                     self.log(logging.WARNING, DEAF_WARNING)
-                    await driver.remove_listener(self.channel, self._notified)
+                    await native.remove_listener(self.channel, self._notified)
                     await check_in(raw, transaction_ended=False)
                     return
-                self.backend_pid = driver.get_server_pid()
+                self.backend_pid = native.get_server_pid()
                 self.connected.set()
                 async with self._changed:
                     self.connects += 1

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 class SQLiteChannelClaim(ChannelClaim):
     @asynccontextmanager
     async def session(self, engine: AsyncEngine) -> AsyncIterator[SQLiteChannelSession]:
-        async with self.dialect.own_transaction(engine) as conn:
+        async with self.driver.own_transaction(engine) as conn:
             yield SQLiteChannelSession(self, conn)
 
     def _build_write(self, shape: TakeShape) -> Any:

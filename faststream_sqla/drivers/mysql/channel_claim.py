@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from .._compiled import DriverStatement
     from ._asyncmy import DriverTransaction
-    from .dialect import MySQLDialect
+    from .driver import MySQLDriver
 
 #: MariaDB: rows a streamed read may examine per keys-index entry its bounded walk
 #: would read, and per message in flight, before the server cuts it short
@@ -117,10 +117,10 @@ def mappings(cursor: Any, rows: Sequence[Sequence[Any]] | None) -> list[dict[str
 
 
 class MySQLChannelClaim(ChannelClaim):
-    dialect: MySQLDialect
+    driver: MySQLDriver
 
-    def __init__(self, dialect: MySQLDialect) -> None:
-        super().__init__(dialect)
+    def __init__(self, driver: MySQLDriver) -> None:
+        super().__init__(driver)
         #: MariaDB's reads with streamed walks (`_walk`), by `wrapped`
         self.streamed_reads = {
             wrapped: self._build_read(wrapped=wrapped, streamed=True) for wrapped in (True, False)
@@ -142,19 +142,19 @@ class MySQLChannelClaim(ChannelClaim):
         # messages that are still ready, the read-back of what it marked, and the
         # COMMIT. Two round trips for most claims; a read made ahead of its write
         # keeps the transaction open in between, which holds no lock.
-        async with self.dialect._transaction(engine, read_committed=False) as transaction:
+        async with self.driver._transaction(engine, read_committed=False) as transaction:
             yield MySQLChannelSession(self, engine, transaction)
 
     @functools.cached_property
     def _joins_whole(self) -> bool:
-        """JSON_TABLE is there (known once the dialect has met its server)."""
-        return bool(getattr(self.dialect, "json_table", False))
+        """JSON_TABLE is there (known once the driver has met its server)."""
+        return bool(getattr(self.driver, "json_table", False))
 
     @functools.cached_property
     def _streams(self) -> bool:
         """MariaDB: reads walk the channels streamed, bounded by `LIMIT ROWS EXAMINED`
-        (known once the dialect has met its server)."""
-        return bool(getattr(self.dialect, "limits_rows_examined", False))
+        (known once the driver has met its server)."""
+        return bool(getattr(self.driver, "limits_rows_examined", False))
 
     # -- the read -----------------------------------------------------------------------
     def _priorities(self) -> sa.ColumnElement[bool]:
@@ -371,7 +371,7 @@ class MySQLChannelClaim(ChannelClaim):
         tables, m = self.tables, self.tables.message
         k = tables.keys
         assert k is not None
-        collation = getattr(self.dialect, "key_collation", "utf8mb4_bin")
+        collation = getattr(self.driver, "key_collation", "utf8mb4_bin")
         shares = (
             sa.func.json_table(
                 bind("ch_shares"),
@@ -461,7 +461,7 @@ class MySQLChannelClaim(ChannelClaim):
     ) -> list[Sequence[Any]] | None:
         """The write in the read's transaction; None if the queue row's version moved
         since the read (another claim wrote first)."""
-        dialect, cursor = self.dialect, transaction.cursor
+        driver, cursor = self.driver, transaction.cursor
         parameters = self.write_parameters(queue, head, planned)
         # the channels whose one message the read found; the others' are taken
         known = self.known_ids(planned)
@@ -479,15 +479,15 @@ class MySQLChannelClaim(ChannelClaim):
             parameters["seen_version"],
         )
         if not known and not taken:
-            bump = _bump_sql(dialect._q(engine, self.tables.controls))
+            bump = _bump_sql(driver._q(engine, self.tables.controls))
             if not await cursor.execute(bump, bump_values):
                 return None
             await self._write_windows_and_probes(engine, cursor, queue, head, planned)
             return []
-        message = dialect._q(engine, self.tables.message)
+        message = driver._q(engine, self.tables.message)
         as_read = [value for row in taken for value in (row[0], row[_TOKEN])]
         mark = _mark_and_bump_sql(
-            dialect._q(engine, self.tables.controls), message, len(known), len(taken)
+            driver._q(engine, self.tables.controls), message, len(known), len(taken)
         )
         mark_values = (*known, *as_read, head.now, *bump_values)
         ids = [*known, *(row[0] for row in taken)]
@@ -529,7 +529,7 @@ class MySQLChannelClaim(ChannelClaim):
     ) -> DriverStatement:
         """The take of a shape, compiled on its first use; a claim of that shape gives
         it the same parameters every time (those of its channels and of PLAIN)."""
-        on_driver = self.dialect._on_driver
+        on_driver = self.driver._on_driver
         take = on_driver.get(("channel_take", shape))
         if take is None:
             statement = self.statements(shape)
@@ -544,7 +544,7 @@ class MySQLChannelClaim(ChannelClaim):
         """The channels' rate windows, and the HALF_OPEN marks of the breakers this claim
         probes (ProbeMissed if one changed since the read): rare, so one statement
         each."""
-        on_driver = self.dialect._on_driver
+        on_driver = self.driver._on_driver
         windows = self.window_parameters(queue, head.now, planned)
         if windows:
             upsert = on_driver.get(
@@ -570,7 +570,7 @@ class MySQLChannelSession:
         self.claim, self.engine, self.transaction = claim, engine, transaction
 
     async def read(self, queue: str, limit: int) -> tuple[QueueRow | None, list[Candidate]]:
-        on_driver, engine = self.claim.dialect._on_driver, self.engine
+        on_driver, engine = self.claim.driver._on_driver, self.engine
         cursor = self.transaction.cursor
 
         async def run(name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:

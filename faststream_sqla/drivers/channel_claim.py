@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from ._compiled import DriverStatement, DriverStatements
-    from .base import Dialect
+    from .base import Driver
 
 #: a take's statement: channels with a branch of their own, whether PLAIN has one, and
 #: whether a join takes the channels the read saw whole (ChannelClaim.take_shape)
@@ -113,7 +113,7 @@ RunRead = Callable[[Hashable, Any, dict[str, Any]], Awaitable[Sequence[Any]]]
 
 
 class ChannelSession(Protocol):
-    """A channel claim on one connection (Dialect.channel_session): its read, then its
+    """A channel claim on one connection (Driver.channel_session): its read, then its
     write, which changes nothing if the queue row's version moved since the read."""
 
     async def read(self, queue: str, limit: int) -> tuple[QueueRow | None, list[Candidate]]:
@@ -254,9 +254,9 @@ class ChannelClaim:
     gives its write (`statements`, `upsert_window`, `insert_if_missing`, `session`)
     and overrides the parts of the read it runs differently."""
 
-    def __init__(self, dialect: Dialect) -> None:
-        self.dialect = dialect
-        self.tables: QueueTables = dialect.tables
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self.tables: QueueTables = driver.tables
         self.read = self._build_read()
         # The read's part 2 (the channels from the start) is needed only when a claim
         # reaches the end of the channels: with many channels, one claim in many. Each
@@ -270,7 +270,7 @@ class ChannelClaim:
         self.bump = self._build_bump()
 
     def session(self, engine: AsyncEngine) -> AbstractAsyncContextManager[ChannelSession]:
-        """A claim's read and write on one connection (Dialect.channel_session)."""
+        """A claim's read and write on one connection (Driver.channel_session)."""
         raise NotImplementedError
 
     # -- the read -----------------------------------------------------------------------
@@ -658,7 +658,7 @@ class ChannelClaim:
         self, statements: DriverStatements, dialect: SqlDialect
     ) -> tuple[DriverStatement, DriverStatement]:
         """`half_open` compiled for a driver's connection, every parameter given per
-        call, kept in the dialect's `statements`."""
+        call, kept in the driver's `statements`."""
         mark, event = (
             statements.of(
                 ("channel_probe", step), dialect, statement, tuple(statement.compile().params)

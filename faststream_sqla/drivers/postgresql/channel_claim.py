@@ -31,11 +31,11 @@ if TYPE_CHECKING:
 
     from faststream_sqla.channels.plan import Candidate, Member, Plan, QueueRow
 
-    from .dialect import PostgresDialect
+    from .driver import PostgresDriver
 
 
 class PostgresChannelClaim(ChannelClaim):
-    dialect: PostgresDialect
+    driver: PostgresDriver
 
     @asynccontextmanager
     async def session(self, engine: AsyncEngine) -> AsyncIterator[PostgresChannelSession]:
@@ -115,7 +115,7 @@ class PostgresChannelClaim(ChannelClaim):
         self, engine: AsyncEngine, conn: Any, queue: str, head: QueueRow, planned: Plan
     ) -> list[Sequence[Any]] | None:
         """The write on the session's connection; None if the version moved."""
-        on_driver = self.dialect._on_driver
+        on_driver = self.driver._on_driver
         parameters = self.write_parameters(queue, head, planned)
         shape = self.take_shape(planned)
         write = on_driver.get(
@@ -150,7 +150,7 @@ class PostgresChannelClaim(ChannelClaim):
     ) -> None:
         """The HALF_OPEN marks of the channels this claim probes (rare: a breaker
         reopening), each with its history row; ProbeMissed if one no longer applies."""
-        mark, event = self.half_open_on_driver(self.dialect._on_driver, engine.dialect)
+        mark, event = self.half_open_on_driver(self.driver._on_driver, engine.dialect)
         for probe in self.probe_parameters(queue, head.now, planned):
             if await conn.execute(mark.sql, *mark.arguments(probe)) != "UPDATE 1":
                 raise ProbeMissed(probe["p_channel"])
@@ -164,7 +164,7 @@ class PostgresChannelSession:
         self.claim, self.engine, self.conn = claim, engine, conn
 
     async def read(self, queue: str, limit: int) -> tuple[QueueRow | None, list[Candidate]]:
-        on_driver, engine, conn = self.claim.dialect._on_driver, self.engine, self.conn
+        on_driver, engine, conn = self.claim.driver._on_driver, self.engine, self.conn
 
         async def run(name: Hashable, statement: Any, parameters: dict[str, Any]) -> Any:
             read = on_driver.of(name, engine.dialect, statement, tuple(parameters))

@@ -7,25 +7,25 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.schema import QueueTables
 
-from .base import Dialect, Outcome
+from .base import Driver, Outcome
 
-__all__ = ("Dialect", "Outcome", "dialect_for")
+__all__ = ("Driver", "Outcome", "driver_for")
 
 
-def dialect_for(engine: AsyncEngine, tables: QueueTables) -> Dialect:
+def driver_for(engine: AsyncEngine, tables: QueueTables) -> Driver:
     name = engine.dialect.name
     tables = tables.for_dialect(name)
     if name == "postgresql":
-        from .postgresql.dialect import PostgresDialect
+        from .postgresql.driver import PostgresDriver
 
-        return PostgresDialect(tables)
+        return PostgresDriver(tables)
     if name in ("mysql", "mariadb"):
-        from .mysql.dialect import MySQLDialect
+        from .mysql.driver import MySQLDriver
 
-        return MySQLDialect(tables)
+        return MySQLDriver(tables)
     if name == "sqlite":
-        from .sqlite.dialect import SQLiteDialect
+        from .sqlite.driver import SQLiteDriver
 
-        return SQLiteDialect(tables)
+        return SQLiteDriver(tables)
     msg = f"database {shown(name)} is not supported: use PostgreSQL, MySQL/MariaDB or SQLite"
     raise InvalidOptionError(msg)

@@ -1,6 +1,6 @@
 """The one interface every database implements.
 
-Each method is one SQL operation the queue needs; each dialect module implements it
+Each method is one SQL operation the queue needs; each driver module implements it
 with the statements that suit its database. Code above this layer never asks which
 database it talks to.
 """
@@ -23,8 +23,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
-from faststream_sqla.dialects._claim import keyed_messages
-from faststream_sqla.dialects.ranges import active_count
+from faststream_sqla.drivers._claim import keyed_messages
+from faststream_sqla.drivers.ranges import active_count
 from faststream_sqla.message import KEEP_STATE
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ READY = (MessageState.PENDING, MessageState.RETRYABLE)
 TERMINAL = (MessageState.COMPLETED, MessageState.FAILED, MessageState.EXPIRED)
 
 #: claimed columns that every row of one claim shares (the queue asked for, the claim's
-#: time): dialects that can send them once do, and fill them in on the client
+#: time): drivers that can send them once do, and fill them in on the client
 SHARED_CLAIM_COLUMNS = ("queue", "acquired_at")
 #: PostgreSQL's "the server is shutting down or starting up" (admin_shutdown,
 #: crash_shutdown, cannot_connect_now); connection exceptions are class 08
@@ -223,7 +223,7 @@ class SnapshotHolder:
     holder: str
 
 
-class Dialect(abc.ABC):
+class Driver(abc.ABC):
     """SQL for one database, built once per engine from our table definitions."""
 
     name: str = "base"
@@ -498,7 +498,7 @@ class Dialect(abc.ABC):
 
 
 async def with_retries(
-    dialect: Dialect, operation: Callable[[], Awaitable[T]], *, attempts: int = 5
+    driver: Driver, operation: Callable[[], Awaitable[T]], *, attempts: int = 5
 ) -> T:
     """Run `operation` again after deadlocks, busy errors and lost connections, a
     bounded number of times.
@@ -512,9 +512,7 @@ async def with_retries(
         try:
             return await operation()
         except Exception as exc:
-            if attempt == attempts or not (
-                dialect.is_transient(exc) or dialect.is_unreachable(exc)
-            ):
+            if attempt == attempts or not (driver.is_transient(exc) or driver.is_unreachable(exc)):
                 raise
             await asyncio.sleep(min(0.01 * 2**attempt, 0.5) * (0.5 + random.random()))
     raise AssertionError("unreachable")

@@ -55,12 +55,12 @@ class DriverTransaction:
 
     async def __aenter__(self) -> DriverTransaction:
         fairy = await self.engine.raw_connection()
-        driver = fairy.driver_connection
-        if driver is None:  # only on a connection SQLAlchemy has already closed
+        native = fairy.driver_connection
+        if native is None:  # only on a connection SQLAlchemy has already closed
             raise sa.exc.ResourceClosedError("the pool handed out a closed connection")
-        self._fairy, self._driver = fairy, driver
+        self._fairy, self._native = fairy, native
         try:
-            self.cursor = driver.cursor()
+            self.cursor = native.cursor()
             if self.read_committed:
                 await self.cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         except BaseException as exc:
@@ -69,14 +69,14 @@ class DriverTransaction:
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        fairy, driver = self._fairy, self._driver
+        fairy, native = self._fairy, self._native
         reset = False  # the transaction is over: no rollback needed at check-in
         try:
             if exc is None:
                 try:
                     await self.cursor.close()
                     if not self.ended:
-                        await driver.commit()
+                        await native.commit()
                     reset = True
                 except BaseException as failed:
                     reset = await self._failed(failed)
@@ -91,7 +91,7 @@ class DriverTransaction:
 
     async def _failed(self, exc: BaseException) -> bool:
         """End a failed transaction; whether the connection may be reused as reset."""
-        fairy, driver = self._fairy, self._driver
+        fairy, native = self._fairy, self._native
         if not isinstance(exc, Exception):  # cancelled mid-statement: state unknown
             fairy.invalidate()
             return False
@@ -101,7 +101,7 @@ class DriverTransaction:
         # ended here, not left to the pool's reset on return, which an engine may turn
         # off (pool_reset_on_return=None): the next user of the connection would commit
         # what this transaction wrote before it failed
-        return await _rolled_back(fairy, driver)
+        return await _rolled_back(fairy, native)
 
     def _translated(self, exc: BaseException) -> BaseException:
         """A driver error as SQLAlchemy's exception, classed by the driver's PEP 249
@@ -118,10 +118,10 @@ class DriverTransaction:
         )
 
 
-async def _rolled_back(fairy: Any, driver: Any) -> bool:
+async def _rolled_back(fairy: Any, native: Any) -> bool:
     """Roll back a failed transaction; a connection that cannot is dropped."""
     try:
-        await driver.rollback()
+        await native.rollback()
     except Exception as exc:
         fairy.invalidate(exc)
         return False

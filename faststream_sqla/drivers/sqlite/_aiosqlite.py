@@ -17,13 +17,13 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def runs_calls_in_thread(driver: Any) -> bool:
-    """Whether `driver` is aiosqlite's connection, whose calls this module can make."""
-    return callable(getattr(driver, "_execute", None)) and isinstance(
-        getattr(type(driver), "_conn", None), property
+def runs_calls_in_thread(native: Any) -> bool:
+    """Whether `native` is aiosqlite's connection, whose calls this module can make."""
+    return callable(getattr(native, "_execute", None)) and isinstance(
+        getattr(type(native), "_conn", None), property
     )
 
 
-async def run_in_thread(driver: Any, work: Callable[[Any], T]) -> T:
-    """`work(sqlite3 connection)` on the thread of aiosqlite's connection `driver`."""
-    return await driver._execute(work, driver._conn)
+async def run_in_thread(native: Any, work: Callable[[Any], T]) -> T:
+    """`work(sqlite3 connection)` on the thread of aiosqlite's connection `native`."""
+    return await native._execute(work, native._conn)

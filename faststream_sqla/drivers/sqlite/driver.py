@@ -47,7 +47,7 @@ from ..base import (
     READS_ONLY,
     SHARED_CLAIM_COLUMNS,
     TOKEN_COLUMN,
-    Dialect,
+    Driver,
     InsertShape,
     NewMessage,
     Outcome,
@@ -193,12 +193,12 @@ async def in_driver_thread(conn: AsyncConnection, work: Callable[[Any], T]) -> T
     return await call_in_thread(raw.driver_connection, work)
 
 
-async def call_in_thread(driver: Any, work: Callable[[Any], T]) -> T:
+async def call_in_thread(native: Any, work: Callable[[Any], T]) -> T:
     """`work(sqlite3 connection)` on aiosqlite's thread, its errors as SQLAlchemy's,
     with prompt GIL hand-offs while it runs (see `_gil`)."""
     try:
         with short_switch_interval:
-            return await run_in_thread(driver, work)
+            return await run_in_thread(native, work)
     except sqlite3.Error as exc:
         raise _as_sqlalchemy_error(exc) from exc
 
@@ -249,7 +249,7 @@ def immediate_transaction(work: Callable[[Any], T]) -> Callable[[Any], T]:
     return on_cursor(in_transaction)
 
 
-class SQLiteDialect(Dialect):
+class SQLiteDriver(Driver):
     name = "sqlite"
     channel_claim_type = SQLiteChannelClaim
     times_as_text = True

@@ -52,7 +52,7 @@ from ..base import (
     CLAIMED_COLUMNS,
     TERMINAL,
     TOKEN_COLUMN,
-    Dialect,
+    Driver,
     InsertShape,
     NewMessage,
     Outcome,
@@ -188,7 +188,7 @@ async def _apply_outcome_statements(
 RunStatement = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Sequence[Any]]]]
 
 
-class MySQLDialect(Dialect):
+class MySQLDriver(Driver):
     name = "mysql"
     channel_claim_type = MySQLChannelClaim
 
@@ -266,12 +266,12 @@ class MySQLDialect(Dialect):
                     sa.text("SELECT @@max_allowed_packet, @@innodb_autoinc_lock_mode")
                 )
             ).one()
-            dialect = conn.dialect
+            sa_dialect = conn.dialect
         self.max_packet = int(packet)
         # MariaDB >= 10.5 returns the ids; MySQL 8 cannot, but a multi-row INSERT gets
         # consecutive ids under auto-increment lock modes 0 and 1.
-        mariadb = bool(getattr(dialect, "is_mariadb", False))
-        version = dialect.server_version_info or (0,)
+        mariadb = bool(getattr(sa_dialect, "is_mariadb", False))
+        version = sa_dialect.server_version_info or (0,)
         self.insert_returning = mariadb and version >= (10, 5)
         self.consecutive_ids = int(autoinc) <= 1
         # JSON_TABLE: MariaDB 10.6, MySQL 8.0.4. The collation is the key columns' own
