@@ -37,9 +37,9 @@ def test_every_column_but_the_id_gets_a_value_at_insert_or_may_be_null():
         assert column.name == "id" or column.name in given or column.nullable, column.name
 
 
-@pytest.mark.parametrize("driver", [None, "mysql"])
-def test_tables_hold_every_declared_column(driver):
-    tables = QueueTables(dialect=driver)
+@pytest.mark.parametrize("dialect", [None, "mysql"])
+def test_tables_hold_every_declared_column(dialect):
+    tables = QueueTables(dialect=dialect)
     assert {c.name for c in MESSAGE_COLUMNS} <= set(tables.message.c.keys())
     # the archive adds when a message settled and, once redriven, what it became
     assert set(tables.archive.c.keys()) == {*ARCHIVED_COLUMNS, "archived_at", "redriven_to"}
@@ -54,9 +54,9 @@ def test_an_archive_copy_takes_settled_columns_from_the_outcome():
 
 
 def test_every_column_type_compiles_on_every_database():
-    for driver in (postgresql.driver(), mysql.driver(), sqlite.driver()):
+    for dialect in (postgresql.dialect(), mysql.dialect(), sqlite.dialect()):
         for column in MESSAGE_COLUMNS:
-            assert column.type.compile(dialect=driver)
+            assert column.type.compile(dialect=dialect)
 
 
 def test_the_option_keywords_and_the_options_record_declare_the_same_options():
