@@ -20,7 +20,6 @@ from faststream_sqla.drivers import driver_for
 from faststream_sqla.drivers.base import Driver
 from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.migrations import downgrade_schema, upgrade_schema
-from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import QueueTables, TableNames
 from faststream_sqla.subscriber.config import ConsumeOptions, default_retry_strategy
 
@@ -606,13 +605,12 @@ async def claim_and_ack(engine: AsyncEngine, driver: Driver, n: int, limit: int)
     strategy = default_retry_strategy()
     done = 0
     while done < n:
-        rows = await driver.claim(engine, QUEUE, min(limit, n - done))
-        if not rows:
+        claimed = await driver.claim(engine, QUEUE, min(limit, n - done))
+        if not claimed:
             break  # reported below
         now = time.monotonic()
         outcomes = []
-        for row in rows:
-            msg = claimed_from_row(row, now)
+        for msg in claimed:
             msg.decision = AckStatus.ACKED
             at = lifecycle.db_time(msg, now)
             outcomes.append(
@@ -622,7 +620,7 @@ async def claim_and_ack(engine: AsyncEngine, driver: Driver, n: int, limit: int)
             )
         changed = await driver.write_outcomes(engine, outcomes)
         assert changed == len(outcomes), f"{changed} of {len(outcomes)} outcomes written"
-        done += len(rows)
+        done += len(claimed)
     if done < n:
         problem = f"only {done} of {n} messages could be claimed"
         raise RuntimeError(problem)

@@ -232,7 +232,7 @@ class MessageColumn:
 
 
 #: every column of the message table. Claimed columns come first, in the order of
-#: `ClaimedMessage`'s fields (`parser.claimed_from_row` builds one positionally).
+#: `ClaimedMessage`'s fields (`drivers.claimed_rows` builds one positionally).
 MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
     MessageColumn("id", Id, nullable=False),
     MessageColumn(

@@ -9,8 +9,7 @@ again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import WHOLE_QUEUE
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
 
     from faststream_sqla.drivers import Driver
     from faststream_sqla.drivers.channel_claim import ChannelSession
+    from faststream_sqla.message import ClaimedMessage
 
     from .read_ahead import ReadAhead
 
@@ -46,7 +46,7 @@ async def write_planned(
     limit: int,
     *,
     channel_breakers: bool,
-) -> list[Sequence[Any]] | None:
+) -> list[ClaimedMessage] | None:
     """Plan a claim of up to `limit` from its read and write it; [] if the read leaves
     nothing to claim, None if the version moved."""
     head, candidates = read
@@ -58,7 +58,7 @@ async def write_planned(
 
 async def claim_once(
     driver: Driver, engine: AsyncEngine, queue: str, limit: int, *, channel_breakers: bool
-) -> list[Sequence[Any]] | None:
+) -> list[ClaimedMessage] | None:
     """One try of the claim: a read, then a write in its session; None if another
     claim changed the queue, or a channel's breaker, in between."""
     try:
@@ -82,11 +82,11 @@ async def claim_channelled(
     *,
     channel_breakers: bool = False,
     ahead: ReadAhead | None = None,
-) -> list[Sequence[Any]]:
-    """Up to `limit` messages of `queue` within its limits and its channels', as
-    claimed rows in `schema.CLAIMED_COLUMNS` order; `channel_breakers`: the channels'
-    own breakers hold them too (see `plan`). `ahead`: this claim's read, made while the
-    workers were busy (read_ahead), used if it still may be."""
+) -> list[ClaimedMessage]:
+    """Up to `limit` messages of `queue` within its limits and its channels';
+    `channel_breakers`: the channels' own breakers hold them too (see `plan`). `ahead`:
+    this claim's read, made while the workers were busy (read_ahead), used if it still
+    may be."""
     if ahead is not None:
         rows = await ahead.claim(limit, channel_breakers=channel_breakers)
         if rows:

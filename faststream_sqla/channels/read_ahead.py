@@ -39,10 +39,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .plan import EXTRA_CANDIDATES, PLAIN, Candidate, Plan, QueueRow, plan
 
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
 
     from faststream_sqla.drivers import Driver
     from faststream_sqla.drivers.channel_claim import ChannelSession
+    from faststream_sqla.message import ClaimedMessage
 
 #: the oldest read a claim still writes from (seconds); also how long an unused one
 #: holds its connection
@@ -169,7 +169,7 @@ class ReadAhead:
         """Wait until the read is made (or has failed)."""
         await asyncio.wait([self._task])
 
-    async def claim(self, limit: int, *, channel_breakers: bool) -> list[Sequence[Any]] | None:
+    async def claim(self, limit: int, *, channel_breakers: bool) -> list[ClaimedMessage] | None:
         """Up to `limit` messages claimed from this read; None if it may not be used
         (see the module) or its write found the version moved: claim afresh."""
         if self._taken:

@@ -133,7 +133,7 @@ def claimed_columns(m: sa.Table, *, headers_as_text: bool = False) -> list[sa.Co
     drivers already return datetimes and bytes, and skipping SQLAlchemy's per-value
     result processing is most of a claim's client-side cost. `headers_as_text` returns
     the JSON as text where the driver would decode it itself, so the parser's cache of
-    decoded headers can do it (`parser.claimed_from_row` finishes the job)."""
+    decoded headers can do it (`drivers.claimed_rows` finishes the job)."""
     columns: list[sa.ColumnElement[Any]] = []
     for name in CLAIMED_COLUMNS:
         column: sa.ColumnElement = m.c[name]

@@ -13,6 +13,7 @@ import functools
 import json
 import operator
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -24,8 +25,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.drivers._claim import keyed_messages
+from faststream_sqla.drivers.claimed_rows import claimed_reader
 from faststream_sqla.drivers.ranges import active_count
-from faststream_sqla.message import KEEP_STATE
+from faststream_sqla.message import KEEP_STATE, ClaimedMessage
 
 if TYPE_CHECKING:
     from .channel_claim import ChannelClaim, ChannelSession
@@ -243,6 +245,7 @@ class Driver(abc.ABC):
 
     def __init__(self, tables: QueueTables) -> None:
         self.tables = tables
+        self._read_row = claimed_reader(times_as_text=self.times_as_text)
         m = tables.message
         # Where the table has ready_at (MySQL), "not ready" is one key of its index:
         # the in-flight rows, read without a scan of the queue's backlog.
@@ -277,11 +280,23 @@ class Driver(abc.ABC):
         """Read server settings the statements depend on, once at connect."""
 
     # -- operations -------------------------------------------------------------------
+    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[ClaimedMessage]:
+        """Mark up to `limit` ready messages of `queue` PROCESSING and return them,
+        higher priority first, then oldest `next_attempt_at`. One statement or one
+        short transaction."""
+        return self.read_claimed(await self.claim_rows(engine, queue, limit))
+
     @abc.abstractmethod
-    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
-        """Mark up to `limit` ready messages of `queue` PROCESSING and return them as
-        rows of CLAIMED_COLUMNS values, oldest `next_attempt_at` first. One statement
-        or one short transaction."""
+    async def claim_rows(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
+        """`claim`'s rows as the database driver returns them, in CLAIMED_COLUMNS
+        order; only `read_claimed` reads them."""
+
+    def read_claimed(self, rows: Sequence[Sequence[Any]]) -> list[ClaimedMessage]:
+        """Claimed rows (this driver's, in CLAIMED_COLUMNS order) as messages, each
+        stamped with the same monotonic claim time."""
+        now = time.monotonic()
+        read = self._read_row
+        return [read(row, now) for row in rows]
 
     @abc.abstractmethod
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
@@ -420,7 +435,7 @@ class Driver(abc.ABC):
     #: claim's session holds the database's one writer lock
     reads_channels_ahead = True
 
-    #: the driver returns stored times as text, not datetimes (parser.claimed_reader)
+    #: the driver returns stored times as text, not datetimes (claimed_rows.claimed_reader)
     times_as_text = False
 
     #: the channel claim's statements and session for this database (its

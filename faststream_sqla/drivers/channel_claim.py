@@ -60,6 +60,8 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect as SqlDialect
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from faststream_sqla.message import ClaimedMessage
+
     from ._compiled import DriverStatement, DriverStatements
     from .base import Driver
 
@@ -119,7 +121,7 @@ class ChannelSession(Protocol):
     async def read(self, queue: str, limit: int) -> tuple[QueueRow | None, list[Candidate]]:
         """The queue's row (None: it has none yet) and the channels with due messages."""
 
-    async def write(self, queue: str, head: QueueRow, planned: Plan) -> list[Sequence[Any]] | None:
+    async def write(self, queue: str, head: QueueRow, planned: Plan) -> list[ClaimedMessage] | None:
         """The claimed rows; None if the version moved (or ProbeMissed)."""
 
 

@@ -4,8 +4,7 @@ channel breakers) for one with them. The fetcher and get_one() both claim here."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from faststream_sqla.channels.claim import claim_channelled
 
@@ -14,6 +13,7 @@ if TYPE_CHECKING:
 
     from faststream_sqla.channels.read_ahead import ReadAhead
     from faststream_sqla.drivers import Driver
+    from faststream_sqla.message import ClaimedMessage
 
 
 class Claimer:
@@ -26,8 +26,8 @@ class Claimer:
 
     async def claim(
         self, queue: str, limit: int, *, channelled: bool, ahead: ReadAhead | None = None
-    ) -> list[Sequence[Any]]:
-        """Up to `limit` messages of `queue`, as claimed rows. `channelled`: the queue
+    ) -> list[ClaimedMessage]:
+        """Up to `limit` messages of `queue`, claimed. `channelled`: the queue
         has channels or limits (the controls say so); `ahead`: its channel read made
         ahead of this claim, if any (channels.read_ahead)."""
         if channelled:

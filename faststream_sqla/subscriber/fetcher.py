@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from faststream_sqla.channels.read_ahead import ReadsAhead
 from faststream_sqla.drivers.base import with_retries
-from faststream_sqla.parser import claimed_reader
 
 from .claim_size import ClaimSizer
 from .flusher import FLUSH_CONCURRENCY, flush_batch_size
@@ -58,7 +57,6 @@ class Fetcher:
         on_short_claim: Callable[[], None] | None = None,
     ) -> None:
         self.engine, self.driver, self.queues = engine, driver, list(queues)
-        self.claimed_from_row = claimed_reader(times_as_text=driver.times_as_text)
         self.claimer = claimer
         #: called when a channelled claim took less than its idle workers' room: the
         #: channels' slots may be held by handled messages whose outcomes wait to be
@@ -230,24 +228,21 @@ class Fetcher:
 
             async def claim(
                 queue: str = queue, remaining: int = remaining, channelled: bool = channelled
-            ) -> list:
+            ) -> list[ClaimedMessage]:
                 nonlocal ahead
                 used, ahead = ahead, None  # a retry reads afresh
                 return await self.claimer.claim(queue, remaining, channelled=channelled, ahead=used)
 
             async with self.claiming:
-                rows = await with_retries(self.driver, claim)
-                now = time.monotonic()
-                from_row = self.claimed_from_row
-                claimed = [from_row(row, now) for row in rows]
+                claimed = await with_retries(self.driver, claim)
                 self.on_claimed(claimed)
                 if self.breakers is not None:
                     self.breakers.claimed(queue, claimed)
-            if channelled and rows:
+            if channelled and claimed:
                 # before the hand-out: the read's task then runs, and sends its
                 # statement, ahead of the workers it wakes, so the database reads while
                 # they work; after it, the read went out only once they had all run
                 self.reads_ahead.claimed(queue, self.options.max_workers * self.per_worker)
             self.buffer.put_all(claimed)
-            got += len(rows)
+            got += len(claimed)
         return got

@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from faststream_sqla import lifecycle, ordering
 from faststream_sqla.admin import controls
 from faststream_sqla.drivers.base import Outcome, reading, with_retries
 from faststream_sqla.message import KEEP_STATE, ClaimedMessage
-from faststream_sqla.parser import claimed_reader
 
 from .claimer import Claimer
 from .loops import wait_event
@@ -66,7 +65,7 @@ class Pull:
         )
         for queue in self.queues:
 
-            async def claim(queue: str = queue) -> list[Any]:
+            async def claim(queue: str = queue) -> list[ClaimedMessage]:
                 paused, channelled = await self._read_controls(queue)
                 if paused:
                     return []
@@ -80,10 +79,11 @@ class Pull:
                         return []
                 return await claimer.claim(queue, 1, channelled=True)
 
-            while rows := await with_retries(driver, claim):
-                now = time.monotonic()
-                raw = claimed_reader(times_as_text=driver.times_as_text)(rows[0], now)
-                settled = lifecycle.before_handler(raw, opts.max_deliveries, now)
+            while claimed := await with_retries(driver, claim):
+                raw = claimed[0]
+                settled = lifecycle.before_handler(
+                    raw, opts.max_deliveries, raw.claimed_at_monotonic
+                )
                 if settled is not None:
                     await self._write_now(settled, raw)
                     continue

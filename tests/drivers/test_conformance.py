@@ -17,7 +17,6 @@ from faststream_sqla.channels.store import set_limits
 from faststream_sqla.drivers import driver_for
 from faststream_sqla.drivers.base import NewMessage, Outcome
 from faststream_sqla.message import ClaimedMessage
-from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import MAX_QUEUE_NAME_LENGTH, BreakerState, MessageState, QueueTables
 
 from tests.conftest import on_servers
@@ -34,7 +33,7 @@ def new(queue: str = "q", *, delay: float = 0.0, at: datetime | None = None) -> 
 async def claim(engine, driver, queue: str, limit: int) -> list[ClaimedMessage]:
     """Claim through the driver and read the rows the way the fetch loop does, which
     also checks that each row carries CLAIMED_COLUMNS in order."""
-    return [claimed_from_row(row, 0.0) for row in await driver.claim(engine, queue, limit)]
+    return await driver.claim(engine, queue, limit)
 
 
 async def insert(engine, driver, *messages: NewMessage) -> list[int]:
@@ -313,8 +312,7 @@ def channelled(channel: str | None, n: int = 1) -> list[NewMessage]:
 
 
 async def claim_channels(engine, driver, limit: int, **kwargs) -> list[ClaimedMessage]:
-    rows = await claim_channelled(driver, engine, "work", limit, **kwargs)
-    return [claimed_from_row(row, 0.0) for row in rows]
+    return await claim_channelled(driver, engine, "work", limit, **kwargs)
 
 
 async def test_a_channel_claim_marks_what_it_returns_as_a_plain_claim_does(

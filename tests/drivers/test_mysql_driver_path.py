@@ -60,7 +60,7 @@ async def test_a_committed_transaction_is_checked_in_without_a_rollback(my_engin
                 (message_id,),
             )
     rows = await driver.claim(my_engine, "q", 10)  # the connection is still good
-    assert [row[0] for row in rows] == [message_id]
+    assert [m.id for m in rows] == [message_id]
 
 
 @pytest.mark.databases("mysql")
@@ -121,10 +121,10 @@ async def test_claim_and_release_stuck_each_read_their_own_range_of_the_ready_in
     assert release_plan[0][3] in ("ref", "range")  # not a scan of the table or index
 
     # and the rows the claim returns are the next ready ones, not in-flight ones
-    taken = {row[0] for row in in_flight}
+    taken = {m.id for m in in_flight}
     nxt = await driver.claim(my_engine, "q", 100)
-    assert len(nxt) == 100 and not taken & {row[0] for row in nxt}
-    assert min(row[0] for row in nxt) > max(taken)
+    assert len(nxt) == 100 and not taken & {m.id for m in nxt}
+    assert min(m.id for m in nxt) > max(taken)
     async with my_engine.begin() as conn:
         ready_at = await conn.scalar(
             sa.text("SELECT COUNT(*) FROM message WHERE ready_at = '9999-12-31 23:59:59'")
@@ -191,8 +191,8 @@ async def test_a_channel_claim_reads_back_what_it_marked_when_another_took_some(
         )
         await other.commit()
         claimed = await claim
-    assert sorted(bytes(row[3]) for row in claimed) == [b"a1", b"a2"]
-    assert {(row[5], row[12]) for row in claimed} == {(1, 1)}  # deliveries, claims counted
+    assert sorted(m.payload for m in claimed) == [b"a1", b"a2"]
+    assert {(m.deliveries_count, m.claims_count) for m in claimed} == {(1, 1)}  # deliveries, claims counted
     async with engine.connect() as conn:
         states = dict(
             (await conn.execute(sa.select(m.c.payload, m.c.deliveries_count))).all()

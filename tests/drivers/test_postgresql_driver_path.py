@@ -136,7 +136,7 @@ async def test_outcomes_and_leases_reach_their_rows_by_key_against_stale_statist
     assert len(claimed) == 1000
 
     def outcomes(state: MessageState) -> list[Outcome]:
-        return [Outcome(row[0], row[5], state, 1, row[5]) for row in claimed]
+        return [Outcome(m.id, m.token, state, 1, m.deliveries_count) for m in claimed]
 
     archive = driver._outcomes_statement(pg_engine, archives=True, requeues=False)
     requeue = driver._outcomes_statement(pg_engine, archives=False, requeues=True)
@@ -147,7 +147,7 @@ async def test_outcomes_and_leases_reach_their_rows_by_key_against_stale_statist
         "requeue": (requeue.sql, requeue.arguments(
             outcome_parameters(outcomes(MessageState.PENDING)))),
         "lease": (lease.sql, lease.arguments(
-            {"ids": [row[0] for row in claimed], "tokens": [row[5] for row in claimed]})),
+            {"ids": [m.id for m in claimed], "tokens": [m.token for m in claimed]})),
     }
     async with driver_connection(pg_engine) as conn:
         for name, (sql, args) in statements.items():

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from faststream_sqla.channels.plan import Candidate, Member, Plan, QueueRow
+    from faststream_sqla.message import ClaimedMessage
 
     from .._compiled import DriverStatement
     from ._asyncmy import DriverTransaction
@@ -583,5 +584,6 @@ class MySQLChannelSession:
         # every read in the snapshot the first one starts
         return await self.claim.read_with(queue, limit, run)
 
-    async def write(self, queue: str, head: QueueRow, planned: Plan) -> list[Sequence[Any]] | None:
-        return await self.claim.write(self.engine, self.transaction, queue, head, planned)
+    async def write(self, queue: str, head: QueueRow, planned: Plan) -> list[ClaimedMessage] | None:
+        rows = await self.claim.write(self.engine, self.transaction, queue, head, planned)
+        return None if rows is None else self.claim.driver.read_claimed(rows)

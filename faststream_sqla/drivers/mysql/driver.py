@@ -419,7 +419,7 @@ class MySQLDriver(Driver):
             engine, read_committed=read_committed, disconnect_codes=DISCONNECT_CODES
         )
 
-    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
+    async def claim_rows(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
         stmt = self._on_driver.get(
             "claim", engine.dialect, lambda: self._lock_ready, CLAIM_PARAMETERS
         )

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from faststream_sqla.channels.plan import Candidate, Member, Plan, QueueRow
+    from faststream_sqla.message import ClaimedMessage
 
     from .driver import PostgresDriver
 
@@ -172,5 +173,6 @@ class PostgresChannelSession:
 
         return await self.claim.read_with(queue, limit, run)
 
-    async def write(self, queue: str, head: QueueRow, planned: Plan) -> list[Sequence[Any]] | None:
-        return await self.claim.write(self.engine, self.conn, queue, head, planned)
+    async def write(self, queue: str, head: QueueRow, planned: Plan) -> list[ClaimedMessage] | None:
+        rows = await self.claim.write(self.engine, self.conn, queue, head, planned)
+        return None if rows is None else self.claim.driver.read_claimed(rows)

@@ -279,7 +279,7 @@ class PostgresDriver(Driver):
     def _claim_statement(self, engine: AsyncEngine) -> DriverStatement:
         return self._on_driver.get("claim", engine.dialect, lambda: self._claim, CLAIM_PARAMETERS)
 
-    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
+    async def claim_rows(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
         stmt = self._claim_statement(engine)
         async with driver_connection(engine) as conn:
             row = await conn.fetchrow(

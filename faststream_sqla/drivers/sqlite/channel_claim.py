@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
     from faststream_sqla.channels.plan import Candidate, Plan, QueueRow
+    from faststream_sqla.message import ClaimedMessage
 
 
 class SQLiteChannelClaim(ChannelClaim):
@@ -87,5 +88,6 @@ class SQLiteChannelSession:
 
         return await self.claim.read_with(queue, limit, run)
 
-    async def write(self, queue: str, head: QueueRow, planned: Plan) -> list[Sequence[Any]] | None:
-        return await self.claim.write(self.conn, queue, head, planned)
+    async def write(self, queue: str, head: QueueRow, planned: Plan) -> list[ClaimedMessage] | None:
+        rows = await self.claim.write(self.conn, queue, head, planned)
+        return None if rows is None else self.claim.driver.read_claimed(rows)

@@ -368,7 +368,7 @@ class SQLiteDriver(Driver):
             self._claim_sql = (select, update, ready)
         return self._claim_sql
 
-    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
+    async def claim_rows(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
         select, update, ready = self._claim_statements(engine)
         values = ready.construct_params({"claim_queue": queue, "claim_limit": limit})
         params = tuple(values[name] for name in ready.positiontup)

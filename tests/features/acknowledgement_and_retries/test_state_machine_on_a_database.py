@@ -26,7 +26,6 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from faststream_sqla import lifecycle
 from faststream_sqla.message import ClaimedMessage
-from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.retry import ConstantRetryStrategy
 from faststream_sqla.schema import MessageState, QueueTables
 
@@ -91,9 +90,7 @@ def machine_for(url: str) -> type[RuleBasedStateMachine]:
 
         @rule(limit=st.integers(1, 4))
         def claim(self, limit: int) -> None:
-            rows = self.run(self.driver.claim(self.engine, "q", limit))
-            for row in rows:
-                raw = claimed_from_row(row, time.monotonic())
+            for raw in self.run(self.driver.claim(self.engine, "q", limit)):
                 assert raw.id in self.published and raw.id not in self.archived
                 assert raw.id not in self.current, "claimed while another claim holds it"
                 self.current[raw.id] = raw

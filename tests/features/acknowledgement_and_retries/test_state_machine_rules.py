@@ -12,7 +12,8 @@ from faststream.message import AckStatus
 from faststream_sqla import MessageState, lifecycle
 from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.message import ClaimedMessage
-from faststream_sqla.parser import HeadersCache, SqlaBatchParser, SqlaParser
+from faststream_sqla.drivers.claimed_rows import HeadersCache
+from faststream_sqla.parser import SqlaBatchParser, SqlaParser
 from faststream_sqla.retry import ConstantRetryStrategy
 
 T0 = datetime(2024, 1, 1, 12, 0, tzinfo=timezone.utc)

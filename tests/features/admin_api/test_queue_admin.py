@@ -19,14 +19,13 @@ from faststream_sqla import (
 from faststream_sqla.admin import Count, QueueAdmin
 from faststream_sqla.drivers.base import Outcome
 from faststream_sqla.lifecycle import settled_unhandled
-from faststream_sqla.parser import claimed_from_row
 from tests.support.helpers import recording, rows
 
 FAR = datetime(2099, 1, 1)
 
 
 async def claim(driver, engine, queue, limit):
-    return [claimed_from_row(row, 0.0) for row in await driver.claim(engine, queue, limit)]
+    return await driver.claim(engine, queue, limit)
 
 
 async def fail(driver, engine, queue, n, error="ValueError: bad data\n  at line 3"):

@@ -18,12 +18,11 @@ from faststream_sqla.admin import controls
 from faststream_sqla.admin.controls import BreakerChange
 from faststream_sqla.channels.claim import claim_channelled, create_queue_row
 from faststream_sqla.drivers import driver_for
-from faststream_sqla.schema import CLAIMED_COLUMNS, BreakerState, QueueTables
+from faststream_sqla.schema import BreakerState, QueueTables
 from faststream_sqla.subscriber.breaker import Attempt, decide_channel
 
 from tests.support.helpers import FAST, Recorder, due_channel_breaker
 
-CHANNEL = CLAIMED_COLUMNS.index("channel")
 
 
 async def _breaker_row(engine, tables, queue: str, channel: str):
@@ -105,7 +104,7 @@ async def test_a_verdict_between_read_and_write_abandons_the_probe(
     # An OPEN channel gets nothing; a claim that took its message must have marked the
     # breaker HALF_OPEN (the message is the probe).
     assert not taken or state == BreakerState.HALF_OPEN.value, (
-        f"took {[r[CHANNEL] for r in taken]} while the channel's breaker is {state}"
+        f"took {[m.channel for m in taken]} while the channel's breaker is {state}"
     )
 
 
@@ -164,7 +163,7 @@ async def test_group_limits_hold_across_channels_outside_one_read(
         await broker.publish_batch(*range(5), queue="work", channel="plain")
     taken: list[str] = []
     for _ in range(80):
-        taken += [r[CHANNEL] for r in await claim_channelled(driver, engine, "work", 1)]
+        taken += [m.channel for m in await claim_channelled(driver, engine, "work", 1)]
     assert sum(1 for ch in taken if ch.startswith("acme/")) == 3
     assert sum(1 for ch in taken if ch.startswith("slow/")) == 2
     assert taken.count("plain") == 5

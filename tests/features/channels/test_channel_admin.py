@@ -18,7 +18,6 @@ from faststream_sqla.channels.claim import claim_channelled
 from faststream_sqla.channels.store import set_limits
 from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.lifecycle import settled_unhandled
-from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import WHOLE_QUEUE
 
 from tests.support.helpers import FAST, Recorder, rows, run_python, run_script
@@ -39,8 +38,8 @@ async def controls(engine, tables) -> dict[tuple[str, str], sa.RowMapping]:
 
 
 async def claim_one(driver, engine, queue):
-    (row,) = await claim_channelled(driver, engine, queue, 1)
-    return claimed_from_row(row, 0.0)
+    (message,) = await claim_channelled(driver, engine, queue, 1)
+    return message
 
 
 async def test_channels_show_their_messages_and_the_limits_that_apply(

@@ -18,16 +18,15 @@ from faststream_sqla.channels.claim import claim_channelled
 from faststream_sqla.channels.store import set_limits
 from faststream_sqla.drivers import Driver, driver_for
 from faststream_sqla.migrations import upgrade_schema
-from faststream_sqla.schema import CLAIMED_COLUMNS, QueueTables
+from faststream_sqla.schema import QueueTables
 
 from tests.conftest import PG_SERVER, on_servers
 
-CHANNEL = CLAIMED_COLUMNS.index("channel")
 
 
 async def claim(driver: Driver, engine: AsyncEngine, limit: int = 1) -> list[str | None]:
     """The channels of the messages one claim of queue "work" takes."""
-    return [row[CHANNEL] for row in await claim_channelled(driver, engine, "work", limit)]
+    return [m.channel for m in await claim_channelled(driver, engine, "work", limit)]
 
 
 async def claims_until(

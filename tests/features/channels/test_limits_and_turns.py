@@ -334,7 +334,7 @@ async def test_the_rotation_moves_past_channels_with_no_room(database_url, engin
         claimed += await claim_channelled(driver, engine, "work", 2)
         if claimed:
             break
-    assert [row[17] for row in claimed] == ["zz"]
+    assert [m.channel for m in claimed] == ["zz"]
 
 
 async def test_a_queue_goes_back_to_the_plain_claim_when_its_limits_go(engine, driver, tables):
@@ -369,7 +369,7 @@ async def test_claims_go_round_many_channels_and_wrap(database_url, engine, driv
         if not rows_:
             break
         # a claim's rows come in no particular order; its channels are the next ones
-        claimed += sorted(((row[17], bytes(row[3])) for row in rows_), key=str)
+        claimed += sorted(((m.channel, m.payload) for m in rows_), key=str)
     channelled = [(channel, body) for channel, body in claimed if channel is not None]
     # each channel once (its one slot stays taken), its oldest message, in name order
     assert channelled == [(name, f"{name}-0".encode()) for name in names]

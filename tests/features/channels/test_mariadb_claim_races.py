@@ -15,13 +15,11 @@ from faststream_sqla import SqlaBroker
 from faststream_sqla.channels.claim import claim_channelled, create_queue_row
 from faststream_sqla.channels.store import set_limits
 from faststream_sqla.clock import utc_now
-from faststream_sqla.schema import CLAIMED_COLUMNS, BreakerState, MessageState
+from faststream_sqla.schema import BreakerState, MessageState
 
 from tests.conftest import on_servers
 from tests.support.helpers import due_channel_breaker, prepared_driver, wait_until
 
-PAYLOAD = CLAIMED_COLUMNS.index("payload")
-TOKEN = CLAIMED_COLUMNS.index("claims_count")
 
 
 def _waiting(engine, statement_start: str):
@@ -76,7 +74,7 @@ async def test_a_channel_claim_does_not_hand_out_a_message_that_went_round_meanw
         claimed = await claim
     async with engine.connect() as conn:
         stored = dict((await conn.execute(sa.select(m.c.payload, m.c.claims_count))).all())
-    handed = {bytes(row[PAYLOAD]): row[TOKEN] for row in claimed}
+    handed = {m.payload: m.token for m in claimed}
     # every row handed out carries the token its outcome is fenced by
     assert handed == {body: stored[body] for body in handed}, (handed, stored)
     assert b"p1" not in handed  # due in an hour

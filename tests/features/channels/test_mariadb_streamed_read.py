@@ -14,11 +14,9 @@ from faststream_sqla import SqlaBroker
 from faststream_sqla.channels.claim import claim_channelled
 from faststream_sqla.channels.store import set_limits
 from faststream_sqla.drivers.mysql import channel_claim
-from faststream_sqla.schema import CLAIMED_COLUMNS
 
 from tests.conftest import on_servers
 
-PAYLOAD = CLAIMED_COLUMNS.index("payload")
 
 
 async def publish_backlogs(database_url: str, backlogs: dict[str, int]) -> None:
@@ -47,7 +45,7 @@ async def test_a_long_backlog_does_not_hold_back_the_channels_beside_it(
     backlogs = {"h": 300, **{f"s{i}": 2 for i in range(10)}}
     await publish_backlogs(database_url, backlogs)
     claimed = await claim_channelled(driver, engine, "work", 20)
-    assert sorted(bytes(row[PAYLOAD]).decode() for row in claimed) == sorted(
+    assert sorted(m.payload.decode() for m in claimed) == sorted(
         f"{channel}:0" for channel in backlogs
     )
     claim = driver.channel_claim

@@ -15,12 +15,11 @@ from faststream_sqla.channels import read_ahead
 from faststream_sqla.channels.claim import claim_channelled, create_queue_row
 from faststream_sqla.channels.read_ahead import ReadAhead, ReadsAhead
 from faststream_sqla.channels.store import set_limits
-from faststream_sqla.schema import CLAIMED_COLUMNS, MessageState
+from faststream_sqla.schema import MessageState
 
 from tests.conftest import on_servers
 from tests.support.helpers import holds_a_transaction
 
-PAYLOAD = CLAIMED_COLUMNS.index("payload")
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +53,7 @@ async def test_a_claim_writes_from_the_read_made_ahead(database_url, engine, dri
     await publish(database_url, "a", "b", "c")
     ahead = ReadAhead(driver, engine, "work", 10)
     claimed = await ahead.claim(10, channel_breakers=False)
-    assert sorted(bytes(row[PAYLOAD]) for row in claimed or ()) == [b"a0", b"b1", b"c2"]
+    assert sorted(m.payload for m in claimed or ()) == [b"a0", b"b1", b"c2"]
     assert checked_out(engine) == 0  # its session ended with the write
 
 
@@ -103,7 +102,7 @@ async def test_a_read_that_saw_nothing_leaves_a_later_publish_to_a_fresh_read(
     await ahead.read_made()
     await publish(database_url, "a")
     claimed = await claim_channelled(driver, engine, "work", 10, ahead=ahead)
-    assert [bytes(row[PAYLOAD]) for row in claimed] == [b"a0"]
+    assert [m.payload for m in claimed] == [b"a0"]
     assert checked_out(engine) == 0
 
 
@@ -216,7 +215,7 @@ async def test_the_next_read_is_on_its_way_before_the_workers_start(
 
 
 def payloads(rows) -> list[str]:
-    return sorted(bytes(row[PAYLOAD]).decode() for row in rows or ())
+    return sorted(m.payload.decode() for m in rows or ())
 
 
 @pytest.fixture

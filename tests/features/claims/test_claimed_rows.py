@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 from datetime import datetime
 
-from faststream_sqla.parser import claimed_from_row, claimed_reader
+from faststream_sqla.drivers.claimed_rows import claimed_from_row, claimed_reader
 from faststream_sqla.schema import CLAIMED_COLUMNS
 
 WHEN = datetime(2026, 11, 28, 2, 30, 0, 123456)

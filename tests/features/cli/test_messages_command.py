@@ -16,7 +16,6 @@ from faststream_sqla import Envelope, MessageState, SqlaBroker
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.cli import app
 from faststream_sqla.drivers.base import Outcome
-from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.retry import ConstantRetryStrategy
 
 from tests.support.helpers import FAST, wait_until
@@ -51,7 +50,7 @@ async def one_of_each(database_url, engine, driver) -> dict[str, int]:
             queue="q",
         )
     (processing,) = await driver.claim(engine, "q", 1)
-    (retrying,) = [claimed_from_row(row, 0.0) for row in await driver.claim(engine, "q", 1)]
+    (retrying,) = await driver.claim(engine, "q", 1)
     retry = Outcome(retrying.id, retrying.token, MessageState.RETRYABLE, 1, 1, next_attempt_at=FAR)
     assert await driver.write_outcomes(engine, [retry]) == 1
     return dict(zip(["processing", "retrying", "ready", "scheduled", "head", "waiting"], ids))

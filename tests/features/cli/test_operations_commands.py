@@ -10,7 +10,6 @@ import sqlalchemy as sa
 
 from faststream_sqla import Envelope, MessageState, SqlaBroker
 from faststream_sqla.lifecycle import settled_unhandled
-from faststream_sqla.parser import claimed_from_row
 from tests.support.cli import cli, cli_json
 
 
@@ -23,8 +22,7 @@ async def seeded(database_url, engine, driver):
         await broker.publish("r-doomed", queue="r")
     dead = []
     for queue in ("q", "r"):
-        (row,) = await driver.claim(engine, queue, 1)
-        message = claimed_from_row(row, 0.0)
+        (message,) = await driver.claim(engine, queue, 1)
         outcome = settled_unhandled(message, MessageState.FAILED, "ValueError: broken")
         assert await driver.write_outcomes(engine, [outcome]) == 1
         dead.append(message.id)

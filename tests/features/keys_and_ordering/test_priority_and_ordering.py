@@ -26,11 +26,11 @@ async def test_a_claim_takes_higher_priorities_first(database_url, engine, table
         )
     claimed = await driver.claim(engine, "q", 4)
     by_id = dict(zip(ids, (0, 3, 10, 3, 7, 0, 10)))
-    assert [(row[0], by_id[row[0]]) for row in claimed] == [
+    assert [(m.id, by_id[m.id]) for m in claimed] == [
         (ids[2], 10), (ids[4], 7), (ids[1], 3), (ids[3], 3)
     ]
     rest = await driver.claim(engine, "q", 10)
-    assert [row[0] for row in rest] == [ids[0], ids[5]]  # "later" is not due
+    assert [m.id for m in rest] == [ids[0], ids[5]]  # "later" is not due
 
 
 async def test_handlers_see_the_priority_and_it_is_archived(make_broker, engine, tables):
@@ -94,7 +94,7 @@ async def test_one_claim_takes_only_the_first_message_of_a_key(
             queue="q",
         )
     first = await driver.claim(engine, "q", 10)
-    assert [row[0] for row in first] == [ids[0], ids[1], ids[3]]
+    assert [m.id for m in first] == [ids[0], ids[1], ids[3]]
     # a1 and b1 are in flight: their keys' next messages wait
     assert await driver.claim(engine, "q", 10) == []
 
@@ -237,14 +237,12 @@ async def test_a_publish_that_races_the_archive_before_it_is_released_by_its_pub
     writer cannot interleave them: there the archive waits for the publish's commit and
     its release finds the new message.)"""
     from faststream_sqla import lifecycle, ordering
-    from faststream_sqla.parser import claimed_from_row
-
+    
     broker = SqlaBroker(database_url)
     async with broker:
         await broker.connect()
         head_id = await broker.publish("head", queue="q", ordering_key="k")
-        (row,) = await driver.claim(engine, "q", 10)
-        head = claimed_from_row(row, 0.0)
+        (head,) = await driver.claim(engine, "q", 10)
         async with broker.engine.connect() as conn:
             async with conn.begin():
                 racer = await broker.publish(

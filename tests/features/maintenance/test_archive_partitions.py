@@ -13,7 +13,6 @@ from faststream_sqla import InvalidOptionError, MessageState, SqlaBroker
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.drivers.postgresql.partitions import is_partitioned
 from faststream_sqla.lifecycle import settled_unhandled
-from faststream_sqla.parser import claimed_from_row
 from faststream_sqla.schema import QueueTables
 from tests.support.helpers import recording
 
@@ -21,8 +20,7 @@ OLD = datetime(2024, 1, 15, 12, 0)
 
 
 async def _archive_one(driver, engine, queue):
-    (row,) = await driver.claim(engine, queue, 1)
-    message = claimed_from_row(row, 0.0)
+    (message,) = await driver.claim(engine, queue, 1)
     assert await driver.write_outcomes(
         engine, [settled_unhandled(message, MessageState.FAILED, "boom")]
     ) == 1

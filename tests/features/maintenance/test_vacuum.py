@@ -49,9 +49,9 @@ async def test_a_vacuum_takes_the_dead_head_out_of_the_claims_walk(server_databa
             await driver.insert_committed(engine, [plain_message() for _ in range(3000)])
             while claimed := await driver.claim(engine, "q", 500):
                 await driver.write_outcomes(engine, [
-                    Outcome(id=row[0], token=row[5], state=MessageState.COMPLETED,
-                            attempts_count=1, deliveries_count=row[5])
-                    for row in claimed
+                    Outcome(id=m.id, token=m.token, state=MessageState.COMPLETED,
+                            attempts_count=1, deliveries_count=m.deliveries_count)
+                    for m in claimed
                 ])
             walked = await ready_scan_buffers(engine)
 

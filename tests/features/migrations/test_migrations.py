@@ -387,10 +387,10 @@ async def test_upgrade_from_the_first_revision_keeps_messages(engine: AsyncEngin
                 sa.text("SELECT id, claims_count FROM message"))).all())
         assert tokens == {in_flight: 1, kept: 0}
         claimed = await driver.claim(engine, "m", 10)
-        assert [r[0] for r in claimed] == [kept]  # id comes first in a claimed row
+        assert [m.id for m in claimed] == [kept]
         # the row in flight at the upgrade is still found as stuck, then claimable
         assert await driver.release_stuck(engine, ["m"], 60.0) == 1
-        assert [r[0] for r in await driver.claim(engine, "m", 10)] == [in_flight]
+        assert [m.id for m in await driver.claim(engine, "m", 10)] == [in_flight]
     finally:
         await upgrade_schema(engine)
         async with engine.begin() as conn:
