@@ -71,6 +71,11 @@ def claim_order(row: Sequence[Any]) -> tuple[Any, ...]:
     return (-row[_PRIORITY], row[_DUE], row[_ID])
 
 
+def claimed_order(message: ClaimedMessage) -> tuple[Any, ...]:
+    """`claim_order` of a message already read."""
+    return (-message.priority, message.next_attempt_at, message.id)
+
+
 @dataclass(slots=True)
 class NewMessage:
     """A validated, encoded message on its way into the table."""
@@ -280,16 +285,11 @@ class Driver(abc.ABC):
         """Read server settings the statements depend on, once at connect."""
 
     # -- operations -------------------------------------------------------------------
+    @abc.abstractmethod
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[ClaimedMessage]:
         """Mark up to `limit` ready messages of `queue` PROCESSING and return them,
         higher priority first, then oldest `next_attempt_at`. One statement or one
         short transaction."""
-        return self.read_claimed(await self.claim_rows(engine, queue, limit))
-
-    @abc.abstractmethod
-    async def claim_rows(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
-        """`claim`'s rows as the database driver returns them, in CLAIMED_COLUMNS
-        order; only `read_claimed` reads them."""
 
     def read_claimed(self, rows: Sequence[Sequence[Any]]) -> list[ClaimedMessage]:
         """Claimed rows (this driver's, in CLAIMED_COLUMNS order) as messages, each

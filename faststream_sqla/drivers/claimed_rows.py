@@ -63,6 +63,10 @@ class HeadersCache:
 
 _headers = HeadersCache()
 
+#: headers as stored (JSON text or a decoded document) to a dict of the message's own,
+#: through the cache every claimed row shares
+stored_headers = _headers.load
+
 
 def _stored_time(value: Any) -> Any:
     # asyncpg and asyncmy return naive datetimes already; SQLite returns text

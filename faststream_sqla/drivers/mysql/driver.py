@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.exceptions import MessageTooLargeError
+from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.schema import (
     CLAIM_COUNTERS,
     INSERTED_COLUMNS,
@@ -419,7 +420,7 @@ class MySQLDriver(Driver):
             engine, read_committed=read_committed, disconnect_codes=DISCONNECT_CODES
         )
 
-    async def claim_rows(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
+    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[ClaimedMessage]:
         stmt = self._on_driver.get(
             "claim", engine.dialect, lambda: self._lock_ready, CLAIM_PARAMETERS
         )
@@ -437,7 +438,7 @@ class MySQLDriver(Driver):
                 _mark_processing_sql(self._q(engine, self.tables.message), len(locked)),
                 (locked[0][_ACQUIRED], *(row[0] for row in locked)),
             )
-        return locked  # CLAIMED_COLUMNS as they now stand, in claim order
+        return self.read_claimed(locked)  # CLAIMED_COLUMNS as they now stand, in claim order
 
     def _statements(
         self, engine: AsyncEngine

@@ -33,6 +33,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
+from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.schema import (
     CLAIM_COUNTERS,
     INSERTED_COLUMNS,
@@ -279,7 +280,7 @@ class PostgresDriver(Driver):
     def _claim_statement(self, engine: AsyncEngine) -> DriverStatement:
         return self._on_driver.get("claim", engine.dialect, lambda: self._claim, CLAIM_PARAMETERS)
 
-    async def claim_rows(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
+    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[ClaimedMessage]:
         stmt = self._claim_statement(engine)
         async with driver_connection(engine) as conn:
             row = await conn.fetchrow(
@@ -293,7 +294,7 @@ class PostgresDriver(Driver):
         columns, arrays_left = [], iter(arrays)
         for name in CLAIMED_COLUMNS:
             columns.append([shared[name]] * count if name in shared else next(arrays_left))
-        return rows_from_columns(columns)
+        return self.read_claimed(rows_from_columns(columns))
 
     def _outcomes_statement(
         self, engine: AsyncEngine, *, archives: bool, requeues: bool

@@ -18,6 +18,7 @@ import asyncio
 import functools
 import json
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
@@ -29,6 +30,7 @@ from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import utc_now
+from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.schema import (
     CLAIM_COUNTERS,
     CLAIMED_COLUMNS,
@@ -51,11 +53,12 @@ from ..base import (
     InsertShape,
     NewMessage,
     Outcome,
-    claim_order,
+    claimed_order,
     insert_shape,
     leases_document,
     timestamp_text,
 )
+from ..claimed_rows import stored_headers
 from ._aiosqlite import run_in_thread, runs_calls_in_thread
 from .channel_claim import SQLiteChannelClaim
 
@@ -169,9 +172,50 @@ def _field(position: int) -> str:
 # in CLAIMED_COLUMNS order (the conformance tests check every claimed field).
 _SENT_CLAIM_COLUMNS = tuple(c for c in CLAIMED_COLUMNS if c not in SHARED_CLAIM_COLUMNS)
 _COUNT_CLAIM = ", ".join(f"{name} = {name} + 1" for name in CLAIM_COUNTERS)
-_SENT_PAYLOAD = _SENT_CLAIM_COLUMNS.index("payload")  # sent as hex: JSON has no bytes
-_SENT_STATE = _SENT_CLAIM_COLUMNS.index("saved_state")  # the same, or null
-_SHARED_POSITIONS = sorted((CLAIMED_COLUMNS.index(n), n) for n in SHARED_CLAIM_COLUMNS)
+assert _SENT_CLAIM_COLUMNS == (
+    "id", "headers", "payload", "attempts_count", "deliveries_count", "created_at",
+    "next_attempt_at", "first_attempt_at", "last_attempt_at", "correlation_id",
+    "claims_count", "expires_at", "priority", "ordering_key", "idempotency_key", "channel",
+    "saved_state",
+), "_claimed_message unpacks a claim's JSON rows in this order"  # fmt: skip
+
+
+def _claimed_message(
+    row: list[Any], queue: str, acquired_at: datetime, claimed_at: float
+) -> ClaimedMessage:
+    """One row of a claim's JSON document as a message: the payload and saved state
+    come as hex (JSON has no bytes), times as SQLite's text. Hot path: one call per
+    claimed message, so one unpacking and no loop over columns."""
+    (
+        id_, headers, payload, attempts, deliveries, created, due, first, last,
+        correlation_id, claims, expires, priority, ordering_key, idempotency_key, channel,
+        state,
+    ) = row  # fmt: skip
+    return ClaimedMessage(
+        id_,
+        queue,
+        stored_headers(headers),
+        bytes.fromhex(payload),
+        attempts,
+        deliveries,
+        _from_text(created),
+        _from_text(due),
+        acquired_at,
+        None if first is None else _from_text(first),
+        None if last is None else _from_text(last),
+        correlation_id,
+        claims,
+        None if expires is None else _from_text(expires),
+        priority,
+        ordering_key,
+        idempotency_key,
+        channel,
+        None if state is None else bytes.fromhex(state),
+        claimed_at,
+    )
+
+
+_from_text = datetime.fromisoformat
 
 
 async def in_driver_thread(conn: AsyncConnection, work: Callable[[Any], T]) -> T:
@@ -368,7 +412,7 @@ class SQLiteDriver(Driver):
             self._claim_sql = (select, update, ready)
         return self._claim_sql
 
-    async def claim_rows(self, engine: AsyncEngine, queue: str, limit: int) -> list[Sequence[Any]]:
+    async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[ClaimedMessage]:
         select, update, ready = self._claim_statements(engine)
         values = ready.construct_params({"claim_queue": queue, "claim_limit": limit})
         params = tuple(values[name] for name in ready.positiontup)
@@ -381,17 +425,14 @@ class SQLiteDriver(Driver):
             return document, now
 
         document, now = await self._write(engine, work)
-        shared = {"queue": queue, "acquired_at": datetime.fromisoformat(now)}  # once
-        rows = json.loads(document)
-        for row in rows:
-            row[_SENT_PAYLOAD] = bytes.fromhex(row[_SENT_PAYLOAD])
-            if row[_SENT_STATE] is not None:
-                row[_SENT_STATE] = bytes.fromhex(row[_SENT_STATE])
-            for position, name in _SHARED_POSITIONS:  # ascending: each lands in place
-                row.insert(position, shared[name])
-        # Aggregate order is unspecified in SQLite; stored times are text that sorts.
-        rows.sort(key=claim_order)
-        return rows
+        acquired_at = datetime.fromisoformat(now)  # shared by every row: read once
+        claimed_at = time.monotonic()
+        claimed = [
+            _claimed_message(row, queue, acquired_at, claimed_at) for row in json.loads(document)
+        ]
+        # Aggregate order is unspecified in SQLite.
+        claimed.sort(key=claimed_order)
+        return claimed
 
     def _requeue_statement(self, engine: AsyncEngine) -> str:
         if self._requeue_sql is None:
