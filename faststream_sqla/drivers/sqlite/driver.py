@@ -42,7 +42,7 @@ from faststream_sqla.schema import (
     archive_copy,
 )
 
-from .._claim import claim_limit, priority_literal, ready_ids
+from .._claim import ready_ids
 from .._gil import short_switch_interval
 from .._pool import check_in
 from ..base import (
@@ -135,27 +135,14 @@ def _delete_sql(message: str, rows: int) -> str:
     )
 
 
-def ready_by_priority(tables: QueueTables) -> sa.Select:
-    """The ids a claim takes: each priority's ready rows (`ready_ids`), highest priority
-    first, up to the limit. SQLite wants a compound's ORDER BY and LIMIT outside it, so
-    each priority's range is a subquery."""
-    m = tables.message
-
-    def level(priority: int) -> sa.Select:
-        rows = ready_ids(tables, priority_literal(priority), m.c.priority, m.c.next_attempt_at)
-        sub = rows.subquery(f"priority_{priority}")
-        return sa.select(sub.c.id, sub.c.priority, sub.c.next_attempt_at)
-
-    order: list[sa.ColumnClause[Any]] = [
-        sa.literal_column(name) for name in ("priority DESC", "next_attempt_at", "id")
-    ]
-    ready = (
-        sa.union_all(*map(level, PRIORITIES))
-        .order_by(*order)
-        .limit(claim_limit())
-        .subquery("ready")
-    )
-    return sa.select(ready.c.id)
+def ready_of_one_priority(tables: QueueTables) -> sa.Select:
+    """The ids a claim takes from one priority (:claim_priority), oldest first, up to
+    :claim_limit, as one JSON array. SQLite runs in process, so a claim probes the
+    priorities one by one, highest first, on the driver's thread and stops at its
+    limit: a probe of an empty priority costs one index lookup, where one compound
+    statement over every priority sorted each one's rows again to merge them."""
+    ready = ready_ids(tables, sa.bindparam("claim_priority", type_=sa.Integer())).subquery()
+    return sa.select(sa.func.json_group_array(ready.c.id))
 
 
 def stored_text(value: datetime) -> str:
@@ -383,7 +370,7 @@ class SQLiteDriver(Driver):
     def _claim_statements(self, engine: AsyncEngine) -> tuple[str, str, Any]:
         if self._claim_sql is None:
             m = self._q(engine, self.tables.message)
-            ready = ready_by_priority(self.tables).compile(dialect=engine.dialect)
+            ready = ready_of_one_priority(self.tables).compile(dialect=engine.dialect)
             # The claimed rows come back as one JSON document: fetching rows one by one
             # takes the GIL back once per row, the hand-off in_driver_thread avoids.
             # The returned values are those the UPDATE below writes.
@@ -400,31 +387,48 @@ class SQLiteDriver(Driver):
             )
             select = (
                 f"SELECT json_group_array(json_array({values})), {_NOW} "
-                f"FROM {m} WHERE id IN ({ready})"
+                f"FROM {m} WHERE id IN (SELECT value FROM json_each(?))"
             )
-            # Same ids: the transaction holds the write lock, and the order is total.
-            # The time read above is the one stored.
+            # The ids the probes found (the transaction holds the write lock); the time
+            # read above is the one stored.
             update = (
                 f"UPDATE {m} SET state = 'PROCESSING', "
                 f"{_COUNT_CLAIM}, acquired_at = ? "
-                f"WHERE id IN ({ready})"
+                "WHERE id IN (SELECT value FROM json_each(?))"
             )
             self._claim_sql = (select, update, ready)
         return self._claim_sql
 
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[ClaimedMessage]:
         select, update, ready = self._claim_statements(engine)
-        values = ready.construct_params({"claim_queue": queue, "claim_limit": limit})
-        params = tuple(values[name] for name in ready.positiontup)
+        names = ready.positiontup
+        values = ready.construct_params(
+            {"claim_queue": queue, "claim_priority": 0, "claim_limit": limit}
+        )
+        params = [values[name] for name in names]
+        at_priority, at_limit = names.index("claim_priority"), names.index("claim_limit")
+        probe = ready.string
 
-        def work(cursor: Any) -> tuple[str, str]:
-            cursor.execute(select, params)
-            document, now = cursor.fetchone()
-            if document != "[]":
-                cursor.execute(update, (now, *params))
+        def work(cursor: Any) -> tuple[str, str] | None:
+            taken: list[int] = []
+            for priority in PRIORITIES:
+                params[at_priority], params[at_limit] = priority, limit - len(taken)
+                (found,) = cursor.execute(probe, params).fetchone()
+                if found != "[]":
+                    taken += json.loads(found)
+                    if len(taken) >= limit:
+                        break
+            if not taken:
+                return None
+            ids = json.dumps(taken)
+            document, now = cursor.execute(select, (ids,)).fetchone()
+            cursor.execute(update, (now, ids))
             return document, now
 
-        document, now = await self._write(engine, work)
+        result = await self._write(engine, work)
+        if result is None:
+            return []
+        document, now = result
         acquired_at = datetime.fromisoformat(now)  # shared by every row: read once
         claimed_at = time.monotonic()
         claimed = [
