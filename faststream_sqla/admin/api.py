@@ -252,7 +252,7 @@ class QueueAdmin:
         own = WHOLE_QUEUE if channel is None else limits.channel_name(channel)
         await self._prepare()
         async with reading(self.engine) as conn:
-            return await controls.breaker_events(conn, self.tables, queue, limit, own)
+            return await controls.breaker_history(conn, self.tables, queue, limit, own)
 
     # -- changing --------------------------------------------------------------------
 

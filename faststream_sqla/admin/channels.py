@@ -6,9 +6,8 @@ change; faststream_sqla.channels enforces them)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.channels.groups import group_of, is_group
@@ -20,6 +19,7 @@ from faststream_sqla.channels.store import (
     checked_channel,
     limit_change,
 )
+from faststream_sqla.drivers.controls import channel_limits_rows, queue_limits_row
 from faststream_sqla.drivers.ranges import ChannelCounts, channel_counts
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.schema import WHOLE_QUEUE, QueueTables
@@ -53,20 +53,7 @@ def _rate(count: int | None, period: float | None) -> Rate | None:
 
 async def queue_limits(conn: AsyncConnection, tables: QueueTables, queue: str) -> QueueLimits:
     """The queue's own limits and its channels' defaults (none without a row)."""
-    c = tables.controls
-    row = (
-        await conn.execute(
-            sa.select(
-                c.c.paused,
-                c.c.max_concurrency,
-                c.c.rate_count,
-                c.c.rate_period,
-                c.c.channel_max_concurrency,
-                c.c.channel_rate_count,
-                c.c.channel_rate_period,
-            ).where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE)
-        )
-    ).first()
+    row = await queue_limits_row(conn, tables, queue)
     if row is None:
         return QueueLimits(queue, None, None, None, None, paused=False)
     return QueueLimits(
@@ -75,7 +62,7 @@ async def queue_limits(conn: AsyncConnection, tables: QueueTables, queue: str) -
         rate=_rate(row.rate_count, row.rate_period),
         channel_max_concurrency=row.channel_max_concurrency,
         channel_rate=_rate(row.channel_rate_count, row.channel_rate_period),
-        paused=bool(row.paused),
+        paused=row.paused,
     )
 
 
@@ -106,13 +93,7 @@ async def channel_statuses(
     """Every channel of `queue` (or only the channel `only`) with a control row or
     live messages, by name."""
     defaults = await queue_limits(conn, tables, queue)
-    c = tables.controls
-    query = sa.select(
-        c.c.channel, c.c.paused, c.c.max_concurrency, c.c.rate_count, c.c.rate_period
-    ).where(c.c.queue == queue, c.c.channel != WHOLE_QUEUE)
-    if only is not None:
-        query = query.where(c.c.channel == only)
-    rows: dict[str, Any] = {row.channel: row for row in await conn.execute(query)}
+    rows = {row.channel: row for row in await channel_limits_rows(conn, tables, queue, only)}
     if only is not None and is_group(only):
         # a group's figures are its channels' together
         counts = _group_counts(await channel_counts(conn, tables, queue, None), [only])
@@ -132,7 +113,7 @@ async def channel_statuses(
                 ready=ready,
                 in_flight=in_flight,
                 later=later,
-                paused=row is not None and bool(row.paused),
+                paused=row is not None and row.paused,
                 max_concurrency=own_max,
                 rate=own_rate,
                 effective_max_concurrency=own_max if own_max is not None else default_max,

@@ -8,7 +8,7 @@ takes the probe (or takes over a silent holder's), so the probe runs as soon as 
 claimed. What counts, and the decision, are
 pure functions here (`attempt_kind`, `Tally`, `decide`); `Breakers` is one subscriber's
 view of its queues' breakers, kept by its outcome flusher and its ControlWatcher, and
-asked by its fetcher and workers. The statements are in admin/controls.py.
+asked by its fetcher and workers. The statements are in drivers/controls.py.
 
 Per channel (`per_channel`: the channel's own control row): the same states, counted
 here the same way (`decide_channel`), but enforced by the channel claim itself
@@ -32,9 +32,14 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
-from faststream_sqla.admin import controls
-from faststream_sqla.admin.controls import BreakerChange, BreakerRecord, ControlReading
+from faststream_sqla.drivers import controls
 from faststream_sqla.drivers.base import Outcome, with_retries
+from faststream_sqla.drivers.controls import (
+    BreakerChange,
+    BreakerDecision,
+    BreakerRecord,
+    ControlReading,
+)
 from faststream_sqla.schema import BreakerState, MessageState
 
 if TYPE_CHECKING:
@@ -332,7 +337,7 @@ class Breakers:
         changed = await with_retries(
             self.driver,
             lambda: controls.change_breaker(
-                self.driver, self.engine, queue, judge, channel=channel
+                self.driver, self.engine, BreakerDecision(queue, judge, channel=channel)
             ),
         )
         assert changed is not None  # the row is inserted when missing
@@ -388,7 +393,10 @@ class Breakers:
             )
 
         changed = await with_retries(
-            self.driver, lambda: controls.change_breaker(self.driver, self.engine, queue, judge)
+            self.driver,
+            lambda: controls.change_breaker(
+                self.driver, self.engine, BreakerDecision(queue, judge)
+            ),
         )
         assert changed is not None  # the row is inserted when missing
         before, after = changed

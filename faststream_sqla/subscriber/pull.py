@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from faststream_sqla import lifecycle, ordering
-from faststream_sqla.admin import controls
+from faststream_sqla.drivers import controls
 from faststream_sqla.drivers.base import Outcome, reading, with_retries
 from faststream_sqla.message import KEEP_STATE, ClaimedMessage
 

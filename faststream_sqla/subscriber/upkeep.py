@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from faststream_sqla import ordering
-from faststream_sqla.admin import controls
+from faststream_sqla.drivers import controls
 from faststream_sqla.drivers.base import reading, with_retries
 
 from .loops import Backoff, Log, StoppableLoop, log_failure

@@ -10,7 +10,7 @@ import pytest
 from faststream.message import AckStatus
 
 from faststream_sqla import lifecycle
-from faststream_sqla.admin.controls import BreakerChange, BreakerRecord
+from faststream_sqla.drivers.controls import BreakerChange, BreakerRecord
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.retry import ConstantRetryStrategy
 from faststream_sqla.schema import BreakerState, MessageState

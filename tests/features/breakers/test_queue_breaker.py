@@ -10,7 +10,8 @@ import json
 import pytest
 
 from faststream_sqla import InvalidOptionError, SqlaBroker
-from faststream_sqla.admin import QueueAdmin, controls
+from faststream_sqla.admin import QueueAdmin
+from faststream_sqla.drivers import controls
 from faststream_sqla.clock import utc_now
 from faststream_sqla.retry import ConstantRetryStrategy
 from faststream_sqla.schema import MessageState

@@ -15,7 +15,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 import faststream_sqla.channels.claim as claim_module
 from faststream_sqla import SqlaBroker
 from faststream_sqla.admin import controls
-from faststream_sqla.admin.controls import BreakerChange
+from faststream_sqla.drivers.controls import (
+    BreakerChange,
+    BreakerDecision,
+    change_breaker,
+    channels_counting,
+)
 from faststream_sqla.channels.claim import claim_channelled, create_queue_row
 from faststream_sqla.drivers import driver_for
 from faststream_sqla.schema import BreakerState, QueueTables
@@ -74,15 +79,17 @@ async def test_a_verdict_between_read_and_write_abandons_the_probe(
             d = driver_for(other, QueueTables())
             d.configure_engine(other, owned=False)
             await d.prepare(other)
-            await controls.change_breaker(
+            await change_breaker(
                 d,
                 other,
-                "work",
-                lambda cur: BreakerChange(
-                    BreakerState.OPEN, cur.failures + 1, opens=True, cooldown=3600,
-                    reason="probe failed",
+                BreakerDecision(
+                    "work",
+                    lambda cur: BreakerChange(
+                        BreakerState.OPEN, cur.failures + 1, opens=True, cooldown=3600,
+                        reason="probe failed",
+                    ),
+                    channel="acme",
                 ),
-                channel="acme",
             )
         finally:
             await other.dispose()
@@ -116,14 +123,14 @@ async def test_a_channel_breaker_that_recovered_is_no_longer_counted(database_ur
         return lambda current: decide_channel(current, attempts, threshold=5, cooldown=60)
 
     now = datetime(2024, 1, 1)
-    await controls.change_breaker(
-        driver, engine, "work", judge([(Attempt.FAILED, now)]), channel="acme"
+    await change_breaker(
+        driver, engine, BreakerDecision("work", judge([(Attempt.FAILED, now)]), channel="acme")
     )
-    _, after = await controls.change_breaker(
-        driver, engine, "work", judge([(Attempt.SUCCEEDED, now)]), channel="acme"
+    _, after = await change_breaker(
+        driver, engine, BreakerDecision("work", judge([(Attempt.SUCCEEDED, now)]), channel="acme")
     )
     assert after.state is BreakerState.CLOSED and after.failures == 0
-    assert await controls.channels_counting(driver, engine, "work", ["acme"]) == []
+    assert await channels_counting(driver, engine, "work", ["acme"]) == []
     async with engine.connect() as conn:
         listed = await controls.breaker_statuses(conn, driver.tables, None, 5)
     assert not [b for b in listed if b.channel == "acme"]

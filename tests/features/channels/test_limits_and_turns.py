@@ -338,7 +338,7 @@ async def test_the_rotation_moves_past_channels_with_no_room(database_url, engin
 
 
 async def test_a_queue_goes_back_to_the_plain_claim_when_its_limits_go(engine, driver, tables):
-    from faststream_sqla.admin import controls
+    from faststream_sqla.drivers import controls
 
     await set_limits(driver, engine, "work", "a", max_concurrency=2, rate="5/s")
     await set_limits(driver, engine, "work", channel_rate="10/s")
