@@ -1,7 +1,8 @@
 """Returning a pooled connection the broker used below SQLAlchemy's `Connection`.
 
-The one place the package touches SQLAlchemy's pool internals (`_close_special`); the
-test in tests/drivers/test_pool_adapter.py fails loudly if an upgrade changes it.
+The one place the package touches SQLAlchemy's pool internals (`_close_special`, a
+connection's `_pool`); the test in tests/drivers/test_pool_adapter.py fails loudly if an
+upgrade changes them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,15 @@ from sqlalchemy.util import greenlet_spawn
 # does after its transaction ended. Looked up at import so a SQLAlchemy that renames
 # it breaks loudly here, not silently on every check-in.
 _check_in_reset = _ConnectionFairy._close_special
+
+
+def _pool_keeps_it(fairy: Any) -> bool:
+    """Whether the connection's pool has room for it back, so checking it in closes
+    nothing. Only a queue pool says (an idle connection per slot of its size); any
+    other pool is assumed full."""
+    pool = fairy._pool
+    checked_in, size = getattr(pool, "checkedin", None), getattr(pool, "size", None)
+    return checked_in is not None and size is not None and checked_in() < size()
 
 
 async def check_in(fairy: Any, *, transaction_ended: bool) -> None:
@@ -31,6 +41,11 @@ async def check_in(fairy: Any, *, transaction_ended: bool) -> None:
     logged it, and the server connection stayed open for good.
     """
     if transaction_ended:
-        await greenlet_spawn(_check_in_reset, fairy, transaction_reset=True)
+        if _pool_keeps_it(fairy):
+            # the common case: nothing to close, so no greenlet to start (one per claim,
+            # outcome flush and publish)
+            _check_in_reset(fairy, transaction_reset=True)
+        else:
+            await greenlet_spawn(_check_in_reset, fairy, transaction_reset=True)
     else:
         await greenlet_spawn(fairy.close)

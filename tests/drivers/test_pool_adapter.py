@@ -26,6 +26,20 @@ def test_the_private_check_in_still_takes_transaction_reset():
     )
 
 
+async def test_a_pooled_connection_still_names_its_pool(tmp_path):
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'named.db'}")
+    try:
+        fairy = await engine.raw_connection()
+        assert fairy._pool is engine.sync_engine.pool, (
+            f"SQLAlchemy {sqlalchemy.__version__}: a pooled connection no longer keeps "
+            "its pool as _pool; update drivers/_pool.py"
+        )
+        await check_in(fairy, transaction_ended=True)
+        assert engine.sync_engine.pool.checkedin() == 1
+    finally:
+        await engine.dispose()
+
+
 @pytest.fixture
 async def engine(tmp_path):
     eng = create_async_engine(
