@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .drivers.base import reading
+from .drivers.probe import select_one
 from .exceptions import DatabaseUnreachableError, InvalidOptionError
 from .urls import mask_passwords, masked, parse_url
 
@@ -138,6 +139,6 @@ async def ensure_reachable(engine: AsyncEngine) -> None:
     does not answer: no server, a wrong password, a missing database."""
     try:
         async with reading(engine) as conn:
-            await conn.execute(sa.text("SELECT 1"))
+            await select_one(conn)
     except Exception as e:
         raise unreachable(engine.url, e) from e

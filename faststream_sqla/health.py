@@ -23,8 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-
+from faststream_sqla.drivers.probe import select_one
 from faststream_sqla.urls import masked
 
 if TYPE_CHECKING:
@@ -138,13 +137,13 @@ class DatabaseHealth:
         """One `SELECT 1` on a connection of the broker's pool: does the database answer?"""
         assert self._engine is not None and self._driver is not None
 
-        async def select_one() -> None:
+        async def ask() -> None:
             assert self._engine is not None
             async with self._engine.connect() as conn:
-                await conn.execute(sa.text("SELECT 1"))
+                await select_one(conn)
 
         try:
-            await asyncio.wait_for(select_one(), PROBE_TIMEOUT)
+            await asyncio.wait_for(ask(), PROBE_TIMEOUT)
         except Exception as exc:
             if self._driver.is_unreachable(exc) or isinstance(exc, asyncio.TimeoutError):
                 self.failed_probes += 1

@@ -18,6 +18,8 @@ WAITING is an optimisation of where the claim looks, not what keeps the order: t
 claim still passes over a message while an earlier one of its key is in the table
 (`drivers._claim.first_of_its_key`), so a message released early, or published
 PENDING by a racing publisher, is never handled out of turn.
+
+The statements are in `drivers/ordering.py`; this module decides when they run.
 """
 
 from __future__ import annotations
@@ -25,18 +27,20 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
-from faststream_sqla.drivers._claim import earlier_of_its_key, keyed_messages
-from faststream_sqla.schema import MessageState
+from faststream_sqla.drivers.ordering import (
+    IDS_PER_STATEMENT,
+    hold_waiting,
+    key_heads,
+    release_if_first,
+    release_waiting,
+)
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
     from faststream_sqla.drivers import Driver
     from faststream_sqla.drivers.base import NewMessage
 
-#: ids per statement (the drivers bound the parameters of one)
-IDS_PER_STATEMENT = 1000
 #: keys a sweep looks at per queue and pass
 KEYS_PER_SWEEP = 500
 
@@ -45,43 +49,19 @@ def has_ordering_keys(rows: Sequence[NewMessage]) -> bool:
     return any(row.ordering_key is not None for row in rows)
 
 
-def _chunks(ids: Sequence[int]) -> list[Sequence[int]]:
-    return [ids[i : i + IDS_PER_STATEMENT] for i in range(0, len(ids), IDS_PER_STATEMENT)]
-
-
 async def hold_behind_keys(
     driver: Driver, conn: AsyncConnection, rows: Sequence[NewMessage], ids: Sequence[int]
 ) -> list[int]:
     """In the publishing transaction, after the insert: set WAITING the new keyed
     messages that have an earlier message of their key; returns their ids."""
-    m = driver.tables.message
     keyed = [i for row, i in zip(rows, ids, strict=True) if row.ordering_key is not None]
-    waiting: list[int] = []
-    for chunk in _chunks(keyed):
-        found = await conn.execute(
-            sa.select(m.c.id).where(m.c.id.in_(chunk), earlier_of_its_key(driver.tables))
-        )
-        waiting += found.scalars()
-    for chunk in _chunks(waiting):
-        await conn.execute(sa.update(m).where(m.c.id.in_(chunk)).values(state=MessageState.WAITING))
-    return waiting
+    return await hold_waiting(conn, driver.tables, keyed)
 
 
 async def release_first(driver: Driver, engine: AsyncEngine, ids: Sequence[int]) -> int:
     """After the publish committed: release those of `ids` that are first of their key."""
-    m = driver.tables.message
-    released = 0
     async with driver.own_transaction(engine) as conn:
-        for chunk in _chunks(ids):
-            found = await conn.execute(
-                sa.select(m.c.id).where(
-                    m.c.id.in_(chunk),
-                    m.c.state == MessageState.WAITING,
-                    ~earlier_of_its_key(driver.tables),
-                )
-            )
-            released += await _release(conn, m, list(found.scalars()))
-    return released
+        return await release_if_first(conn, driver.tables, ids)
 
 
 async def release_next(
@@ -100,7 +80,7 @@ async def release_next(
                 firsts = await driver.first_of_keys(
                     conn, queue, names[start : start + IDS_PER_STATEMENT]
                 )
-                released += await _release(conn, m, firsts)
+                released += await release_waiting(conn, m, firsts)
     return released
 
 
@@ -108,28 +88,18 @@ async def sweep(driver: Driver, engine: AsyncEngine, queue: str, after: str) -> 
     """Release the first message of the next KEYS_PER_SWEEP keys of `queue` (in key
     order, after `after`) where it waits. Returns how many were released and where the
     next sweep starts ("" once the last key was reached)."""
-    k = keyed_messages(driver.tables)
     async with driver.own_transaction(engine) as conn:
-        heads = (
-            await conn.execute(
-                sa.select(k.keys.c.ordering_key, sa.func.min(k.keys.c.id))
-                .select_from(k.source)
-                .where(k.keys.c.queue == queue, k.keys.c.ordering_key > after)
-                .group_by(k.keys.c.ordering_key)
-                .order_by(k.keys.c.ordering_key)
-                .limit(KEYS_PER_SWEEP)
-            )
-        ).all()
-        released = await _release(conn, driver.tables.message, [first for _, first in heads])
-    return released, heads[-1][0] if len(heads) == KEYS_PER_SWEEP else ""
+        heads = await key_heads(conn, driver.tables, queue, after, KEYS_PER_SWEEP)
+        released = await release_waiting(conn, driver.tables.message, [h.id for h in heads])
+    return released, heads[-1].ordering_key if len(heads) == KEYS_PER_SWEEP else ""
 
 
-async def _release(conn: AsyncConnection, m: sa.Table, ids: list[int]) -> int:
-    if not ids:
-        return 0
-    result = await conn.execute(
-        sa.update(m)
-        .where(m.c.id.in_(ids), m.c.state == MessageState.WAITING)
-        .values(state=MessageState.PENDING)
-    )
-    return result.rowcount or 0
+__all__ = [
+    "IDS_PER_STATEMENT",
+    "KEYS_PER_SWEEP",
+    "has_ordering_keys",
+    "hold_behind_keys",
+    "release_first",
+    "release_next",
+    "sweep",
+]

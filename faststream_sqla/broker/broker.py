@@ -31,6 +31,7 @@ from faststream_sqla.connecting import (
 )
 from faststream_sqla.drivers import driver_for
 from faststream_sqla.drivers.base import NotificationListener, reading
+from faststream_sqla.drivers.probe import select_one
 from faststream_sqla.exceptions import InvalidOptionError, SchemaMissingError, shown
 from faststream_sqla.message import ClaimedMessage, SqlaMessage
 from faststream_sqla.migrations import check_schema, upgrade_command
@@ -413,7 +414,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
 
         async def probe() -> None:
             async with reading(engine) as conn:
-                await conn.execute(sa.text("SELECT 1"))
+                await select_one(conn)
 
         try:
             await asyncio.wait_for(probe(), timeout or 5.0)

@@ -3,7 +3,7 @@
 Started only by a broker that declares schedules, so a broker without any adds no
 statement to its plain path. Every process that declares a schedule runs one; each
 tick is published once however many run, because firing is a compare-and-set on
-`next_fire_at` (`store.advance`) in the same transaction as the publish: the process
+`next_fire_at` (`drivers.schedules.advance`) in the same transaction as the publish: the process
 whose UPDATE matches publishes, the others' match nothing. "Due" is judged by the
 database clock, never the process's.
 
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from faststream_sqla.drivers import schedules as store
 from faststream_sqla.drivers.base import reading, with_retries
 from faststream_sqla.parser import CONTENT_TYPE_HEADER
 
-from . import store
 from .declaration import Schedule
 from .timing import Missed, Timing
 
@@ -211,15 +211,14 @@ class ScheduleRunner:
             row["next_fire_at"], now, Missed(row["missed"]), row["catch_up_limit"]
         )
         async with self._driver.own_transaction(self._engine) as conn:
-            won = await store.advance(
-                conn,
-                self.table,
-                schedule.key,
+            firing = store.ScheduleAdvance(
+                name=schedule.key,
                 expected=row["next_fire_at"],
                 next_fire_at=plan.next_fire_at,
                 last_fired_at=plan.ticks[-1],
                 fired=len(plan.ticks),
             )
+            won = await store.advance(conn, self.table, firing)
             if not won:
                 return plan.next_fire_at
             for tick in plan.ticks:

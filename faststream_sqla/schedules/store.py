@@ -1,84 +1,26 @@
-"""Every statement on the schedule table, for the runner and the admin API.
-
-Plain SQLAlchemy Core: each renders on every database, so there is nothing per
-driver here. Firing is fenced by `advance`, a compare-and-set on `next_fire_at`.
-"""
+"""The schedule table's statements, as the admin API reaches them: they live in the
+database layer (`drivers/schedules.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from datetime import datetime
-from typing import Any
+from faststream_sqla.drivers.schedules import (
+    ScheduleAdvance,
+    advance,
+    database_now,
+    delete,
+    insert,
+    load,
+    load_one,
+    update,
+)
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from faststream_sqla.clock import utc_now
-
-
-async def database_now(conn: AsyncConnection) -> datetime:
-    """The database clock, naive UTC: every process judges "due" by the same time."""
-    value = await conn.scalar(sa.select(utc_now()))
-    if isinstance(value, str):  # SQLite's text
-        value = datetime.fromisoformat(value)
-    assert isinstance(value, datetime)
-    return value.replace(tzinfo=None)
-
-
-async def load(
-    conn: AsyncConnection, table: sa.Table, names: Collection[str] | None = None
-) -> list[sa.RowMapping]:
-    """The schedules named `names` (all when None), by name."""
-    query = sa.select(table).order_by(table.c.name)
-    if names is not None:
-        query = query.where(table.c.name.in_(sorted(names)))
-    return list((await conn.execute(query)).mappings())
-
-
-async def load_one(conn: AsyncConnection, table: sa.Table, name: str) -> sa.RowMapping | None:
-    return (await conn.execute(sa.select(table).where(table.c.name == name))).mappings().first()
-
-
-async def insert(conn: AsyncConnection, table: sa.Table, values: dict[str, Any]) -> None:
-    await conn.execute(sa.insert(table).values(values))
-
-
-async def update(conn: AsyncConnection, table: sa.Table, name: str, values: dict[str, Any]) -> bool:
-    """Change the row of `name`; False when there is none."""
-    result = await conn.execute(sa.update(table).where(table.c.name == name).values(values))
-    return result.rowcount == 1
-
-
-async def advance(
-    conn: AsyncConnection,
-    table: sa.Table,
-    name: str,
-    *,
-    expected: datetime,
-    next_fire_at: datetime,
-    last_fired_at: datetime,
-    fired: int,
-) -> bool:
-    """Claim the firing of `name`'s ticks due at `expected`: move its next_fire_at on,
-    unless another process did first (or it was paused or deleted meanwhile). The row
-    lock the UPDATE takes holds any other process's attempt until this transaction
-    ends, which then matches nothing. True: this transaction fires the ticks."""
-    result = await conn.execute(
-        sa.update(table)
-        .where(
-            table.c.name == name,
-            table.c.next_fire_at == expected,
-            table.c.paused == sa.false(),
-        )
-        .values(
-            next_fire_at=next_fire_at,
-            last_fired_at=last_fired_at,
-            fired_count=table.c.fired_count + fired,
-        )
-    )
-    return result.rowcount == 1
-
-
-async def delete(conn: AsyncConnection, table: sa.Table, names: Sequence[str]) -> int:
-    result = await conn.execute(sa.delete(table).where(table.c.name.in_(list(names))))
-    return result.rowcount
+__all__ = [
+    "ScheduleAdvance",
+    "advance",
+    "database_now",
+    "delete",
+    "insert",
+    "load",
+    "load_one",
+    "update",
+]

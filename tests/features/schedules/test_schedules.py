@@ -23,8 +23,8 @@ from faststream_sqla import (
     UnknownScheduleError,
 )
 from faststream_sqla.admin import QueueAdmin
+from faststream_sqla.drivers.schedules import database_now
 from faststream_sqla.schedules import SCHEDULE_HEADER, TICK_HEADER
-from faststream_sqla.schedules.store import database_now
 from faststream_sqla.schema import QueueTables
 from tests.support.cli import cli, cli_json
 from tests.support.helpers import (
