@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from faststream_sqla.durations import seconds_of, whole_number
 from faststream_sqla.exceptions import InvalidOptionError, shown
@@ -95,3 +97,15 @@ def checked_concurrency(value: object, what: str = "max_concurrency") -> int | N
         msg = f"{what} must be from 1 to {MAX_CONCURRENCY_LIMIT}, got {shown(value)}"
         raise InvalidOptionError(msg)
     return value
+
+
+@dataclass(frozen=True)
+class LimitsWrite:
+    """A change of one control row's settings (ChannelClaim.write_limits): the values
+    wanted, and which of them differ from a stored row (None: no row yet), as the
+    caller judges sameness."""
+
+    queue: str
+    channel: str
+    wanted: Mapping[str, Any]
+    differing: Callable[[Mapping[str, Any] | None], dict[str, Any]]

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
-from faststream_sqla.clock import utc_now
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.options import checked_key
 from faststream_sqla.schema import WHOLE_QUEUE, validate_queue_name
 
-from .limits import Rate, checked_concurrency, checked_rate
+from .limits import LimitsWrite, Rate, checked_concurrency, checked_rate
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -138,43 +136,21 @@ async def change_row(
     driver: Driver, engine: AsyncEngine, queue: str, channel: str, change: LimitChange
 ) -> bool:
     """Apply `change` to the row of (queue, channel), creating the queue's row if
-    missing, and count the queue row's version up (which also serialises changes of
-    one queue); whether any setting changed. Only the values that differ are written,
-    and a channel's row is created only to hold a setting: resuming a channel never
-    paused, or removing a limit it never had, leaves no row behind."""
+    missing; whether any setting changed. Only the values that differ are written, and
+    a channel's row is created only to hold a setting: resuming a channel never paused,
+    or removing a limit it never had, leaves no row behind. The statements are the
+    driver's (ChannelClaim.write_limits)."""
     validate_queue_name(queue)
     channel = checked_channel(channel)
     wanted = change.values()
-    claim = driver.channel_claim
-    c = driver.tables.controls
-    this_row = (c.c.queue == queue, c.c.channel == channel)
-    async with driver.channel_transaction(engine) as conn:
-        await conn.execute(
-            claim.insert_if_missing().values(queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now())
-        )
-        await conn.execute(
-            c.update()
-            .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE)
-            .values(version=c.c.version + 1)
-        )
-        if not wanted:
-            return False
-        # a locking read: MySQL's READ COMMITTED or not, it sees the latest version
-        current = (
-            await conn.execute(
-                sa.select(*(c.c[name] for name in wanted)).where(*this_row).with_for_update()
-            )
-        ).first()
-        stored = ROW_DEFAULTS if current is None else current._mapping
-        changed = {k: v for k, v in wanted.items() if not _same(stored[k], v)}
-        if not changed:
-            return False
-        if current is None:
-            await conn.execute(
-                claim.insert_if_missing().values(queue=queue, channel=channel, updated_at=utc_now())
-            )
-        await conn.execute(c.update().where(*this_row).values(**changed, updated_at=utc_now()))
-    return True
+
+    def differing(stored: Mapping[str, Any] | None) -> dict[str, Any]:
+        current = ROW_DEFAULTS if stored is None else stored
+        return {k: v for k, v in wanted.items() if not _same(current[k], v)}
+
+    return await driver.channel_claim.write_limits(
+        engine, LimitsWrite(queue, channel, wanted, differing)
+    )
 
 
 async def set_limits(

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect as SqlDialect
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from faststream_sqla.channels.limits import LimitsWrite
     from faststream_sqla.message import ClaimedMessage
 
     from ._compiled import DriverStatement, DriverStatements
@@ -645,6 +646,47 @@ class ChannelClaim:
         """An INSERT of a control row that does nothing where the row exists (another
         process may insert it at the same moment)."""
         raise NotImplementedError
+
+    async def write_limits(self, engine: AsyncEngine, change: LimitsWrite) -> bool:
+        """Write `change` to the control row of (queue, channel), creating the queue's
+        row if missing, and count the queue row's version up (which also serialises
+        changes of one queue); whether any setting changed. Only the values that differ
+        are written, and a channel's row is created only to hold a setting."""
+        c = self.tables.controls
+        queue, channel = change.queue, change.channel
+        this_row = (c.c.queue == queue, c.c.channel == channel)
+        async with self.driver.channel_transaction(engine) as conn:
+            await conn.execute(
+                self.insert_if_missing().values(
+                    queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now()
+                )
+            )
+            await conn.execute(
+                c.update()
+                .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE)
+                .values(version=c.c.version + 1)
+            )
+            if not change.wanted:
+                return False
+            # a locking read: MySQL's READ COMMITTED or not, it sees the latest version
+            current = (
+                await conn.execute(
+                    sa.select(*(c.c[name] for name in change.wanted))
+                    .where(*this_row)
+                    .with_for_update()
+                )
+            ).first()
+            changed = change.differing(None if current is None else dict(current._mapping))
+            if not changed:
+                return False
+            if current is None:
+                await conn.execute(
+                    self.insert_if_missing().values(
+                        queue=queue, channel=channel, updated_at=utc_now()
+                    )
+                )
+            await conn.execute(c.update().where(*this_row).values(**changed, updated_at=utc_now()))
+        return True
 
     def _window_values(self) -> dict[str, Any]:
         c = self.tables.controls
