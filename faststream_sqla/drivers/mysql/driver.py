@@ -191,6 +191,7 @@ RunStatement = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Sequence[Any]
 
 class MySQLDriver(Driver):
     name = "mysql"
+    queries_package = "faststream_sqla.drivers.mysql"
     channel_claim_type = MySQLChannelClaim
 
     @asynccontextmanager
@@ -263,9 +264,7 @@ class MySQLDriver(Driver):
     async def prepare(self, engine: AsyncEngine) -> None:
         async with engine.connect() as conn:
             packet, autoinc = (
-                await conn.execute(
-                    sa.text("SELECT @@max_allowed_packet, @@innodb_autoinc_lock_mode")
-                )
+                await conn.execute(sa.text(self._sql(engine, "server_settings")))
             ).one()
             sa_dialect = conn.dialect
         self.max_packet = int(packet)
@@ -410,7 +409,7 @@ class MySQLDriver(Driver):
                 return await self._insert_chunk(m, run, rows)
         await run(sql, tuple(params))
         # LAST_INSERT_ID() is the first id of a multi-row INSERT
-        first = (await run("SELECT LAST_INSERT_ID()", ()))[0][0]
+        first = (await run(self._catalogue.without_tables("last_insert_id"), ()))[0][0]
         return list(range(first, first + len(rows)))
 
     def _transaction(
@@ -515,13 +514,7 @@ WHERE {_REQUEUED}"""
         renew = self._on_driver.get(
             "renew",
             engine.dialect,
-            lambda: sa.text(
-                "UPDATE JSON_TABLE(:leases, '$[*]' COLUMNS ("
-                "id BIGINT PATH '$[0]', token INT PATH '$[1]')) AS o "
-                f"STRAIGHT_JOIN {self._q(engine, self.tables.message)} AS m "
-                f"FORCE INDEX (PRIMARY) ON m.id = o.id AND m.{TOKEN_COLUMN} = o.token "
-                "AND m.state = 'PROCESSING' SET m.acquired_at = UTC_TIMESTAMP(6)"
-            ),
+            lambda: sa.text(self._sql(engine, "extend_leases")),
             ("leases",),
         )
         async with self._transaction(engine) as transaction:
