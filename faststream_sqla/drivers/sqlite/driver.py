@@ -294,7 +294,6 @@ class SQLiteDriver(Driver):
     def __init__(self, tables: QueueTables) -> None:
         super().__init__(tables)
         self._claim_sql: tuple[str, str, Any] | None = None
-        self._requeue_sql: str | None = None
         # SQLite has one writer at a time, and a writer that finds the lock taken
         # sleeps in SQLite's busy handler (1, 2, 5 ... 100 ms steps) rather than being
         # woken when it is free. Our own writers (claims, outcomes, leases, publishes)
@@ -448,16 +447,7 @@ class SQLiteDriver(Driver):
         return claimed
 
     def _requeue_statement(self, engine: AsyncEngine) -> str:
-        if self._requeue_sql is None:
-            m = self._q(engine, self.tables.message)
-            self._requeue_sql = (
-                f"UPDATE {m} SET state = ?, attempts_count = ?, deliveries_count = ?, "
-                "first_attempt_at = ?, last_attempt_at = ?, "
-                "next_attempt_at = COALESCE(?, next_attempt_at), "
-                "last_error = COALESCE(?, last_error), acquired_at = NULL "
-                f"WHERE id = ? AND {TOKEN_COLUMN} = ? AND state = 'PROCESSING'"
-            )
-        return self._requeue_sql
+        return self._sql(engine, "requeue")
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         # SQLite runs in process: rows are bound by the driver in C, not taken apart from

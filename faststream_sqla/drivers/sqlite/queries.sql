@@ -40,3 +40,8 @@ ROLLBACK
 -- as one JSON document (?): a row claimed again since (another token) or settled
 -- keeps what it has. The time is the stored text form, microseconds included.
 UPDATE {message} AS m SET acquired_at = (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000') FROM json_each(?) AS o WHERE m.id = json_extract(o.value, '$[0]') AND m.claims_count = json_extract(o.value, '$[1]') AND m.state = 'PROCESSING'
+
+-- name: requeue
+-- Puts one message to try again back, with its counts, times and error, if its
+-- holder (the token) still has it: run once per requeued outcome (executemany).
+UPDATE {message} SET state = ?, attempts_count = ?, deliveries_count = ?, first_attempt_at = ?, last_attempt_at = ?, next_attempt_at = COALESCE(?, next_attempt_at), last_error = COALESCE(?, last_error), acquired_at = NULL WHERE id = ? AND claims_count = ? AND state = 'PROCESSING'
