@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import micros_since_epoch, utc_now
 from faststream_sqla.drivers._claim import keyed_messages
+from faststream_sqla.drivers.catalogue import Catalogue, FilledCatalogue, load_catalogue
 from faststream_sqla.drivers.claimed_rows import claimed_reader
 from faststream_sqla.drivers.ranges import active_count
 from faststream_sqla.message import KEEP_STATE, ClaimedMessage
@@ -247,6 +248,9 @@ class Driver(abc.ABC):
     #: whether one transaction's commit can skip waiting for its durable write
     #: (PostgreSQL's synchronous_commit); elsewhere `relaxed` inserts are durable
     relaxes_commits: bool = False
+    #: the package whose queries.sql holds this database's fixed statements by name
+    queries_package: str | None = None
+    _queries: FilledCatalogue | None = None
 
     def __init__(self, tables: QueueTables) -> None:
         self.tables = tables
@@ -510,6 +514,25 @@ class Driver(abc.ABC):
 
     def _q(self, engine: AsyncEngine | AsyncConnection, table: sa.Table) -> str:
         return engine.dialect.identifier_preparer.format_table(table)
+
+    def _sql(self, engine: AsyncEngine | AsyncConnection, name: str) -> str:
+        """The catalogue's statement `name` with this driver's quoted table names in.
+
+        The catalogue is filled on first use and kept: one driver serves one database,
+        so its quoted names never change."""
+        if self._queries is None:
+            tables = {
+                attribute: self._q(engine, table)
+                for attribute, table in vars(self.tables).items()
+                if isinstance(table, sa.Table)
+            }
+            self._queries = self._catalogue.filled(tables)
+        return self._queries[name]
+
+    @property
+    def _catalogue(self) -> Catalogue:
+        assert self.queries_package is not None, f"{type(self).__name__} has no catalogue"
+        return load_catalogue(self.queries_package)
 
 
 async def with_retries(

@@ -147,7 +147,6 @@ def _codes(*states: MessageState) -> str:
 
 
 _ARCHIVED = f"o.state_code IN ({_codes(*TERMINAL)})"
-_REQUEUED = f"o.state_code IN ({_codes(MessageState.PENDING, MessageState.RETRYABLE)})"
 
 
 _COUNT_CLAIM = ", ".join(f"{name} = {name} + 1" for name in CLAIM_COUNTERS)
@@ -191,6 +190,7 @@ RunStatement = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Sequence[Any]
 
 class MySQLDriver(Driver):
     name = "mysql"
+    queries_package = "faststream_sqla.drivers.mysql"
     channel_claim_type = MySQLChannelClaim
 
     @asynccontextmanager
@@ -263,9 +263,7 @@ class MySQLDriver(Driver):
     async def prepare(self, engine: AsyncEngine) -> None:
         async with engine.connect() as conn:
             packet, autoinc = (
-                await conn.execute(
-                    sa.text("SELECT @@max_allowed_packet, @@innodb_autoinc_lock_mode")
-                )
+                await conn.execute(sa.text(self._sql(engine, "server_settings")))
             ).one()
             sa_dialect = conn.dialect
         self.max_packet = int(packet)
@@ -410,7 +408,7 @@ class MySQLDriver(Driver):
                 return await self._insert_chunk(m, run, rows)
         await run(sql, tuple(params))
         # LAST_INSERT_ID() is the first id of a multi-row INSERT
-        first = (await run("SELECT LAST_INSERT_ID()", ()))[0][0]
+        first = (await run(self._catalogue.without_tables("last_insert_id"), ()))[0][0]
         return list(range(first, first + len(rows)))
 
     def _transaction(
@@ -464,9 +462,10 @@ class MySQLDriver(Driver):
         # rows drive the join and each finds its message by primary key (STRAIGHT_JOIN,
         # FORCE INDEX): left to itself the optimizer scanned the whole table with locking
         # reads, waiting on every row an open outbox transaction had just inserted.
+        # The archive's copy follows the archive's columns, so it is built here; the
+        # others are in queries.sql.
         m = self._q(engine, self.tables.message)
         a = self._q(engine, self.tables.archive)
-        k = self._q(engine, self._keys)
         match = f"m.id = o.id AND m.{TOKEN_COLUMN} = o.token AND m.state = 'PROCESSING'"
         columns, values = archive_copy(
             {
@@ -482,27 +481,11 @@ INSERT INTO {a} ({", ".join(columns)}, archived_at)
 SELECT {", ".join(values)}, UTC_TIMESTAMP(6)
 FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
 WHERE {_ARCHIVED}"""
-        delete = f"""
-DELETE m FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
-WHERE {_ARCHIVED}"""
-        # A batch with keyed messages deletes their key rows in the same statement (a
-        # multi-table delete costs more than the plain one, so only then).
-        delete_keyed = f"""
-DELETE m, k FROM {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
-LEFT JOIN {k} AS k ON k.id = m.id
-WHERE {_ARCHIVED}"""
-        requeue = f"""
-UPDATE {_OUTCOME_ROWS} STRAIGHT_JOIN {m} AS m FORCE INDEX (PRIMARY) ON {match}
-SET m.state = {_STATE}, m.attempts_count = o.attempts, m.deliveries_count = o.deliveries,
-    m.first_attempt_at = {_time("first_us")}, m.last_attempt_at = {_time("last_us")},
-    m.next_attempt_at = COALESCE({_time("next_us")}, m.next_attempt_at),
-    m.last_error = COALESCE(o.error, m.last_error), m.acquired_at = NULL
-WHERE {_REQUEUED}"""
         return {
             "archive": archive,
-            "delete": delete,
-            "delete_keyed": delete_keyed,
-            "requeue": requeue,
+            "delete": self._sql(engine, "delete_settled"),
+            "delete_keyed": self._sql(engine, "delete_settled_keyed"),
+            "requeue": self._sql(engine, "requeue"),
         }
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
@@ -515,13 +498,7 @@ WHERE {_REQUEUED}"""
         renew = self._on_driver.get(
             "renew",
             engine.dialect,
-            lambda: sa.text(
-                "UPDATE JSON_TABLE(:leases, '$[*]' COLUMNS ("
-                "id BIGINT PATH '$[0]', token INT PATH '$[1]')) AS o "
-                f"STRAIGHT_JOIN {self._q(engine, self.tables.message)} AS m "
-                f"FORCE INDEX (PRIMARY) ON m.id = o.id AND m.{TOKEN_COLUMN} = o.token "
-                "AND m.state = 'PROCESSING' SET m.acquired_at = UTC_TIMESTAMP(6)"
-            ),
+            lambda: sa.text(self._sql(engine, "extend_leases")),
             ("leases",),
         )
         async with self._transaction(engine) as transaction:

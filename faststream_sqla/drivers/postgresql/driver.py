@@ -210,6 +210,7 @@ class PostgresDriver(Driver):
     channel_claim_type = PostgresChannelClaim
     needs_vacuum = True
     relaxes_commits = True
+    queries_package = "faststream_sqla.drivers.postgresql"
 
     def __init__(self, tables: QueueTables) -> None:
         super().__init__(tables)
@@ -386,16 +387,8 @@ archived AS (
     async def first_of_keys(
         self, conn: AsyncConnection, queue: str, keys: Sequence[str]
     ) -> list[int]:
-        # One index descent per key (LIMIT 1 in a lateral subquery): min() grouped by
-        # key read every message of each key, a deep key's whole backlog.
-        m = self._q(conn, self.tables.message)
         result = await conn.execute(
-            sa.text(
-                f"SELECT first.id FROM unnest(CAST(:keys AS text[])) AS k(key) "
-                f"CROSS JOIN LATERAL (SELECT id FROM {m} WHERE queue = :queue "
-                "AND ordering_key = k.key ORDER BY id LIMIT 1) AS first"
-            ),
-            {"keys": list(keys), "queue": queue},
+            sa.text(self._sql(conn, "first_of_keys")), {"keys": list(keys), "queue": queue}
         )
         return list(result.scalars())
 
@@ -427,20 +420,8 @@ archived AS (
         async with engine.connect() as conn:
             # read by SQLAlchemy on the engine's first connection
             version = engine.dialect.server_version_info or (0,)
-            maintain = " OR has_table_privilege(c.oid, 'MAINTAIN')" if version >= (17,) else ""
-            row = (
-                await conn.execute(
-                    sa.text(
-                        "SELECT current_user,"
-                        " pg_has_role(current_user, c.relowner, 'USAGE')"
-                        " OR pg_has_role(current_user, d.datdba, 'USAGE')"
-                        " OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
-                        f"{maintain} FROM pg_class c, pg_database d"
-                        " WHERE c.oid = to_regclass(:name) AND d.datname = current_database()"
-                    ),
-                    {"name": m},
-                )
-            ).first()
+            may_vacuum = "may_vacuum_maintain" if version >= (17,) else "may_vacuum"
+            row = (await conn.execute(sa.text(self._sql(engine, may_vacuum)), {"name": m})).first()
         self.vacuum_denied = (
             None
             if row is None or row[1]
@@ -450,31 +431,17 @@ archived AS (
     async def vacuum_message_table(self, engine: AsyncEngine) -> float:
         m = self._q(engine, self.tables.message)
         async with autocommit(engine) as conn:
-            # SKIP_LOCKED: another vacuum (autovacuum, another process) is already on it.
-            # INDEX_CLEANUP ON: the index entries are the point; left to itself,
-            # PostgreSQL skips index cleanup when few heap pages hold dead rows.
-            # TRUNCATE OFF: returning empty trailing pages to the OS takes a brief
-            # exclusive lock, which would stall claims and publishes; a queue refills
-            # those pages anyway.
-            await conn.exec_driver_sql(f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE OFF) {m}")
-            rows = await conn.scalar(
-                sa.text("SELECT reltuples FROM pg_class WHERE oid = CAST(:name AS regclass)"),
-                {"name": m},
-            )
+            await conn.exec_driver_sql(self._sql(engine, "vacuum_message_table"))
+            rows = await conn.scalar(sa.text(self._sql(engine, "estimated_rows")), {"name": m})
         return float(rows or 0)
 
     async def oldest_snapshot(self, engine: AsyncEngine) -> SnapshotHolder | None:
         async with autocommit(engine) as conn:
-            row = (await conn.execute(sa.text(_OLDEST_SNAPSHOT_SQL))).first()
+            row = (await conn.execute(sa.text(self._sql(engine, "oldest_snapshot")))).first()
         return None if row is None else SnapshotHolder(horizon=row[0], holder=row[1])
 
     def _lease_sql(self, engine: AsyncEngine) -> sa.TextClause:
-        m = self._q(engine, self.tables.message)
-        return sa.text(
-            f"UPDATE {m} AS m SET acquired_at = (now() AT TIME ZONE 'UTC') "
-            "FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS int[])) AS o(id, token) "
-            f"WHERE m.id = o.id AND m.{TOKEN_COLUMN} = o.token AND {STILL_CLAIMED}"
-        )
+        return sa.text(self._sql(engine, "extend_leases"))
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
         if not leases:
@@ -615,35 +582,6 @@ archived AS (
         return bool(getattr(exc, "connection_invalidated", False)) or (
             (sqlstate(exc) or "").startswith("08")
         )
-
-
-# Other sessions of this database (or walsenders, whose standbys' snapshots hold it back
-# for every database), replication slots and prepared transactions: whatever keeps a
-# vacuum of our table from removing rows, oldest first. Sessions of other roles show
-# their xmin only to a role with pg_read_all_stats (or a superuser); unseen, they make
-# the broker vacuum as if nothing held it back, as it did before it looked.
-_SESSION = (
-    "'session ' || pid || ' (' || coalesce(state, 'unknown state')"
-    " || coalesce(', transaction open since ' || to_char(xact_start AT TIME ZONE 'UTC',"
-    " 'YYYY-MM-DD HH24:MI:SS') || ' UTC', '')"
-    " || coalesce(', application ' || nullif(application_name, ''), '') || ')'"
-)
-_OTHER_SESSIONS = (
-    "FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
-    " AND (datname = current_database() OR datname IS NULL)"
-)
-_OLDEST_SNAPSHOT_SQL = f"""
-SELECT CAST(x AS text), holder FROM (
-    SELECT backend_xmin AS x, {_SESSION} AS holder {_OTHER_SESSIONS} AND backend_xmin IS NOT NULL
-    UNION ALL
-    SELECT backend_xid, {_SESSION} {_OTHER_SESSIONS} AND backend_xid IS NOT NULL
-    UNION ALL
-    SELECT xmin, 'replication slot ' || slot_name FROM pg_replication_slots WHERE xmin IS NOT NULL
-    UNION ALL
-    SELECT transaction, 'prepared transaction ' || gid FROM pg_prepared_xacts
-    WHERE database = current_database()
-) AS holders ORDER BY age(x) DESC LIMIT 1
-"""
 
 
 #: notifications that check the listener hears (never a queue's name: see _hears_itself)

@@ -20,6 +20,7 @@ from datetime import date, datetime, timedelta, timezone
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from faststream_sqla.drivers.catalogue import load_catalogue
 from faststream_sqla.exceptions import InvalidOptionError, require_whole, shown
 from faststream_sqla.schema import QueueTables
 
@@ -46,21 +47,21 @@ def _require_postgresql(engine: AsyncEngine) -> None:
         raise InvalidOptionError(msg)
 
 
+def _fixed(name: str) -> str:
+    """A catalogue statement that names no table of ours (the partition DDL below
+    names tables made up per month, so it stays code)."""
+    return load_catalogue("faststream_sqla.drivers.postgresql").without_tables(name)
+
+
 async def is_partitioned(conn: AsyncConnection, table: str) -> bool:
-    # relkind is a "char", which drivers return as bytes or str: compare it as text
-    kind = await conn.scalar(
-        sa.text("SELECT relkind::text FROM pg_class WHERE oid = to_regclass(:t)"), {"t": table}
-    )
+    kind = await conn.scalar(sa.text(_fixed("table_kind")), {"t": table})
     return kind == "p"
 
 
 async def _months(conn: AsyncConnection, archive: str) -> list[tuple[str, date]]:
     names = (
         await conn.execute(
-            sa.text(
-                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-                "WHERE i.inhparent = to_regclass(:t)"
-            ),
+            sa.text(_fixed("partitions_of")),
             {"t": archive},
         )
     ).scalars()

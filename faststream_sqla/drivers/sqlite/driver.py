@@ -58,6 +58,7 @@ from ..base import (
     leases_document,
     timestamp_text,
 )
+from ..catalogue import load_catalogue
 from ..claimed_rows import stored_headers
 from ._aiosqlite import run_in_thread, runs_calls_in_thread
 from .channel_claim import SQLiteChannelClaim
@@ -65,7 +66,11 @@ from .channel_claim import SQLiteChannelClaim
 T = TypeVar("T")
 (READS_ONLY_OPTION,) = READS_ONLY
 
-BUSY_TIMEOUT_MS = 30_000
+_QUERIES = load_catalogue("faststream_sqla.drivers.sqlite")
+# a write transaction on the cursor itself: fetched once, not per transaction
+_BEGIN_WRITE, _COMMIT, _ROLLBACK = map(
+    _QUERIES.without_tables, ("begin_write", "commit", "rollback")
+)
 
 # created_at and the due time are computed here (see _insert_work), the rest is literal
 # SQLite's limit on bound variables per statement: 999 before 3.32, 32766 since.
@@ -265,13 +270,13 @@ def immediate_transaction(work: Callable[[Any], T]) -> Callable[[Any], T]:
     """`work(cursor)` inside BEGIN IMMEDIATE ... COMMIT, rolled back if it fails."""
 
     def in_transaction(cursor: Any) -> T:
-        cursor.execute("BEGIN IMMEDIATE")
+        cursor.execute(_BEGIN_WRITE)
         try:
             result = work(cursor)
-            cursor.execute("COMMIT")
+            cursor.execute(_COMMIT)
         except BaseException:
             try:
-                cursor.execute("ROLLBACK")
+                cursor.execute(_ROLLBACK)
             except sqlite3.OperationalError:
                 pass  # SQLite already rolled back (some errors end the transaction)
             raise
@@ -282,13 +287,13 @@ def immediate_transaction(work: Callable[[Any], T]) -> Callable[[Any], T]:
 
 class SQLiteDriver(Driver):
     name = "sqlite"
+    queries_package = "faststream_sqla.drivers.sqlite"
     channel_claim_type = SQLiteChannelClaim
     times_as_text = True
 
     def __init__(self, tables: QueueTables) -> None:
         super().__init__(tables)
         self._claim_sql: tuple[str, str, Any] | None = None
-        self._requeue_sql: str | None = None
         # SQLite has one writer at a time, and a writer that finds the lock taken
         # sleeps in SQLite's busy handler (1, 2, 5 ... 100 ms steps) rather than being
         # woken when it is free. Our own writers (claims, outcomes, leases, publishes)
@@ -311,6 +316,12 @@ class SQLiteDriver(Driver):
         if not owned:
             return  # a user's engine keeps its own settings; WAL is set on the file below
 
+        pragmas = [
+            _QUERIES.without_tables(name)
+            for name in ("busy_timeout", "journal_mode_wal", "foreign_keys")
+        ]
+        begin_read, begin_write = map(_QUERIES.without_tables, ("begin_read", "begin_write"))
+
         @event.listens_for(engine.sync_engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             # Take transaction control from the driver so BEGIN IMMEDIATE can be issued:
@@ -318,17 +329,14 @@ class SQLiteDriver(Driver):
             # instead of waiting on busy_timeout.
             dbapi_conn.isolation_level = None
             cursor = dbapi_conn.cursor()
-            cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA foreign_keys = ON")
+            for pragma in pragmas:
+                cursor.execute(pragma)
             cursor.close()
 
         @event.listens_for(engine.sync_engine, "begin")
         def _on_begin(conn: Any) -> None:
-            # A reader's transaction takes no lock up front: the connect probe, the
-            # schema check, ping and the backpressure probe never wait for a writer.
             reads_only = conn.get_execution_options().get(READS_ONLY_OPTION)
-            conn.exec_driver_sql("BEGIN" if reads_only else "BEGIN IMMEDIATE")
+            conn.exec_driver_sql(begin_read if reads_only else begin_write)
 
     async def _write(self, engine: AsyncEngine, work: Callable[[Any], T]) -> T:
         """`work(cursor)` as one immediate transaction, in one hand-off to the driver.
@@ -439,16 +447,7 @@ class SQLiteDriver(Driver):
         return claimed
 
     def _requeue_statement(self, engine: AsyncEngine) -> str:
-        if self._requeue_sql is None:
-            m = self._q(engine, self.tables.message)
-            self._requeue_sql = (
-                f"UPDATE {m} SET state = ?, attempts_count = ?, deliveries_count = ?, "
-                "first_attempt_at = ?, last_attempt_at = ?, "
-                "next_attempt_at = COALESCE(?, next_attempt_at), "
-                "last_error = COALESCE(?, last_error), acquired_at = NULL "
-                f"WHERE id = ? AND {TOKEN_COLUMN} = ? AND state = 'PROCESSING'"
-            )
-        return self._requeue_sql
+        return self._sql(engine, "requeue")
 
     async def write_outcomes(self, engine: AsyncEngine, outcomes: Sequence[Outcome]) -> int:
         # SQLite runs in process: rows are bound by the driver in C, not taken apart from
@@ -507,12 +506,7 @@ class SQLiteDriver(Driver):
         return await self._write(engine, work)
 
     async def extend_leases(self, engine: AsyncEngine, leases: Sequence[tuple[int, int]]) -> int:
-        m = self._q(engine, self.tables.message)
-        sql = (
-            f"UPDATE {m} AS m SET acquired_at = {_NOW} "
-            f"FROM json_each(?) AS o WHERE m.id = {_field(0)} "
-            f"AND m.{TOKEN_COLUMN} = {_field(1)} AND m.state = 'PROCESSING'"
-        )
+        sql = self._sql(engine, "extend_leases")
         document = leases_document(leases)
 
         def work(cursor: Any) -> int:

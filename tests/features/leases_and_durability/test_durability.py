@@ -295,7 +295,7 @@ KILL_OTHERS = {
 async def _kill_other_connections(url: str) -> int:
     admin = create_async_engine(url)
     async with admin.connect() as conn:
-        if admin.driver.name == "postgresql":
+        if admin.dialect.name == "postgresql":
             killed = len((await conn.execute(sa.text(KILL_OTHERS["postgresql"]))).all())
         else:
             ids = (

@@ -25,6 +25,8 @@ def test_wheel_ships_migrations_that_upgrade_a_database(tmp_path: Path) -> None:
         zf.extractall(tmp_path / "site")
     assert "faststream_sqla/_alembic/env.py" in names
     assert "faststream_sqla/_alembic/versions/0001_initial.py" in names
+    for database in ("postgresql", "mysql", "sqlite"):
+        assert f"faststream_sqla/drivers/{database}/queries.sql" in names
 
     # Run from the unpacked wheel, away from the source tree.
     script = (
@@ -34,6 +36,8 @@ def test_wheel_ships_migrations_that_upgrade_a_database(tmp_path: Path) -> None:
         "url = sys.argv[1]\n"
         "asyncio.run(upgrade_schema(url))\n"
         "print(asyncio.run(current_revision(url)))\n"
+        "from faststream_sqla.drivers.catalogue import load_catalogue\n"
+        "print(len(load_catalogue('faststream_sqla.drivers.sqlite').queries))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", script, f"sqlite+aiosqlite:///{tmp_path / 'q.db'}"],
@@ -45,3 +49,4 @@ def test_wheel_ships_migrations_that_upgrade_a_database(tmp_path: Path) -> None:
     ).stdout.split()
     assert out[0] == str(tmp_path / "site" / "faststream_sqla" / "_alembic")
     assert out[1] == "0014"
+    assert int(out[2]) > 0  # the SQL catalogue is read from the installed package
