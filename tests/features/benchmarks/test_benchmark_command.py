@@ -183,3 +183,21 @@ def test_channel_benchmark_reports_its_scenarios(database_url: str, tmp_path: Pa
     )
     for kind in ("ordering_keys", "channels_of_one"):
         assert found["keys"][kind]["ratio"] > 0 and len(found["keys"][kind]["pair_ratios"]) == 1
+
+
+def test_claim_phase_benchmark_reports_both_phases() -> None:
+    # SQLite only: its file is the script's own, so no other test's database is touched
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.claim_phases", "--databases", "sqlite",
+         "--messages", "300", "--claim", "100", "--rounds", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (line,) = proc.stdout.splitlines()
+    claim = float(line.split("claim")[1].split("µs")[0])
+    write = float(line.split("outcome write")[1].split("µs")[0])
+    assert claim > 0 and write > 0, line
