@@ -24,13 +24,14 @@ from faststream_sqla.schema import WHOLE_QUEUE, BreakerState, MessageState, Queu
 
 from ._claim import state_literal
 from .base import reading
+from .ordering import IDS_PER_STATEMENT
 from .ranges import channelled_range
 
 if TYPE_CHECKING:
     from .base import Driver
 
-#: channels looked up per statement (one bound parameter each, as ordering's ids)
-CHANNELS_PER_STATEMENT = 1000
+#: channels looked up per statement: one bound parameter each, as ordering's ids
+CHANNELS_PER_STATEMENT = IDS_PER_STATEMENT
 
 
 # -- pausing and limits ------------------------------------------------------------------
