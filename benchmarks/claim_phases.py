@@ -20,13 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from faststream.message import AckStatus
-
-from faststream_sqla import lifecycle
 from faststream_sqla.subscriber.config import default_retry_strategy
 
 from .common import DATABASES, fresh_target, make_targets
-from .ours import QUEUE, our_driver, preinsert
+from .ours import QUEUE, acked_outcomes, our_driver, preinsert
 
 
 async def one_drain(url: str, messages: int, claim: int) -> tuple[float, float]:
@@ -43,16 +40,7 @@ async def one_drain(url: str, messages: int, claim: int) -> tuple[float, float]:
             if not claimed:
                 msg = f"only {done} of {messages} messages could be claimed"
                 raise RuntimeError(msg)
-            now = time.monotonic()
-            outcomes = []
-            for message in claimed:
-                message.decision = AckStatus.ACKED
-                at = lifecycle.db_time(message, now)
-                outcomes.append(
-                    lifecycle.after_attempt(
-                        message, started_at=at, finished_at=at, error=None, retry_strategy=strategy
-                    )
-                )
+            outcomes = acked_outcomes(claimed, strategy)
             began = time.perf_counter()
             await driver.write_outcomes(engine, outcomes)
             writing += time.perf_counter() - began

@@ -17,9 +17,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from faststream_sqla import SqlaBroker, lifecycle
 from faststream_sqla.drivers import driver_for
-from faststream_sqla.drivers.base import Driver
+from faststream_sqla.drivers.base import Driver, Outcome
 from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.migrations import downgrade_schema, upgrade_schema
+from faststream_sqla.retry import RetryStrategy
 from faststream_sqla.schema import QueueTables, TableNames
 from faststream_sqla.subscriber.config import ConsumeOptions, default_retry_strategy
 
@@ -599,6 +601,21 @@ async def our_driver(
         await engine.dispose()
 
 
+def acked_outcomes(claimed: list[ClaimedMessage], strategy: RetryStrategy) -> list[Outcome]:
+    """The outcomes of `claimed` as if each handler had returned at once."""
+    now = time.monotonic()
+    outcomes = []
+    for msg in claimed:
+        msg.decision = AckStatus.ACKED
+        at = lifecycle.db_time(msg, now)
+        outcomes.append(
+            lifecycle.after_attempt(
+                msg, started_at=at, finished_at=at, error=None, retry_strategy=strategy
+            )
+        )
+    return outcomes
+
+
 async def claim_and_ack(engine: AsyncEngine, driver: Driver, n: int, limit: int) -> None:
     """Claim `limit` at a time through our driver, ack them all, write the outcomes,
     until n are done."""
@@ -608,16 +625,7 @@ async def claim_and_ack(engine: AsyncEngine, driver: Driver, n: int, limit: int)
         claimed = await driver.claim(engine, QUEUE, min(limit, n - done))
         if not claimed:
             break  # reported below
-        now = time.monotonic()
-        outcomes = []
-        for msg in claimed:
-            msg.decision = AckStatus.ACKED
-            at = lifecycle.db_time(msg, now)
-            outcomes.append(
-                lifecycle.after_attempt(
-                    msg, started_at=at, finished_at=at, error=None, retry_strategy=strategy
-                )
-            )
+        outcomes = acked_outcomes(claimed, strategy)
         changed = await driver.write_outcomes(engine, outcomes)
         assert changed == len(outcomes), f"{changed} of {len(outcomes)} outcomes written"
         done += len(claimed)
