@@ -8,7 +8,6 @@ from faststream._internal._compat import json_loads
 from faststream._internal.constants import ContentTypes
 from faststream.message import decode_message
 
-from .drivers.claimed_rows import load_headers as load_headers  # admin reads headers too
 from .message import ClaimedMessage, SqlaBatchMessage, SqlaMessage
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from faststream_sqla.clock import to_aware, to_naive_utc
 from faststream_sqla.drivers import Driver
 from faststream_sqla.drivers._claim import state_literal as _literal
 from faststream_sqla.drivers.base import NewMessage, reading, with_retries
+from faststream_sqla.drivers.claimed_rows import load_headers
 from faststream_sqla.durations import whole_number
 from faststream_sqla.exceptions import InvalidOptionError, UnknownMessageError, shown
-from faststream_sqla.parser import load_headers
 from faststream_sqla.schema import DEAD_STATES, MessageState, QueueTables
 
 from .models import (

@@ -12,9 +12,9 @@ from faststream_sqla.clock import to_aware, utc_now
 from faststream_sqla.drivers import Driver
 from faststream_sqla.drivers._claim import ready_predicate, state_literal
 from faststream_sqla.drivers.base import reading
+from faststream_sqla.drivers.claimed_rows import load_headers
 from faststream_sqla.drivers.ranges import purge_ranges
 from faststream_sqla.exceptions import InvalidOptionError, shown
-from faststream_sqla.parser import load_headers
 from faststream_sqla.schema import MessageState, QueueTables
 
 from .models import LiveMessage, MessageDetails, MessagePage, Progress
