@@ -46,6 +46,8 @@ class DatabaseHealth:
     def __init__(self) -> None:
         self.reachable = asyncio.Event()
         self.reachable.set()
+        #: `not reachable.is_set()`, kept as a plain attribute: workers read it per message
+        self.is_down = False
         self.log: Log = lambda _level, _message: None
         self._engine: AsyncEngine | None = None
         self._driver: Driver | None = None
@@ -64,11 +66,11 @@ class DatabaseHealth:
             self._watcher.cancel()
             await asyncio.gather(self._watcher, return_exceptions=True)
             self._watcher = None
-        self.reachable.set()  # nothing may wait on a closed broker's database
+        self._set_reachable()  # nothing may wait on a closed broker's database
 
-    @property
-    def is_down(self) -> bool:
-        return not self.reachable.is_set()
+    def _set_reachable(self) -> None:
+        self.is_down = False
+        self.reachable.set()
 
     def noticed(self, exc: BaseException) -> bool:
         """Whether `exc` means the database cannot be reached; if so the outage is
@@ -111,6 +113,7 @@ class DatabaseHealth:
     def _open_outage(self, exc: BaseException) -> None:
         if self.is_down:
             return
+        self.is_down = True
         self.reachable.clear()
         self.outages += 1
         self._down_since = time.monotonic()
@@ -131,7 +134,7 @@ class DatabaseHealth:
         seconds = time.monotonic() - self._down_since
         self.log(logging.WARNING, f"the database answers again after {seconds:.1f}s; resuming")
         self._watcher = None
-        self.reachable.set()
+        self._set_reachable()
 
     async def _probe(self) -> bool:
         """One `SELECT 1` on a connection of the broker's pool: does the database answer?"""

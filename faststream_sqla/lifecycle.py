@@ -201,6 +201,23 @@ def before_handler(
     return None
 
 
+def split_before_handler(
+    batch: list[ClaimedMessage], max_deliveries: int | None, monotonic_now: float
+) -> tuple[list[ClaimedMessage], list[Outcome]]:
+    """`before_handler` for a batch: the messages that may run, and the outcomes of
+    those that must not. Asks per message only of those that could be held back."""
+    if max_deliveries is None and [m.expires_at for m in batch].count(None) == len(batch):
+        return batch, []  # nothing delivered too often, nothing that can expire
+    live: list[ClaimedMessage] = []
+    settled: list[Outcome] = []
+    for message in batch:
+        if (outcome := before_handler(message, max_deliveries, monotonic_now)) is not None:
+            settled.append(outcome)
+        else:
+            live.append(message)
+    return live, settled
+
+
 def released(message: ClaimedMessage, *, started: bool) -> Outcome:
     """Back to PENDING at shutdown, spending no attempt.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -110,10 +111,16 @@ def claimed_from_row(row: Sequence[Any], claimed_at_monotonic: float) -> Claimed
     values = list(row)
     for position, convert in _CONVERSIONS:
         values[position] = convert(values[position])
-    # `values` fills only the claimed fields, all before claimed_at_monotonic; mypy
-    # cannot know a list's length
-    return ClaimedMessage(*values, claimed_at_monotonic=claimed_at_monotonic)  # type: ignore[misc]
+    values.append(claimed_at_monotonic)  # positional: a keyword costs a dict per call
+    return ClaimedMessage(*values)
 
+
+# The claimed columns are ClaimedMessage's first fields, claimed_at_monotonic next:
+# the readers below fill them by position
+assert [f.name for f in fields(ClaimedMessage)][: len(CLAIMED_COLUMNS) + 1] == [
+    *CLAIMED_COLUMNS,
+    "claimed_at_monotonic",
+], "ClaimedMessage's fields no longer start with the claimed columns"
 
 _HEADERS_AT = CLAIMED_COLUMNS.index("headers")
 _PAYLOAD_AT = CLAIMED_COLUMNS.index("payload")
@@ -130,7 +137,8 @@ def _claimed_from_typed_row(row: Sequence[Any], claimed_at_monotonic: float) -> 
     payload = values[_PAYLOAD_AT]
     if payload.__class__ is not bytes:
         values[_PAYLOAD_AT] = bytes(payload)
-    return ClaimedMessage(*values, claimed_at_monotonic=claimed_at_monotonic)  # type: ignore[misc]
+    values.append(claimed_at_monotonic)  # positional: a keyword costs a dict per call
+    return ClaimedMessage(*values)
 
 
 def claimed_reader(*, times_as_text: bool) -> Callable[[Sequence[Any], float], ClaimedMessage]:

@@ -71,7 +71,6 @@ class Delivery:
         held: dict[int, ClaimedMessage],
         health: DatabaseHealth,
         stopping: asyncio.Event,
-        consuming: Callable[[], bool],
         process_message: Callable[[Any], Awaitable[Any]],
         stop_consuming: Callable[..., None],
         log: Log,
@@ -81,8 +80,9 @@ class Delivery:
         self.breakers, self.held, self.health = breakers, held, health
         #: set when the subscriber's stop begins: workers waiting out an outage give up
         self.stopping = stopping
-        #: whether the subscriber still consumes (False once its stop began)
-        self.consuming = consuming
+        #: whether the subscriber still consumes (False once its stop began); an
+        #: attribute the subscriber sets, as it is read per message
+        self.consuming = True
         #: FastStream's consume path for one message or a batch
         self.process_message = process_message
         #: a handler raised StopConsume (exit_app=False) or SystemExit (True)
@@ -90,6 +90,9 @@ class Delivery:
         self.log = log
         #: the message each worker task is delivering, for the stall watch
         self.delivering: dict[asyncio.Task[Any], ClaimedMessage] = {}
+        #: the handler's run, with its timeout only where there is one: a coroutine
+        #: less per message otherwise
+        self.run = self.run_handler if options.handler_timeout is None else self.run_handler_in_time
 
     def take_batch(self, first: ClaimedMessage) -> list[ClaimedMessage]:
         batch = [first]
@@ -115,13 +118,13 @@ class Delivery:
             raw = buffer.take() if buffer else await buffer.get()
             if raw is None:
                 return
-            if health.is_down and self.consuming():
+            if health.is_down and self.consuming:
                 # The database is gone: a handler would fail on it and spend an attempt.
                 # The message stays claimed here until it answers (or we stop).
                 buffer.put_back(raw)
                 await health.until_reachable(self.stopping)
                 continue
-            if breakers is not None and self.consuming():
+            if breakers is not None and self.consuming:
                 admission = breakers.admits(raw)
                 if admission is Admission.WAIT:
                     # failures on their way to the database may open the breaker: no
@@ -139,7 +142,7 @@ class Delivery:
             if batch is not None and breakers is not None:
                 batch = self.admitted(batch, breakers)
             fetcher.notify_taken()
-            if not self.consuming():  # stopping: messages not yet started go back
+            if not self.consuming:  # stopping: messages not yet started go back
                 for item in batch or (raw,):
                     flusher.add(lifecycle.released(item, started=False))
                 continue
@@ -188,7 +191,7 @@ class Delivery:
             self.flusher.add(settled)
             return
         try:
-            error = await self.run_handler_in_time(raw, (raw,))
+            error = await self.run(raw, (raw,))
         except asyncio.CancelledError:
             # Shutdown cut the handler short: not its fault, so no attempt is spent.
             self.flusher.add(told(raw, lifecycle.released(raw, started=True)))
@@ -208,35 +211,34 @@ class Delivery:
     async def deliver(self, batch: list[ClaimedMessage]) -> None:
         """Run the handler on `batch`; its outcomes are handed to the flusher together at
         the end, so an unexpected error leaves none of them half-settled."""
-        max_deliveries = self.options.max_deliveries
-        settled: list[Outcome] = []
-        live = []
         started = time.monotonic()
-        for raw in batch:
-            if (outcome := lifecycle.before_handler(raw, max_deliveries, started)) is not None:
-                settled.append(outcome)
-            else:
-                live.append(raw)
+        live, settled = lifecycle.split_before_handler(batch, self.options.max_deliveries, started)
         error: BaseException | None = None
         if live:
             try:
-                error = await self.run_handler_in_time(live, live)
+                error = await self.run(live, live)
             except asyncio.CancelledError:
                 settled += (told(raw, lifecycle.released(raw, started=True)) for raw in live)
                 self.flusher.add_all(settled)
                 raise
             if error is not None and await self.held_for_outage(live, error):
                 live = []
-        for raw in live:  # per message: the observer's call only where there is one
-            outcome = self.outcome(raw, started, error)
-            settled.append(outcome if raw.on_outcome is None else told(raw, outcome))
+        if live and error is None:
+            # the common case: every message acked by the ack policy, all from one claim
+            # (one started_at for them all); `outcome` decides each otherwise
+            self.outcomes_of_handled(live, started, settled)
+        else:
+            for raw in live:
+                outcome = self.outcome(raw, started, error)
+                settled.append(outcome if raw.on_outcome is None else told(raw, outcome))
         if self.breakers is not None:
             held = self.held
             for outcome in settled:
                 if (handed := held.get(outcome.id)) is not None:
                     self.breakers.handed(handed, outcome)
         self.flusher.add_all(settled)
-        if any(raw.ordering_key is not None for raw in batch):
+        # a list and a count in C: a generator would be resumed once per message
+        if [raw.ordering_key for raw in batch].count(None) != len(batch):
             self.flusher.write_soon()  # as in _deliver_one
 
     async def run_handler_in_time(
@@ -302,6 +304,24 @@ class Delivery:
             for raw in live:
                 if raw.decision is None or raw.decision is AckStatus.NACKED:
                     raw.decision = AckStatus.REJECTED
+
+    def outcomes_of_handled(
+        self, live: list[ClaimedMessage], started: float, settled: list[Outcome]
+    ) -> None:
+        """`outcome` of each message of a batch whose handler raised nothing, appended to
+        `settled`. Messages of one claim share their database start time: it is worked
+        out once per claim, not once per message."""
+        acquired_at, claimed_at = None, None
+        started_at = lifecycle.db_time(live[0], started)
+        for raw in live:
+            if raw.decision is not AckStatus.ACKED:
+                outcome = self.outcome(raw, started, None)
+            else:
+                if raw.acquired_at is not acquired_at or raw.claimed_at_monotonic != claimed_at:
+                    acquired_at, claimed_at = raw.acquired_at, raw.claimed_at_monotonic
+                    started_at = lifecycle.db_time(raw, started)
+                outcome = lifecycle.completed(raw, started_at)
+            settled.append(outcome if raw.on_outcome is None else told(raw, outcome))
 
     def outcome(self, raw: ClaimedMessage, started: float, error: BaseException | None) -> Outcome:
         started_at = lifecycle.db_time(raw, started)

@@ -266,7 +266,6 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             held=self._held,
             health=self._outer_config.health,
             stopping=self._stopping,
-            consuming=lambda: self.running,
             process_message=self.process_message,
             stop_consuming=self._stop_consuming,
             log=self._log,
@@ -354,10 +353,15 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
 
     def _release_held(self, outcomes: Sequence[Outcome]) -> None:
         held, freed_key = self._held, False
-        for outcome in outcomes:
-            raw = held.pop(outcome.id, None)
-            if raw is not None and raw.ordering_key is not None and outcome.archives:
-                freed_key = True
+        if self._keyed:
+            for outcome in outcomes:
+                raw = held.pop(outcome.id, None)
+                if raw is not None and raw.ordering_key is not None and outcome.archives:
+                    freed_key = True
+        else:  # no ordering key claimed yet: nothing to look at but the ids
+            forget = held.pop
+            for outcome in outcomes:
+                forget(outcome.id, None)
         if freed_key:
             # The next message of the key is claimable now, and no publish will say so:
             # claim again instead of waiting for max_fetch_interval.
@@ -386,6 +390,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             await super().stop()
             return
         self.running = False
+        if self._delivery is not None:
+            self._delivery.consuming = False
         self._stopping.set()
         self._outer_config.wakeups.unregister(self.queues, self._wake)
         for task in self._workers:

@@ -147,7 +147,7 @@ def ready_of_one_priority(tables: QueueTables) -> sa.Select:
     limit: a probe of an empty priority costs one index lookup, where one compound
     statement over every priority sorted each one's rows again to merge them."""
     ready = ready_ids(tables, sa.bindparam("claim_priority", type_=sa.Integer())).subquery()
-    return sa.select(sa.func.json_group_array(ready.c.id))
+    return sa.select(sa.func.json_group_array(ready.c.id), sa.func.count())
 
 
 def stored_text(value: datetime) -> str:
@@ -418,17 +418,21 @@ class SQLiteDriver(Driver):
         probe = ready.string
 
         def work(cursor: Any) -> tuple[str, str] | None:
-            taken: list[int] = []
+            # the probes' JSON arrays of ids go back to SQLite as text, joined, never
+            # decoded here
+            found: list[str] = []
+            taken = 0
             for priority in PRIORITIES:
-                params[at_priority], params[at_limit] = priority, limit - len(taken)
-                (found,) = cursor.execute(probe, params).fetchone()
-                if found != "[]":
-                    taken += json.loads(found)
-                    if len(taken) >= limit:
+                params[at_priority], params[at_limit] = priority, limit - taken
+                ids, count = cursor.execute(probe, params).fetchone()
+                if count:
+                    found.append(ids)
+                    taken += count
+                    if taken >= limit:
                         break
             if not taken:
                 return None
-            ids = json.dumps(taken)
+            ids = found[0] if len(found) == 1 else f"[{','.join(f[1:-1] for f in found)}]"
             document, now = cursor.execute(select, (ids,)).fetchone()
             cursor.execute(update, (now, ids))
             return document, now
