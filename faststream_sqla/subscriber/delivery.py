@@ -93,6 +93,7 @@ class Delivery:
         #: the handler's run, with its timeout only where there is one: a coroutine
         #: less per message otherwise
         self.run = self.run_handler if options.handler_timeout is None else self.run_handler_in_time
+        self.counts_deliveries = options.max_deliveries is not None
 
     def take_batch(self, first: ClaimedMessage) -> list[ClaimedMessage]:
         batch = [first]
@@ -186,10 +187,13 @@ class Delivery:
     async def deliver_one(self, raw: ClaimedMessage) -> None:
         """`deliver` for one message, without the lists: this runs per message."""
         started = time.monotonic()
-        settled = lifecycle.before_handler(raw, self.options.max_deliveries, started)
-        if settled is not None:
-            self.flusher.add(settled)
-            return
+        # before_handler can hold back only a message that may expire, or any when
+        # deliveries are counted
+        if self.counts_deliveries or raw.expires_at is not None:
+            settled = lifecycle.before_handler(raw, self.options.max_deliveries, started)
+            if settled is not None:
+                self.flusher.add(settled)
+                return
         try:
             error = await self.run(raw, (raw,))
         except asyncio.CancelledError:
@@ -198,7 +202,10 @@ class Delivery:
             raise
         if error is not None and await self.held_for_outage((raw,), error):
             return
-        outcome = self.outcome(raw, started, error)
+        if error is None and raw.decision is AckStatus.ACKED:  # `outcome`'s common case
+            outcome = lifecycle.completed(raw, lifecycle.db_time(raw, started))
+        else:
+            outcome = self.outcome(raw, started, error)
         if raw.on_outcome is not None:  # checked here: this runs per message
             told(raw, outcome)
         if self.breakers is not None:

@@ -112,9 +112,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         # called for every message: the common case must not rebuild the queue list
         if message is not None:
             raw = message.raw_message
-            if isinstance(raw, list) and raw:
+            if raw.__class__ is list and raw:  # a batch: its first message's
                 raw = raw[0]
-            if isinstance(raw, ClaimedMessage):
+            if raw.__class__ is ClaimedMessage:
                 return {
                     "queue": raw.queue,
                     "message_id": str(message.message_id),
