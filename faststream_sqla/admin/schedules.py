@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from faststream_sqla.clock import to_aware
 from faststream_sqla.drivers import schedules as store
+from faststream_sqla.drivers.probe import database_now
 from faststream_sqla.drivers.schedules import ScheduleRow
 from faststream_sqla.exceptions import UnknownScheduleError, shown
 from faststream_sqla.schedules.timing import Timing
@@ -60,7 +61,7 @@ async def set_paused(
     row = await store.load_one(conn, table, name)
     if row is None:
         raise UnknownScheduleError(f"no schedule {shown(name)}")
-    now = await store.database_now(conn)
+    now = await database_now(conn)
     values: dict[str, Any] = {"paused": paused, "updated_at": now}
     if not paused and row.paused:
         timing = Timing.stored(row.kind, row.every_seconds, row.cron, row.timezone)

@@ -14,8 +14,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from faststream_sqla.clock import utc_now
-
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRow:
@@ -60,15 +58,6 @@ class ScheduleAdvance:
     next_fire_at: datetime
     last_fired_at: datetime
     fired: int
-
-
-async def database_now(conn: AsyncConnection) -> datetime:
-    """The database clock, naive UTC: every process judges "due" by the same time."""
-    value = await conn.scalar(sa.select(utc_now()))
-    if isinstance(value, str):  # SQLite's text
-        value = datetime.fromisoformat(value)
-    assert isinstance(value, datetime)
-    return value.replace(tzinfo=None)
 
 
 async def load(

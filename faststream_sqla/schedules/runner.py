@@ -26,6 +26,7 @@ import sqlalchemy as sa
 
 from faststream_sqla.drivers import schedules as store
 from faststream_sqla.drivers.base import reading, with_retries
+from faststream_sqla.drivers.probe import database_now
 from faststream_sqla.drivers.schedules import ScheduleRow
 from faststream_sqla.parser import CONTENT_TYPE_HEADER
 
@@ -134,7 +135,7 @@ class ScheduleRunner:
             "catch_up_limit": schedule.catch_up_limit,
         }
         async with self._driver.own_transaction(self._engine) as conn:
-            now = await store.database_now(conn)
+            now = await database_now(conn)
             row = await store.load_one(conn, table, schedule.key)
             if row is None:
                 await store.insert(
@@ -178,7 +179,7 @@ class ScheduleRunner:
         looking again (until the next one is due, at most POLL_SECONDS)."""
         assert self._engine is not None and self._driver is not None
         async with reading(self._engine) as conn:
-            now = await store.database_now(conn)
+            now = await database_now(conn)
             rows = await store.load(conn, self.table, self.schedules)
         upcoming = []
         for row in rows:
