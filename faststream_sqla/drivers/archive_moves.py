@@ -200,16 +200,3 @@ async def move_back(
     if marked != len(moved):
         raise MovedMeanwhile
     return moved
-
-
-__all__ = [
-    "ArchiveRange",
-    "ArchivedId",
-    "IdLookup",
-    "MoveIds",
-    "MoveOldest",
-    "MovedMeanwhile",
-    "count_archived",
-    "look_up_ids",
-    "move_back",
-]
