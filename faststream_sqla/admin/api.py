@@ -16,7 +16,7 @@ from typing_extensions import Self
 from faststream_sqla.channels.limits import Rate
 from faststream_sqla.channels.store import UNSET, _Unset
 from faststream_sqla.connecting import create_engine
-from faststream_sqla.drivers import Driver, driver_for
+from faststream_sqla.drivers import Driver, driver_for, queue_reads
 from faststream_sqla.drivers.base import TERMINAL, reading
 from faststream_sqla.drivers.postgresql import partitions
 from faststream_sqla.exceptions import (
@@ -143,7 +143,7 @@ class QueueAdmin:
         """Every queue with a queued or archived message."""
         await self._prepare()
         async with reading(self.engine) as conn:
-            return await queues.queue_names(conn, self.tables)
+            return await queue_reads.queue_names(conn, self.tables)
 
     async def queues(
         self, names: Sequence[str] | None = None, *, unknown_as_empty: bool = False
@@ -153,7 +153,7 @@ class QueueAdmin:
         await self._prepare()
         async with reading(self.engine) as conn:
             if names is None:
-                names = await queues.queue_names(conn, self.tables)
+                names = await queue_reads.queue_names(conn, self.tables)
             else:
                 for name in names:
                     if unknown_as_empty:
@@ -549,14 +549,14 @@ class QueueAdmin:
 
     async def _known_queue(self, conn: AsyncConnection, queue: str) -> None:
         validate_queue_name(queue)
-        if not await queues.queue_exists(conn, self.tables, queue):
+        if not await queue_reads.queue_exists(conn, self.tables, queue):
             raise UnknownQueueError(
                 f"no queue {shown(queue)}: no message of it is queued or archived"
             )
 
     async def _queues_or_one(self, conn: AsyncConnection, queue: str | None) -> list[str]:
         if queue is None:
-            return await queues.queue_names(conn, self.tables, live=False)
+            return await queue_reads.queue_names(conn, self.tables, live=False)
         await self._known_queue(conn, queue)
         return [queue]
 

@@ -7,10 +7,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from faststream_sqla.drivers import Driver
 from faststream_sqla.drivers.base import TERMINAL, reading
 from faststream_sqla.drivers.controls import OldArchive, count_old_archive, prune_old_archive
+from faststream_sqla.drivers.queue_reads import queue_names
 from faststream_sqla.schema import MessageState
 
 from .models import Progress
-from .queues import queue_names
 
 #: every state an archive row can have
 ARCHIVE_STATES = (*TERMINAL, MessageState.REDRIVEN)

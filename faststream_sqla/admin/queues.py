@@ -7,39 +7,30 @@ Figures: docs/benchmarks.md#admin-reads and docs/benchmarks.md#admin-counts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.drivers.base import reading
-from faststream_sqla.drivers.queue_reads import (
-    QueueFiguresQuery,
-    capped_count,
-    count_rows,
-    queue_exists,
-    queue_figures,
-    queue_names,
-)
+from faststream_sqla.drivers.queue_reads import QueueFiguresQuery, queue_figures
 from faststream_sqla.schema import QueueTables
 
 from .models import Count, Progress, QueueStats
 
-__all__ = ["capped_count", "queue_exists", "queue_names", "queue_stats", "start_progress"]
+__all__ = ["queue_stats", "start_progress"]
 
 
 async def start_progress(
     engine: AsyncEngine,
-    table: sa.Table,
-    ranges: Sequence[Sequence[sa.ColumnElement[bool]]],
+    count: Callable[[AsyncConnection], Awaitable[int]],
     progress: Progress | None,
 ) -> int | None:
-    """Tell `progress` the work ahead: the rows of `ranges`, counted only when someone
-    is listening (a count reads every row the work will touch)."""
+    """Tell `progress` the work ahead: the rows `count` finds, counted only when
+    someone is listening (a count reads every row the work will touch)."""
     if progress is None:
         return None
     async with reading(engine) as conn:
-        total = await count_rows(conn, table, ranges)
+        total = await count(conn)
     progress(0, total)
     return total
 

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from faststream_sqla.clock import utc_now
-from faststream_sqla.schema import WHOLE_QUEUE
-
 from .plan import Candidate, ProbeMissed, QueueRow, plan
 
 if TYPE_CHECKING:
@@ -27,16 +24,6 @@ if TYPE_CHECKING:
 
 #: reads a claim makes when other claims keep moving the queue's version meanwhile
 CONFLICT_RETRIES = 4
-
-
-async def create_queue_row(driver: Driver, engine: AsyncEngine, queue: str) -> None:
-    """The queue's control row, which every channel claim's write counts up."""
-    async with driver.own_transaction(engine) as conn:
-        await conn.execute(
-            driver.channel_claim.insert_if_missing().values(
-                queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now()
-            )
-        )
 
 
 async def write_planned(
@@ -70,7 +57,7 @@ async def claim_once(
                 )
     except ProbeMissed:
         return None  # rolled back: read again
-    await create_queue_row(driver, engine, queue)
+    await driver.channel_claim.create_queue_row(engine, queue)
     return None
 
 
@@ -98,4 +85,4 @@ async def claim_channelled(
     return []  # others kept claiming: the next round comes soon
 
 
-__all__ = ["claim_channelled", "claim_once", "create_queue_row", "write_planned"]
+__all__ = ["claim_channelled", "claim_once", "write_planned"]

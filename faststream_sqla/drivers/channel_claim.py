@@ -647,6 +647,16 @@ class ChannelClaim:
         process may insert it at the same moment)."""
         raise NotImplementedError
 
+    async def create_queue_row(self, engine: AsyncEngine, queue: str) -> None:
+        """The queue's control row, which every channel claim's write counts up, in a
+        transaction of its own (a claim that read no row creates it, then reads again)."""
+        async with self.driver.own_transaction(engine) as conn:
+            await conn.execute(
+                self.insert_if_missing().values(
+                    queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now()
+                )
+            )
+
     async def write_limits(self, engine: AsyncEngine, change: LimitsWrite) -> bool:
         """Write `change` to the control row of (queue, channel), creating the queue's
         row if missing, and count the queue row's version up (which also serialises

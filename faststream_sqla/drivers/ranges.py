@@ -8,12 +8,13 @@ that the knowledge of those shapes stays in the database layer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from faststream_sqla.clock import utc_now
+from faststream_sqla.clock import to_naive_utc, utc_now
 from faststream_sqla.schema import CHANNEL_READY, NOT_READY, PRIORITIES, MessageState, QueueTables
 
 from ._claim import ready_predicate, state_literal
@@ -58,6 +59,19 @@ def purge_ranges(m: sa.Table) -> list[tuple[sa.ColumnElement[bool], ...]]:
         (ready_predicate(m),),
         (m.c.ordering_key.isnot(None), m.c.state == state_literal(MessageState.WAITING)),
     ]
+
+
+def archived_between(
+    a: sa.Table, since: datetime | None, until: datetime | None
+) -> list[sa.ColumnElement[bool]]:
+    """The archive rows archived in [since, until) (aware datetimes; None: no bound),
+    the last column of the archive index after queue and state."""
+    where = []
+    if since is not None:
+        where.append(a.c.archived_at >= to_naive_utc(since))
+    if until is not None:
+        where.append(a.c.archived_at < to_naive_utc(until))
+    return where
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,45 @@ database here. Firing is fenced by `advance`, a compare-and-set on `next_fire_at
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from faststream_sqla.clock import utc_now
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """One schedule as stored: its timing (`kind`: interval or cron), what it publishes
+    (`payload`, `headers` and the other publish `options`), how it treats missed ticks,
+    and its state. Times are naive UTC."""
+
+    name: str
+    queue: str
+    payload: bytes
+    headers: Any
+    options: Any
+    kind: str
+    every_seconds: float | None
+    cron: str | None
+    timezone: str | None
+    missed: str
+    catch_up_limit: int
+    paused: bool
+    next_fire_at: datetime
+    last_fired_at: datetime | None
+    fired_count: int
+    created_at: datetime
+    updated_at: datetime
+
+
+#: the table's columns, in ScheduleRow's order
+_COLUMNS = tuple(f.name for f in fields(ScheduleRow))
+
+
+def _select(table: sa.Table) -> sa.Select:
+    return sa.select(*(table.c[name] for name in _COLUMNS))
 
 
 @dataclass(frozen=True)
@@ -29,27 +60,19 @@ class ScheduleAdvance:
     fired: int
 
 
-async def database_now(conn: AsyncConnection) -> datetime:
-    """The database clock, naive UTC: every process judges "due" by the same time."""
-    value = await conn.scalar(sa.select(utc_now()))
-    if isinstance(value, str):  # SQLite's text
-        value = datetime.fromisoformat(value)
-    assert isinstance(value, datetime)
-    return value.replace(tzinfo=None)
-
-
 async def load(
     conn: AsyncConnection, table: sa.Table, names: Collection[str] | None = None
-) -> list[sa.RowMapping]:
+) -> list[ScheduleRow]:
     """The schedules named `names` (all when None), by name."""
-    query = sa.select(table).order_by(table.c.name)
+    query = _select(table).order_by(table.c.name)
     if names is not None:
         query = query.where(table.c.name.in_(sorted(names)))
-    return list((await conn.execute(query)).mappings())
+    return [ScheduleRow(*row) for row in await conn.execute(query)]
 
 
-async def load_one(conn: AsyncConnection, table: sa.Table, name: str) -> sa.RowMapping | None:
-    return (await conn.execute(sa.select(table).where(table.c.name == name))).mappings().first()
+async def load_one(conn: AsyncConnection, table: sa.Table, name: str) -> ScheduleRow | None:
+    row = (await conn.execute(_select(table).where(table.c.name == name))).first()
+    return None if row is None else ScheduleRow(*row)
 
 
 async def insert(conn: AsyncConnection, table: sa.Table, values: Mapping[str, Any]) -> None:

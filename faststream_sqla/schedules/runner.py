@@ -26,6 +26,8 @@ import sqlalchemy as sa
 
 from faststream_sqla.drivers import schedules as store
 from faststream_sqla.drivers.base import reading, with_retries
+from faststream_sqla.drivers.probe import database_now
+from faststream_sqla.drivers.schedules import ScheduleRow
 from faststream_sqla.parser import CONTENT_TYPE_HEADER
 
 from .declaration import Schedule
@@ -133,7 +135,7 @@ class ScheduleRunner:
             "catch_up_limit": schedule.catch_up_limit,
         }
         async with self._driver.own_transaction(self._engine) as conn:
-            now = await store.database_now(conn)
+            now = await database_now(conn)
             row = await store.load_one(conn, table, schedule.key)
             if row is None:
                 await store.insert(
@@ -150,7 +152,7 @@ class ScheduleRunner:
                     },
                 )
                 return
-            changed = {k: v for k, v in definition.items() if not _same(row[k], v)}
+            changed = {k: v for k, v in definition.items() if not _same(getattr(row, k), v)}
             if not changed:
                 return
             if _timing_of(row) != timing:
@@ -177,13 +179,13 @@ class ScheduleRunner:
         looking again (until the next one is due, at most POLL_SECONDS)."""
         assert self._engine is not None and self._driver is not None
         async with reading(self._engine) as conn:
-            now = await store.database_now(conn)
+            now = await database_now(conn)
             rows = await store.load(conn, self.table, self.schedules)
         upcoming = []
         for row in rows:
-            if row["paused"]:
+            if row.paused:
                 continue
-            next_fire_at = row["next_fire_at"]
+            next_fire_at = row.next_fire_at
             if next_fire_at <= now:
                 try:
                     next_fire_at = await with_retries(
@@ -193,7 +195,7 @@ class ScheduleRunner:
                     # queue, say) must not hold the others back
                     if self._driver.is_unreachable(e):
                         raise
-                    self._failed(f"Schedule {row['name']!r}: firing failed", e)
+                    self._failed(f"Schedule {row.name!r}: firing failed", e)
                     continue
             upcoming.append(next_fire_at)
         if not upcoming:
@@ -202,18 +204,16 @@ class ScheduleRunner:
         until = (min(upcoming) - now).total_seconds()
         return min(POLL_SECONDS, max(until, 0.01))
 
-    async def _fire(self, row: sa.RowMapping, now: datetime) -> datetime:
+    async def _fire(self, row: ScheduleRow, now: datetime) -> datetime:
         """Publish the ticks of `row` due at `now`, if this process is the one to;
         returns when the schedule is due next."""
         assert self._engine is not None and self._driver is not None
-        schedule = self.schedules[row["name"]]
-        plan = _timing_of(row).due(
-            row["next_fire_at"], now, Missed(row["missed"]), row["catch_up_limit"]
-        )
+        schedule = self.schedules[row.name]
+        plan = _timing_of(row).due(row.next_fire_at, now, Missed(row.missed), row.catch_up_limit)
         async with self._driver.own_transaction(self._engine) as conn:
             firing = store.ScheduleAdvance(
                 name=schedule.key,
-                expected=row["next_fire_at"],
+                expected=row.next_fire_at,
                 next_fire_at=plan.next_fire_at,
                 last_fired_at=plan.ticks[-1],
                 fired=len(plan.ticks),
@@ -222,13 +222,13 @@ class ScheduleRunner:
             if not won:
                 return plan.next_fire_at
             for tick in plan.ticks:
-                await self._publish_tick(conn, schedule, row["queue"], tick)
+                await self._publish_tick(conn, schedule, row.queue, tick)
         self.fired[schedule.key] += len(plan.ticks)
         if plan.skipped:
             self._log(
                 logging.WARNING,
                 f"Schedule {schedule.key!r}: ticks missed while nothing ran were skipped "
-                f"(missed={row['missed']!r}); fired {len(plan.ticks)}, the latest for "
+                f"(missed={row.missed!r}); fired {len(plan.ticks)}, the latest for "
                 f"{_iso(plan.ticks[-1])}",
             )
         return plan.next_fire_at
@@ -254,8 +254,8 @@ class ScheduleRunner:
         )
 
 
-def _timing_of(row: sa.RowMapping) -> Timing:
-    return Timing.stored(row["kind"], row["every_seconds"], row["cron"], row["timezone"])
+def _timing_of(row: ScheduleRow) -> Timing:
+    return Timing.stored(row.kind, row.every_seconds, row.cron, row.timezone)
 
 
 def _same(stored: Any, declared: Any) -> bool:

@@ -22,10 +22,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
-from faststream_sqla.clock import utc_now
 from faststream_sqla.drivers.base import reading
+from faststream_sqla.drivers.probe import database_now
+from faststream_sqla.drivers.spark_publish_reads import (
+    ArchivedKeysQuery,
+    archived_keys,
+    ids_correlated,
+)
 from faststream_sqla.exceptions import (
     InvalidOptionError,
     MessageSerializationError,
@@ -37,7 +40,6 @@ from faststream_sqla.options import Envelope
 from faststream_sqla.schema import TableNames, validate_queue_name
 from faststream_sqla.spark._errors import executor_errors
 from faststream_sqla.spark._runner import after_failed_connect, executor_url, run_async
-from faststream_sqla.spark.read import ARCHIVE_STATES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -46,9 +48,6 @@ if TYPE_CHECKING:
 MAX_BATCH_SIZE = 100_000
 #: idempotency keys this module makes start with this
 KEY_PREFIX = "spark:"
-#: read a batch's ids as one range while the range holds at most this many ids per
-#: message of the batch (other tasks' inserts interleave)
-DENSE_IDS = 4
 
 
 @dataclass(frozen=True)
@@ -210,13 +209,13 @@ def _database_time(plan: _Plan) -> dt.datetime:
         try:
             await broker.connect()
             async with reading(broker.engine) as conn:
-                now = (await conn.execute(sa.select(utc_now()))).scalar_one()
+                now = await database_now(conn)
         except Exception:
             await after_failed_connect(plan.url)
             raise
         finally:
             await broker.stop()
-        return now if isinstance(now, dt.datetime) else dt.datetime.fromisoformat(now)
+        return now
 
     return run_async(check)
 
@@ -272,7 +271,9 @@ async def _publish(
         # keys archived since the call began, counting those the call created.
         keys = [k for k in dict.fromkeys(e.options.idempotency_key for e in envelopes) if k]
         async with reading(broker.engine) as conn:
-            archived = await _archived_since(broker.tables.archive, conn, plan, keys)
+            archived = await archived_keys(
+                conn, ArchivedKeysQuery(broker.tables, plan.queue, plan.started_at, keys)
+            )
         earlier = sum(bool(c and c.startswith(plan.run_prefix)) for c in archived.values())
         envelopes = [e for e in envelopes if e.options.idempotency_key not in archived]
     if not envelopes:
@@ -292,45 +293,12 @@ async def _publish(
     return earlier + len(await _created_by_this_call(broker, plan, set(ids)))
 
 
-async def _archived_since(
-    archive: sa.Table, conn: Any, plan: _Plan, keys: list[str]
-) -> dict[str, str | None]:
-    """The keys of `keys` archived in the queue since the call began, with the
-    correlation ids of their messages: one range of the archive index per state."""
-    if not keys:
-        return {}
-    result = await conn.execute(
-        sa.select(archive.c.idempotency_key, archive.c.correlation_id).where(
-            archive.c.queue == plan.queue,
-            archive.c.state.in_(list(ARCHIVE_STATES)),
-            archive.c.archived_at >= plan.started_at,
-            archive.c.idempotency_key.in_(keys),
-        )
-    )
-    return {key: correlation_id for key, correlation_id in result}
-
-
 async def _created_by_this_call(broker: Any, plan: _Plan, ids: set[int]) -> set[int]:
     """Which of the messages `ids` (a batch's, new or held) this call created: those
     whose correlation id is the call's. A held key returns the id of a message an
-    earlier run published, which is not new. Read by primary key, in the queue and
-    then the archive (consumers may have settled some already); a message moving in
-    between is found in one or both, and counted once."""
-    low, high = min(ids), max(ids)
-    found: set[int] = set()
+    earlier run published, which is not new."""
     async with reading(broker.engine) as conn:
-        for table in (broker.tables.message, broker.tables.archive):
-            # A batch's new ids are dense: one range of the primary key, whose statement
-            # is compiled once, instead of a list of a thousand ids each time
-            dense = high - low < DENSE_IDS * len(ids)
-            where = table.c.id.between(low, high) if dense else table.c.id.in_(sorted(ids))
-            result = await conn.execute(
-                sa.select(table.c.id).where(
-                    where, table.c.correlation_id.startswith(plan.run_prefix, autoescape=True)
-                )
-            )
-            found.update(result.scalars())
-    return found & ids
+        return await ids_correlated(conn, broker.tables, ids, plan.run_prefix)
 
 
 def _command(queue: str, envelope: Envelope) -> Any:

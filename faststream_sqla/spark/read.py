@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from faststream_sqla.clock import to_naive_utc
-from faststream_sqla.drivers.base import reading
+from faststream_sqla.drivers.spark_scans import ScanReader, TableScan, scanned_columns
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
     InvalidOptionError,
@@ -36,7 +36,7 @@ from faststream_sqla.schema import (
     validate_queue_name,
 )
 from faststream_sqla.spark._runner import after_failed_connect, executor_url, run_async
-from faststream_sqla.urls import masked, parse_url
+from faststream_sqla.urls import masked
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -59,42 +59,10 @@ LIVE_STATES = (
 
 @dataclass(frozen=True)
 class _Scan:
-    """One table's rows that match the filters (pickled to each task)."""
+    """A scan of one table and the database it reads (pickled to each task)."""
 
     url: str
-    names: TableNames
-    archive: bool
-    queues: tuple[str, ...] | None
-    since: dt.datetime | None
-    until: dt.datetime | None
-    states: tuple[str, ...] | None
-    #: the columns to read, in table order (None: all)
-    only: tuple[str, ...] | None = None
-
-    def table(self, backend: str) -> sa.Table:
-        tables = QueueTables(self.names, dialect=backend)
-        return tables.archive if self.archive else tables.message
-
-    def columns(self, table: sa.Table) -> list[sa.Column]:
-        return [
-            c
-            for c in table.columns
-            if c.name != "ready_at"  # MySQL's generated key
-            and (self.only is None or c.name in self.only)
-        ]
-
-    def where(self, table: sa.Table) -> list[sa.ColumnElement[bool]]:
-        time = table.c.archived_at if self.archive else table.c.created_at
-        where: list[sa.ColumnElement[bool]] = []
-        if self.queues is not None:
-            where.append(table.c.queue.in_(self.queues))
-        if self.states is not None:
-            where.append(table.c.state.in_([MessageState(s) for s in self.states]))
-        if self.since is not None:
-            where.append(time >= self.since)
-        if self.until is not None:
-            where.append(time < self.until)
-        return where
+    rows: TableScan
 
 
 def read_archive(
@@ -184,8 +152,7 @@ def _scan(
                 )
                 raise InvalidOptionError(msg)
         only = tuple(columns)
-    return _Scan(
-        url=url,
+    rows = TableScan(
         only=only,
         names=names,
         archive=archive,
@@ -194,6 +161,7 @@ def _scan(
         until=_stored_time("until", until),
         states=None if chosen is None else tuple(chosen),
     )
+    return _Scan(url, rows)
 
 
 def _stored_time(name: str, value: dt.datetime | None) -> dt.datetime | None:
@@ -210,9 +178,7 @@ def _stored_time(name: str, value: dt.datetime | None) -> dt.datetime | None:
 def _read(spark: SparkSession, scan: _Scan, num_partitions: int | None) -> DataFrame:
     if num_partitions is not None:
         require_whole("num_partitions", num_partitions, MAX_PARTITIONS)
-    backend = parse_url(scan.url).get_backend_name()
-    table = scan.table(backend)
-    schema = spark_schema(scan.columns(table))
+    schema = spark_schema(scanned_columns(scan.rows, scan.url))
     low, high = run_async(lambda: _id_span(scan))
     if low is None or high is None:  # no rows: MIN and MAX are both NULL
         return spark.createDataFrame([], schema)
@@ -232,14 +198,7 @@ def _read(spark: SparkSession, scan: _Scan, num_partitions: int | None) -> DataF
 async def _id_span(scan: _Scan) -> tuple[int | None, int | None]:
     engine = create_async_engine(scan.url)
     try:
-        table = scan.table(engine.dialect.name)
-        async with reading(engine) as conn:
-            result = await conn.execute(
-                sa.select(sa.func.min(table.c.id), sa.func.max(table.c.id)).where(
-                    *scan.where(table)
-                )
-            )
-            low, high = result.one()
+        low, high = await ScanReader(engine, scan.rows).id_span()
     except Exception as e:
         await after_failed_connect(scan.url)
         if isinstance(e, (sa.exc.DBAPIError, OSError)):
@@ -292,34 +251,19 @@ def _read_range(scan: _Scan, span: tuple[int, int]) -> Iterator[tuple[Any, ...]]
     loop = asyncio.new_event_loop()
     engine = create_async_engine(scan.url)
     try:
-        table = scan.table(engine.dialect.name)
-        columns = scan.columns(table)
-        convert = [_converter(c) for c in columns]
+        reader = ScanReader(engine, scan.rows)
+        convert = [_converter(c) for c in reader.columns]
         start, end = span
         while start < end:
-            # the id first, for the next page, whether or not it was asked for
-            page = loop.run_until_complete(_page(engine, scan, table, columns, start, end))
-            if not page:
+            page = loop.run_until_complete(reader.page(start, end, PAGE_SIZE))
+            if page is None:
                 return
-            for row in page:
-                yield tuple(f(v) for f, v in zip(convert, row[1:], strict=True))
-            start = page[-1][0] + 1
+            for values in page.rows:
+                yield tuple(f(v) for f, v in zip(convert, values, strict=True))
+            start = page.last_id + 1
     finally:
         loop.run_until_complete(engine.dispose())
         loop.close()
-
-
-async def _page(
-    engine: Any, scan: _Scan, table: sa.Table, columns: list[sa.Column], start: int, end: int
-) -> list[Any]:
-    async with reading(engine) as conn:
-        result = await conn.execute(
-            sa.select(table.c.id, *columns)
-            .where(table.c.id >= start, table.c.id < end, *scan.where(table))
-            .order_by(table.c.id)
-            .limit(PAGE_SIZE)
-        )
-        return list(result)
 
 
 def _converter(column: sa.Column) -> Any:

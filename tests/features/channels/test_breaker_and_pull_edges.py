@@ -21,7 +21,7 @@ from faststream_sqla.drivers.controls import (
     change_breaker,
     channels_counting,
 )
-from faststream_sqla.channels.claim import claim_channelled, create_queue_row
+from faststream_sqla.channels.claim import claim_channelled
 from faststream_sqla.drivers import driver_for
 from faststream_sqla.schema import BreakerState, QueueTables
 from faststream_sqla.subscriber.breaker import Attempt, decide_channel
@@ -70,7 +70,7 @@ async def test_a_verdict_between_read_and_write_abandons_the_probe(
     message of the OPEN channel stays where it is."""
     async with SqlaBroker(database_url) as broker:
         await broker.publish("x", queue="work", channel="acme")
-    await create_queue_row(driver, engine, "work")
+    await driver.channel_claim.create_queue_row(engine, "work")
     await due_channel_breaker(engine, tables, "work", "acme", BreakerState.HALF_OPEN, failures=2)
 
     async def verdict() -> None:
@@ -183,7 +183,7 @@ async def test_a_subscriber_without_channel_breakers_ignores_them(
     only subscribers with that option, which count its probes: one without it (the
     option dropped on redeploy) claims the channel as usual, instead of one probe per
     cooldown that nothing would ever count."""
-    await create_queue_row(driver, engine, "work")
+    await driver.channel_claim.create_queue_row(engine, "work")
     # opened 30 s ago with a 29 s cooldown: due now
     await due_channel_breaker(
         engine, tables, "work", "acme", BreakerState.OPEN, failures=2, changed_ago=30

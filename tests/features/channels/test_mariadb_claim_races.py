@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from faststream_sqla import SqlaBroker
-from faststream_sqla.channels.claim import claim_channelled, create_queue_row
+from faststream_sqla.channels.claim import claim_channelled
 from faststream_sqla.channels.store import set_limits
 from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import BreakerState, MessageState
@@ -97,7 +97,7 @@ async def test_a_probe_missed_after_the_marking_leaves_nothing_marked(
         d = await prepared_driver(engine)
         async with SqlaBroker(url) as broker:
             await broker.publish("x", queue="work", channel="acme")
-        await create_queue_row(d, engine, "work")
+        await d.channel_claim.create_queue_row(engine, "work")
         c, m = tables.controls, tables.message
         watcher = create_async_engine(url)
         try:

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from faststream_sqla import SqlaBroker
 from faststream_sqla.channels import read_ahead
-from faststream_sqla.channels.claim import claim_channelled, create_queue_row
+from faststream_sqla.channels.claim import claim_channelled
 from faststream_sqla.channels.read_ahead import ReadAhead, ReadsAhead
 from faststream_sqla.channels.store import set_limits
 from faststream_sqla.schema import MessageState
@@ -97,7 +97,7 @@ async def test_a_read_that_saw_nothing_leaves_a_later_publish_to_a_fresh_read(
     database_url, engine, driver
 ):
     await set_limits(driver, engine, "work", channel_max_concurrency=1)
-    await create_queue_row(driver, engine, "work")
+    await driver.channel_claim.create_queue_row(engine, "work")
     ahead = ReadAhead(driver, engine, "work", 10)
     await ahead.read_made()
     await publish(database_url, "a")

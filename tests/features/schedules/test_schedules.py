@@ -23,7 +23,7 @@ from faststream_sqla import (
     UnknownScheduleError,
 )
 from faststream_sqla.admin import QueueAdmin
-from faststream_sqla.drivers.schedules import database_now
+from faststream_sqla.drivers.probe import database_now
 from faststream_sqla.schedules import SCHEDULE_HEADER, TICK_HEADER
 from faststream_sqla.schema import QueueTables
 from tests.support.cli import cli, cli_json

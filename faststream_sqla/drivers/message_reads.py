@@ -1,0 +1,180 @@
+"""The admin API's reads of single messages: one message by id (queued or archived),
+and a queue's live messages a page at a time. The same statements run on every
+database; the admin API turns the rows into its public models."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from faststream_sqla.clock import utc_now
+from faststream_sqla.schema import MessageState, QueueTables
+
+from ._claim import ready_predicate, state_literal
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One message as stored, in the message table or the archive (`archived`). The
+    live table has no `archived_at` or `redriven_to`, the archive no `next_attempt_at`
+    or `acquired_at`: those are None where the row has none. Times are as stored
+    (naive UTC); headers as the driver returns them."""
+
+    id: int
+    queue: str
+    state: MessageState | str
+    archived: bool
+    headers: Any
+    payload: bytes
+    correlation_id: str | None
+    priority: int
+    ordering_key: str | None
+    channel: str | None
+    idempotency_key: str | None
+    attempts_count: int
+    deliveries_count: int
+    created_at: datetime
+    first_attempt_at: datetime | None
+    last_attempt_at: datetime | None
+    expires_at: datetime | None
+    last_error: str | None
+    next_attempt_at: datetime | None
+    acquired_at: datetime | None
+    archived_at: datetime | None
+    redriven_from: int | None
+    redriven_to: int | None
+
+
+async def find_message(
+    conn: AsyncConnection, tables: QueueTables, message_id: int
+) -> StoredMessage | None:
+    """The message `message_id`, live or archived (live first: a message is archived
+    and deleted in one transaction, so it is in one table or the other)."""
+    m, a = tables.message, tables.archive
+    row = (await conn.execute(sa.select(m).where(m.c.id == message_id))).mappings().first()
+    archived = row is None
+    if archived:
+        row = (await conn.execute(sa.select(a).where(a.c.id == message_id))).mappings().first()
+    if row is None:
+        return None
+    return StoredMessage(
+        id=row["id"],
+        queue=row["queue"],
+        state=row["state"],
+        archived=archived,
+        headers=row["headers"],
+        payload=bytes(row["payload"]),
+        correlation_id=row["correlation_id"],
+        priority=row["priority"],
+        ordering_key=row["ordering_key"],
+        channel=row["channel"],
+        idempotency_key=row["idempotency_key"],
+        attempts_count=row["attempts_count"],
+        deliveries_count=row["deliveries_count"],
+        created_at=row["created_at"],
+        first_attempt_at=row["first_attempt_at"],
+        last_attempt_at=row["last_attempt_at"],
+        expires_at=row["expires_at"],
+        last_error=row["last_error"],
+        next_attempt_at=None if archived else row["next_attempt_at"],
+        acquired_at=None if archived else row["acquired_at"],
+        archived_at=row["archived_at"] if archived else None,
+        redriven_from=row["redriven_from"],
+        redriven_to=row["redriven_to"] if archived else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePageQuery:
+    """Up to `limit` of `queue`'s live messages in `states` (ready, scheduled,
+    retrying, processing, waiting: as the queue figures count them), oldest id first,
+    after the id `after_id` (None: from the start)."""
+
+    tables: QueueTables
+    queue: str
+    states: Sequence[str]
+    limit: int
+    after_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ListedMessage:
+    """One row of a page of live messages; `state` is the listed state it was
+    selected as. Times as stored (naive UTC)."""
+
+    id: int
+    queue: str
+    state: str
+    priority: int
+    channel: str | None
+    ordering_key: str | None
+    correlation_id: str | None
+    attempts_count: int
+    deliveries_count: int
+    created_at: datetime
+    next_attempt_at: datetime | None
+    last_error: str | None
+
+
+def _state_filters(m: sa.Table) -> dict[str, sa.ColumnElement[bool]]:
+    """Each listed state as a predicate on the stored state and due time."""
+    pending, retryable = (state_literal(s) for s in (MessageState.PENDING, MessageState.RETRYABLE))
+    due = m.c.next_attempt_at <= utc_now()
+    return {
+        "ready": sa.and_(ready_predicate(m), due),
+        "scheduled": sa.and_(m.c.state == pending, sa.not_(due)),
+        "retrying": sa.and_(m.c.state == retryable, sa.not_(due)),
+        "processing": m.c.state == state_literal(MessageState.PROCESSING),
+        "waiting": m.c.state == state_literal(MessageState.WAITING),
+    }
+
+
+async def message_page(conn: AsyncConnection, query: MessagePageQuery) -> list[ListedMessage]:
+    """Keyset paging on the id, so a page costs the same however deep it is."""
+    m = query.tables.message
+    filters = _state_filters(m)
+    # the state's name computed in the same statement, so a row is labelled as selected
+    label = sa.case(*((filters[name], sa.literal(name)) for name in query.states), else_=None)
+    statement = (
+        sa.select(
+            m.c.id,
+            m.c.queue,
+            label.label("listed_state"),
+            m.c.priority,
+            m.c.channel,
+            m.c.ordering_key,
+            m.c.correlation_id,
+            m.c.attempts_count,
+            m.c.deliveries_count,
+            m.c.created_at,
+            m.c.next_attempt_at,
+            m.c.last_error,
+        )
+        .where(m.c.queue == query.queue, sa.or_(*(filters[name] for name in query.states)))
+        .order_by(m.c.id)
+        .limit(query.limit)
+    )
+    if query.after_id is not None:
+        statement = statement.where(m.c.id > query.after_id)
+    return [
+        ListedMessage(
+            id=row.id,
+            queue=row.queue,
+            state=row.listed_state,
+            priority=row.priority,
+            channel=row.channel,
+            ordering_key=row.ordering_key,
+            correlation_id=row.correlation_id,
+            attempts_count=row.attempts_count,
+            deliveries_count=row.deliveries_count,
+            created_at=row.created_at,
+            next_attempt_at=row.next_attempt_at,
+            last_error=row.last_error,
+        )
+        for row in await conn.execute(statement)
+    ]
