@@ -201,3 +201,21 @@ def test_claim_phase_benchmark_reports_both_phases() -> None:
     claim = float(line.split("claim")[1].split("µs")[0])
     write = float(line.split("outcome write")[1].split("µs")[0])
     assert claim > 0 and write > 0, line
+
+
+@pytest.mark.timeout(600)
+def test_instruction_count_benchmark_reports_a_count_a_message() -> None:
+    # SQLite only, as above; tiny sizes, since everything runs under valgrind
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.instructions", "--databases", "sqlite",
+         "--small", "20", "--large", "60"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (line,) = proc.stdout.splitlines()
+    assert line.startswith("drain on sqlite: "), line
+    assert float(line.split(": ")[1].split(" ")[0].replace(",", "")) > 0, line
