@@ -5,8 +5,10 @@
 Not a scenario of the suite: it needs valgrind and takes minutes (Python runs some 40
 times slower under callgrind). It exists because this machine's speed drifts with
 whatever else runs on it, which paired timed runs cancel only in part: an instruction
-count does not follow the machine's speed, and with one hash seed repeated counts agree
-within about half a percent. It is the plain path's steadiest guard.
+count does not follow the machine's speed as closely: with one hash seed, repeated
+counts on a quiet machine agree within about half a percent. A loaded machine still
+moves them by several percent (a slower consumer polls and yields more often), so
+count with nothing else running.
 
 Each count runs a child process under ``valgrind --tool=callgrind``: our broker
 draining a stored backlog with the no-op handler, as the drain scenario does, except
