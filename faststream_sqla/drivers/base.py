@@ -222,6 +222,11 @@ class NotificationListener(abc.ABC):
     @abc.abstractmethod
     async def stop(self) -> None: ...
 
+    @abc.abstractmethod
+    async def wait_connects(self, count: int) -> None:
+        """Wait until it has connected `count` times in all (it hears publishes from
+        the first; each reconnect woke every queue)."""
+
 
 @dataclass(frozen=True)
 class SnapshotHolder:
