@@ -9,9 +9,9 @@ comes first: what the server does anyway, on a machine other work shares.
 Each window reports the server's CPU time (its processes' utime + stime in /proc), the
 statements it ran (MariaDB: the growth of the global `Questions` counter), the
 subscriber processes' own CPU time (SQLite's whole cost: there is no server) and the
-looks their watchers made, all over the window alone. Start-up is left out: the clock starts `SETTLE` seconds
-after every process said it was ready. The figures are the whole server's: another
-client's work lands in them too, which the empty window shows.
+looks their watchers made, all over the window alone. Start-up is left out: the clock
+starts `SETTLE` seconds after every process said it was ready. The figures are the
+whole server's: another client's work lands in them too, which the empty window shows.
 """
 
 from __future__ import annotations
