@@ -158,11 +158,16 @@ class MessageWatcher(NotificationListener):
         self.looks = 0
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def start(self) -> None:
+        self._stopping = False
         self._task = asyncio.create_task(self._run(), name=f"faststream-sqla:{self.title}")
 
     async def stop(self) -> None:
+        # the flag too: a cancellation some await swallows must not leave stop() waiting
+        # on a watcher that goes on looking
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -192,7 +197,7 @@ class MessageWatcher(NotificationListener):
     async def _run(self) -> None:
         delay = RECONNECT_FIRST
         told = False  # a line was logged: no more until the watcher works again
-        while True:
+        while not self._stopping:
             try:
                 try:
                     seen = Seen(await self._open(), late_commits=self.late_commits)
@@ -223,9 +228,10 @@ class MessageWatcher(NotificationListener):
     async def _watch(self, seen: Seen) -> None:
         loop = asyncio.get_running_loop()
         pace = self.pace
+        # every queue was just woken (on_reconnect): no hurry until a look finds a message
         wait = pace.shortest
-        woke_at = loop.time()
-        while True:
+        woke_at = loop.time() - pace.hold
+        while not self._stopping:
             await asyncio.sleep(wait)
             rows = await self._look(seen)
             self.looks += 1

@@ -5,7 +5,9 @@ while they arrive and backs off while they do not.
 The connection comes from the engine's pool, as PostgreSQL's LISTEN connection does,
 and is closed, not pooled, when the watcher stops or loses it (autocommit must not
 reach another user of the pool). Each look is bounded by `LOOK_TIMEOUT`: a server that
-stops answering costs a reconnect, not a watcher that waits for good.
+stops answering costs a reconnect, not a watcher that waits for good. The bound closes
+the connection rather than cancel the look: `asyncio.wait_for` can swallow the
+cancellation of a stop that lands as the look ends (before Python 3.12).
 """
 
 from __future__ import annotations
@@ -50,11 +52,12 @@ class MySQLWatcher(MessageWatcher):
         #: the server's id of the watcher's connection (CONNECTION_ID()), once open
         self.connection_id: int | None = None
         self._raw: Any = None
+        self._native: Any = None
         self._cursor: Any = None
 
     async def _open(self) -> int:
         self._raw = await self.engine.raw_connection()
-        native = self._raw.driver_connection
+        self._native = native = self._raw.driver_connection
         await native.autocommit(True)
         self.connection_id = native.thread_id()
         self._cursor = native.cursor()
@@ -71,14 +74,17 @@ class MySQLWatcher(MessageWatcher):
         else:
             statement = self._statements["new_messages"]
         cursor = self._cursor
-        await asyncio.wait_for(
-            cursor.execute(statement.sql, statement.arguments(params)), LOOK_TIMEOUT
-        )
-        rows: Sequence[Row] = await cursor.fetchall()
+        # a look that outlasts the bound fails as a lost connection does
+        watchdog = asyncio.get_running_loop().call_later(LOOK_TIMEOUT, self._native.close)
+        try:
+            await cursor.execute(statement.sql, statement.arguments(params))
+            rows: Sequence[Row] = await cursor.fetchall()
+        finally:
+            watchdog.cancel()
         return rows
 
     def _close(self) -> None:
-        raw, self._raw, self._cursor = self._raw, None, None
+        raw, self._raw, self._native, self._cursor = self._raw, None, None, None
         if raw is not None:
             # closed without a word to the server, which may be gone: see the module
             raw.invalidate()

@@ -37,6 +37,11 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
+def _close_opened(opening: asyncio.Future[tuple[sqlite3.Connection, int, int]]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result()[0].close()
+
+
 class SQLiteWatcher(MessageWatcher):
     """One connection of its own, read-only, opened with the engine's own arguments."""
 
@@ -73,7 +78,13 @@ class SQLiteWatcher(MessageWatcher):
                 raise
             return conn, version, newest
 
-        conn, self._version, newest = await asyncio.to_thread(open_file)
+        opening = asyncio.ensure_future(asyncio.to_thread(open_file))
+        try:
+            conn, self._version, newest = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # stopped while the thread opens the file: close what it opens
+            opening.add_done_callback(_close_opened)
+            raise
         self._conn, self._cursor = conn, conn.cursor()
         return int(newest)
 
