@@ -29,6 +29,11 @@ class WakeupHub:
         for queue in queues:
             self._events[queue].discard(event)
 
+    def consumes(self, queue: str) -> bool:
+        """Whether a fetch loop of this broker waits on `queue` (a wake-up source then
+        has someone to wake)."""
+        return bool(self._events.get(queue))
+
     def wake(self, queues: Iterable[str]) -> None:
         for queue in queues:
             for event in self._events.get(queue, ()):

@@ -128,6 +128,9 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         max_queue_sizes: per-queue limits overriding `max_queue_size`.
         fast_publish: PostgreSQL: the broker's own commits of publishes do not wait
             for their WAL flush.
+        cross_process_wakeups: wake subscribers at once for messages other processes
+            publish (PostgreSQL: LISTEN; MariaDB and SQLite: a watcher of new message
+            ids); False leaves them to find those at their next poll.
         engine_options: keyword arguments of `create_async_engine()` for an engine
             the broker creates.
         graceful_timeout: seconds running handlers get to finish at stop (None: no
@@ -166,6 +169,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         max_queue_size: int | None = None,
         max_queue_sizes: Mapping[str, int | None] | None = None,
         fast_publish: bool = False,
+        cross_process_wakeups: bool = True,
         engine_options: dict[str, Any] | None = None,
         graceful_timeout: float | None = 15.0,
         decoder: CustomCallable | None = None,
@@ -203,6 +207,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             ("fast_publish", fast_publish),
             ("validate_schema", validate_schema),
             ("vacuum_message_table", vacuum_message_table),
+            ("cross_process_wakeups", cross_process_wakeups),
         ):
             if not isinstance(flag, bool):
                 msg = f"{name} must be True or False, got {shown(flag)}"
@@ -254,7 +259,9 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             ),
         )
         self.url = url
-        #: the cross-process wake-up listener while running (PostgreSQL), else None
+        self.cross_process_wakeups = cross_process_wakeups
+        #: the cross-process wake-up source while running (PostgreSQL's LISTEN, the
+        #: MariaDB and SQLite watchers), else None
         self.notifications: NotificationListener | None = None
         #: fires the declared schedules while running, None when there are none
         self.schedule_runner: ScheduleRunner | None = None
@@ -362,10 +369,11 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         self.schedule_runner = runner
 
     async def _start_notifications(self) -> None:
-        """Hear publishes from other processes where the database can tell us."""
+        """Hear publishes from other processes: the database's one wake-up source for
+        this process (`Driver.listener`), unless `cross_process_wakeups` is off."""
         subscribers = cast("list[SqlaSubscriber]", self.subscribers)  # all made by us
         consumed = {q for sub in subscribers if sub.calls for q in sub.queues}
-        if not consumed or self.notifications is not None:
+        if not consumed or self.notifications is not None or not self.cross_process_wakeups:
             return
         wakeups, health = self.config.wakeups, self.config.health
 
@@ -378,6 +386,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             on_reconnect=lambda: wakeups.wake(consumed),
             log=log,
             noticed=health.noticed,
+            consumes=wakeups.consumes,
         )
         if listener is not None:
             self.notifications = listener

@@ -212,13 +212,20 @@ def leases_document(leases: Sequence[tuple[int, int]]) -> str:
 
 
 class NotificationListener(abc.ABC):
-    """Keeps a connection that hears about publishes from other processes."""
+    """A database's wake-up source: hears about publishes from other processes and
+    wakes this broker's fetchers of their queues (PostgreSQL's LISTEN; a watcher of new
+    message ids on MariaDB and SQLite, `drivers/watch.py`). One per broker process."""
 
     @abc.abstractmethod
     async def start(self) -> None: ...
 
     @abc.abstractmethod
     async def stop(self) -> None: ...
+
+    @abc.abstractmethod
+    async def wait_connects(self, count: int) -> None:
+        """Wait until it has connected `count` times in all (it hears publishes from
+        the first; each reconnect woke every queue)."""
 
 
 @dataclass(frozen=True)
@@ -475,10 +482,14 @@ class Driver(abc.ABC):
         on_reconnect: Callable[[], None],
         log: Callable[..., None],
         noticed: Callable[[BaseException], bool] = lambda _exc: False,
+        consumes: Callable[[str], bool] = lambda _queue: True,
     ) -> NotificationListener | None:
-        """A cross-process wake-up listener, where the database has one. `noticed(exc)`
-        is told of its failures, and is True when they need no line of their own (an
-        outage, logged once elsewhere)."""
+        """This database's cross-process wake-up source, or None where it has none.
+        `on_queue(queue)` wakes the fetchers of a queue, `on_reconnect()` every one
+        (after a gap in which publishes may have gone unheard); `consumes(queue)` says
+        whether this process has a fetcher of a queue to wake. `noticed(exc)` is told of
+        its failures, and is True when they need no line of their own (an outage,
+        logged once elsewhere)."""
         return None
 
     @abc.abstractmethod

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
@@ -89,4 +90,23 @@ async def run_until(
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     for proc, log in zip(procs, logs):
+        assert await exit_code(proc) == 0, log.read_text()
+
+
+@asynccontextmanager
+async def publisher_process(url: str, log: Path) -> AsyncIterator[Callable[[str], Awaitable[str]]]:
+    """A publisher in a process of its own (workers/publisher.py), connected: yields
+    `command(line)`, which sends it one command line and returns its reply."""
+    async with spawn(sys.executable, WORKERS / "publisher.py", url, log=log,
+                     stdin=asyncio.subprocess.PIPE) as proc:
+        assert await read_line(proc, log) == "READY"
+        assert proc.stdin is not None
+
+        async def command(line: str) -> str:
+            proc.stdin.write(f"{line}\n".encode())
+            await proc.stdin.drain()
+            return await read_line(proc, log)
+
+        yield command
+        proc.stdin.close()
         assert await exit_code(proc) == 0, log.read_text()

@@ -63,6 +63,7 @@ from ..base import (
 )
 from ._asyncmy import DriverTransaction, error_code
 from .channel_claim import MySQLChannelClaim
+from .watcher import MySQLWatcher
 
 _ACQUIRED = CLAIMED_COLUMNS.index("acquired_at")
 _TOKEN = CLAIMED_COLUMNS.index(TOKEN_COLUMN)
@@ -505,6 +506,41 @@ WHERE {_ARCHIVED}"""
             cursor = transaction.cursor
             args = renew.arguments({"leases": leases_document(leases)})
             return await cursor.execute(renew.sql, args) or 0
+
+    def listener(
+        self,
+        engine: AsyncEngine,
+        on_queue: Callable[[str], None],
+        on_reconnect: Callable[[], None],
+        log: Callable[..., None],
+        noticed: Callable[[BaseException], bool] = lambda _exc: False,
+        consumes: Callable[[str], bool] = lambda _queue: True,
+    ) -> MySQLWatcher:
+        per_call = {
+            "newest_message": (),
+            "new_messages": ("after", "most"),
+            "late_and_new_messages": ("missing", "after", "most"),
+        }
+        statements = {
+            name: self._on_driver.get(
+                ("watch", name), engine.dialect, functools.partial(self._text, engine, name), args
+            )
+            for name, args in per_call.items()
+        }
+        return MySQLWatcher(
+            engine,
+            statements,
+            on_queue,
+            on_reconnect,
+            consumes,
+            log,
+            noticed,
+            # the missing ids travel as a JSON_TABLE: without it, polling finds them
+            late_commits=self.json_table,
+        )
+
+    def _text(self, engine: AsyncEngine, name: str) -> sa.TextClause:
+        return sa.text(self._sql(engine, name))
 
     def is_transient(self, exc: BaseException) -> bool:
         return error_code(exc) in TRANSIENT_CODES

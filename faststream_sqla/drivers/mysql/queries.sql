@@ -58,3 +58,26 @@ SET m.state = ELT(o.state_code, 'PENDING', 'WAITING', 'PROCESSING', 'RETRYABLE',
     m.next_attempt_at = COALESCE(TIMESTAMPADD(MICROSECOND, o.next_us, CAST('1970-01-01' AS DATETIME(6))), m.next_attempt_at),
     m.last_error = COALESCE(o.error, m.last_error), m.acquired_at = NULL
 WHERE o.state_code IN (1, 4)
+
+-- name: newest_message
+-- Where the wake-up watcher starts: the newest id of the queue or its archive (one
+-- descent of each primary key), so that the ids of messages settled before it started
+-- are not taken for missing ones (new_messages).
+SELECT GREATEST(COALESCE((SELECT MAX(id) FROM {message}), 0), COALESCE((SELECT MAX(id) FROM {archive}), 0))
+
+-- name: new_messages
+-- The messages newer than the newest the watcher has seen, oldest first: one range of
+-- the primary key, a single descent that finds nothing while nothing is new. The third
+-- column says whether each may still be claimed: one already claimed needs no
+-- wake-up. Run in autocommit, so each look reads what has committed by then.
+SELECT id, queue, state IN ('PENDING', 'RETRYABLE') FROM {message} WHERE id > :after ORDER BY id LIMIT :most
+
+-- name: late_and_new_messages
+-- new_messages, and the messages of the ids a look found missing below the newest
+-- (:missing, a JSON array): an id is handed out at the insert, not at its commit, so
+-- a transaction that commits after a later one shows its rows late. Each missing id
+-- is found by primary key (STRAIGHT_JOIN, FORCE INDEX), as the outcome writes find
+-- theirs.
+(SELECT m.id, m.queue, m.state IN ('PENDING', 'RETRYABLE') FROM JSON_TABLE(:missing, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g STRAIGHT_JOIN {message} AS m FORCE INDEX (PRIMARY) ON m.id = g.id)
+UNION ALL
+(SELECT id, queue, state IN ('PENDING', 'RETRYABLE') FROM {message} WHERE id > :after ORDER BY id LIMIT :most)

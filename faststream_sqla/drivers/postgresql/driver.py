@@ -572,7 +572,9 @@ archived AS (
         on_reconnect: Callable[[], None],
         log: Callable[..., None],
         noticed: Callable[[BaseException], bool] = lambda _exc: False,
+        consumes: Callable[[str], bool] = lambda _queue: True,
     ) -> PostgresListener:
+        # each notification names its queue: a queue no fetcher here consumes wakes none
         return PostgresListener(engine, self.channel, on_queue, on_reconnect, log, noticed)
 
     def is_transient(self, exc: BaseException) -> bool:

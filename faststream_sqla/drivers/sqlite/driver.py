@@ -62,6 +62,7 @@ from ..catalogue import load_catalogue
 from ..claimed_rows import stored_headers
 from ._aiosqlite import run_in_thread, runs_calls_in_thread
 from .channel_claim import SQLiteChannelClaim
+from .watcher import SQLiteWatcher
 
 T = TypeVar("T")
 (READS_ONLY_OPTION,) = READS_ONLY
@@ -148,6 +149,30 @@ def ready_of_one_priority(tables: QueueTables) -> sa.Select:
     statement over every priority sorted each one's rows again to merge them."""
     ready = ready_ids(tables, sa.bindparam("claim_priority", type_=sa.Integer())).subquery()
     return sa.select(sa.func.json_group_array(ready.c.id), sa.func.count())
+
+
+#: the catalogue's statements the wake-up watcher runs (watcher.py)
+WATCHER_STATEMENTS = (
+    "watch_reads_only",
+    "watch_never_waits",
+    "data_version",
+    "newest_message",
+    "new_messages",
+)
+
+
+def in_memory(database: str, *, uri: bool) -> bool:
+    """Whether the pool's connections open an in-memory database, which no other
+    process can reach."""
+    if database in ("", ":memory:"):
+        return True
+    return uri and (database.startswith("file::memory:") or "mode=memory" in database)
+
+
+def _connect(database: str, options: dict[str, Any]) -> sqlite3.Connection:
+    # the dialect's arguments are sqlite3.connect's own, typed as a plain dict
+    connect: Callable[..., sqlite3.Connection] = sqlite3.connect
+    return connect(database, **options)
 
 
 def stored_text(value: datetime) -> str:
@@ -580,6 +605,36 @@ class SQLiteDriver(Driver):
     ) -> list[int]:
         return await self._write(
             engine, self._insert_work(self._q(engine, self.tables.message), rows)
+        )
+
+    def listener(
+        self,
+        engine: AsyncEngine,
+        on_queue: Callable[[str], None],
+        on_reconnect: Callable[[], None],
+        log: Callable[..., None],
+        noticed: Callable[[BaseException], bool] = lambda _exc: False,
+        consumes: Callable[[str], bool] = lambda _queue: True,
+    ) -> SQLiteWatcher | None:
+        args, kwargs = engine.dialect.create_connect_args(engine.url)
+        database = str(args[0])
+        if in_memory(database, uri=bool(kwargs.get("uri"))):
+            return None  # no other process can open it
+        # the file as the pool opens it, on a connection of the watcher's own
+        options: dict[str, Any] = {
+            **kwargs,
+            "check_same_thread": False,
+            "isolation_level": None,
+        }
+        statements = {name: self._sql(engine, name) for name in WATCHER_STATEMENTS}
+        return SQLiteWatcher(
+            functools.partial(_connect, database, options),
+            statements,
+            on_queue,
+            on_reconnect,
+            consumes,
+            log,
+            noticed,
         )
 
     def is_transient(self, exc: BaseException) -> bool:

@@ -45,3 +45,31 @@ UPDATE {message} AS m SET acquired_at = (strftime('%Y-%m-%d %H:%M:%f', 'now') ||
 -- Puts one message to try again back, with its counts, times and error, if its
 -- holder (the token) still has it: run once per requeued outcome (executemany).
 UPDATE {message} SET state = ?, attempts_count = ?, deliveries_count = ?, first_attempt_at = ?, last_attempt_at = ?, next_attempt_at = COALESCE(?, next_attempt_at), last_error = COALESCE(?, last_error), acquired_at = NULL WHERE id = ? AND claims_count = ? AND state = 'PROCESSING'
+
+-- name: watch_reads_only
+-- The wake-up watcher's connection refuses to write: it never takes the write lock
+-- that publishers, claims and outcome writes queue for.
+PRAGMA query_only = ON
+
+-- name: watch_never_waits
+-- The watcher's looks run on the event loop: a look that would wait for a lock fails
+-- at once with SQLITE_BUSY instead, and is skipped.
+PRAGMA busy_timeout = 0
+
+-- name: data_version
+-- Changes on the watcher's connection when any other connection commits to the file:
+-- read every few milliseconds, it takes no lock a writer waits on, and only a change
+-- is followed by a look at the messages (new_messages).
+PRAGMA data_version
+
+-- name: newest_message
+-- Where the watcher starts: the newest message id, one descent of the primary key.
+-- SQLite commits one writer at a time, so no id below it can still appear.
+SELECT COALESCE(MAX(id), 0) FROM {message}
+
+-- name: new_messages
+-- The messages newer than the newest the watcher has seen (?), at most ? of them,
+-- oldest first: one range of the primary key, a single descent that finds nothing
+-- while nothing is new. The third column says whether each may still be claimed: one
+-- already claimed needs no wake-up.
+SELECT id, queue, state IN ('PENDING', 'RETRYABLE') FROM {message} WHERE id > ? ORDER BY id LIMIT ?

@@ -107,6 +107,7 @@ def test_options_that_cannot_work_are_refused_when_the_subscriber_is_built(optio
         ("log_level", True),
         ("validate_schema", "no"),
         ("vacuum_message_table", "off"),
+        ("cross_process_wakeups", "yes"),
     ],
     ids=lambda value: repr(value),
 )

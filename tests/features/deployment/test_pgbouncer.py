@@ -25,9 +25,16 @@ from chaos.servers import _as, _home, _until_answers, free_port
 from faststream_sqla import MessageState, SqlaBroker
 from faststream_sqla.drivers.postgresql.driver import DEAF_WARNING
 from faststream_sqla.schema import QueueTables
-
-from tests.support.helpers import FAST, Recorder, captured_logger, rows, run_python, run_script, wait_until
-from tests.features.claims.test_wakeups import NO_POLLING
+from tests.features.wakeups.test_local_and_notify import NO_POLLING
+from tests.support.helpers import (
+    FAST,
+    Recorder,
+    captured_logger,
+    rows,
+    run_python,
+    run_script,
+    wait_until,
+)
 
 pytestmark = pytest.mark.databases("postgresql")
 

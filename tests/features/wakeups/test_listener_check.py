@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 
 from faststream_sqla import SqlaBroker
-
+from tests.features.wakeups.test_local_and_notify import _listening_subscriber
 from tests.support.helpers import Recorder
-from tests.features.claims.test_wakeups import _listening_subscriber
 
 pytestmark = pytest.mark.databases("postgresql")
 

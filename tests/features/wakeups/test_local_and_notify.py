@@ -1,4 +1,4 @@
-"""Wake-ups: local publishes on every database, LISTEN/NOTIFY across processes on PostgreSQL.
+"""Wake-ups: local publishes on every database, LISTEN/NOTIFY across brokers on PostgreSQL.
 
 Subscribers here poll once an hour, so a message arriving at all proves a wake-up.
 """
