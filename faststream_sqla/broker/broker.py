@@ -30,7 +30,7 @@ from faststream_sqla.connecting import (
     unreachable,
 )
 from faststream_sqla.drivers import driver_for
-from faststream_sqla.drivers.base import NotificationListener, reading
+from faststream_sqla.drivers.base import NotificationListener, WakeupHooks, reading
 from faststream_sqla.drivers.probe import select_one
 from faststream_sqla.exceptions import InvalidOptionError, SchemaMissingError, shown
 from faststream_sqla.message import ClaimedMessage, SqlaMessage
@@ -380,14 +380,14 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         def log(level: int, message: str) -> None:
             self.config.logger.log(message, level, {"queue": "", "message_id": ""})
 
-        listener = self.config.driver.listener(
-            self.config.engine,
+        hooks = WakeupHooks(
             on_queue=lambda queue: wakeups.wake((queue,)),
             on_reconnect=lambda: wakeups.wake(consumed),
             log=log,
             noticed=health.noticed,
             consumes=wakeups.consumes,
         )
+        listener = self.config.driver.listener(self.config.engine, hooks)
         if listener is not None:
             self.notifications = listener
             await listener.start()

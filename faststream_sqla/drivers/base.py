@@ -211,6 +211,21 @@ def leases_document(leases: Sequence[tuple[int, int]]) -> str:
     return json.dumps(leases, separators=(",", ":"))
 
 
+@dataclass(frozen=True)
+class WakeupHooks:
+    """What a wake-up source tells the broker. `on_queue(queue)` wakes the fetchers of
+    a queue, `on_reconnect()` every one (after a gap in which publishes may have gone
+    unheard); `consumes(queue)` says whether this process has a fetcher of a queue to
+    wake. `noticed(exc)` is told of its failures, and is True when they need no line
+    of their own (an outage, logged once elsewhere)."""
+
+    on_queue: Callable[[str], None]
+    on_reconnect: Callable[[], None]
+    log: Callable[..., None]
+    noticed: Callable[[BaseException], bool] = lambda _exc: False
+    consumes: Callable[[str], bool] = lambda _queue: True
+
+
 class NotificationListener(abc.ABC):
     """A database's wake-up source: hears about publishes from other processes and
     wakes this broker's fetchers of their queues (PostgreSQL's LISTEN; a watcher of new
@@ -478,18 +493,10 @@ class Driver(abc.ABC):
     def listener(
         self,
         engine: AsyncEngine,
-        on_queue: Callable[[str], None],
-        on_reconnect: Callable[[], None],
-        log: Callable[..., None],
-        noticed: Callable[[BaseException], bool] = lambda _exc: False,
-        consumes: Callable[[str], bool] = lambda _queue: True,
+        hooks: WakeupHooks,
     ) -> NotificationListener | None:
-        """This database's cross-process wake-up source, or None where it has none.
-        `on_queue(queue)` wakes the fetchers of a queue, `on_reconnect()` every one
-        (after a gap in which publishes may have gone unheard); `consumes(queue)` says
-        whether this process has a fetcher of a queue to wake. `noticed(exc)` is told of
-        its failures, and is True when they need no line of their own (an outage,
-        logged once elsewhere)."""
+        """This database's cross-process wake-up source, telling `hooks`, or None where
+        it has none."""
         return None
 
     @abc.abstractmethod

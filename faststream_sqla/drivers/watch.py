@@ -27,11 +27,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import NotificationListener
+from .base import NotificationListener, WakeupHooks
 
 #: a look's row: the message id, its queue, and whether it may still be claimed
 Row = tuple[int, str, Any]
@@ -142,16 +142,9 @@ class MessageWatcher(NotificationListener):
     #: what the log calls it
     title = "wake-up watcher"
 
-    def __init__(
-        self,
-        on_queue: Callable[[str], None],
-        on_reconnect: Callable[[], None],
-        consumes: Callable[[str], bool],
-        log: Callable[..., None],
-        noticed: Callable[[BaseException], bool] = lambda _exc: False,
-    ) -> None:
-        self.on_queue, self.on_reconnect, self.consumes = on_queue, on_reconnect, consumes
-        self.log, self.noticed = log, noticed
+    def __init__(self, hooks: WakeupHooks) -> None:
+        self.on_queue, self.on_reconnect = hooks.on_queue, hooks.on_reconnect
+        self.consumes, self.log, self.noticed = hooks.consumes, hooks.log, hooks.noticed
         #: how many times it has connected
         self.connects = 0
         #: looks made since start

@@ -57,6 +57,7 @@ from ..base import (
     InsertShape,
     NewMessage,
     Outcome,
+    WakeupHooks,
     attempt_micros,
     insert_shape,
     leases_document,
@@ -510,11 +511,7 @@ WHERE {_ARCHIVED}"""
     def listener(
         self,
         engine: AsyncEngine,
-        on_queue: Callable[[str], None],
-        on_reconnect: Callable[[], None],
-        log: Callable[..., None],
-        noticed: Callable[[BaseException], bool] = lambda _exc: False,
-        consumes: Callable[[str], bool] = lambda _queue: True,
+        hooks: WakeupHooks,
     ) -> MySQLWatcher:
         per_call = {
             "newest_message": (),
@@ -530,11 +527,7 @@ WHERE {_ARCHIVED}"""
         return MySQLWatcher(
             engine,
             statements,
-            on_queue,
-            on_reconnect,
-            consumes,
-            log,
-            noticed,
+            hooks,
             # the missing ids travel as a JSON_TABLE: without it, polling finds them
             late_commits=self.json_table,
         )

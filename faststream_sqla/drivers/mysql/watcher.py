@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._compiled import DriverStatement
+from ..base import WakeupHooks
 from ..watch import ROWS_PER_LOOK, MessageWatcher, Pace, Row, Seen
 
 #: looks every 5 ms while messages arrive (a round trip and an index descent each), for
@@ -38,15 +39,11 @@ class MySQLWatcher(MessageWatcher):
         self,
         engine: AsyncEngine,
         statements: dict[str, DriverStatement],
-        on_queue: Callable[[str], None],
-        on_reconnect: Callable[[], None],
-        consumes: Callable[[str], bool],
-        log: Callable[..., None],
-        noticed: Callable[[BaseException], bool] = lambda _exc: False,
+        hooks: WakeupHooks,
         *,
         late_commits: bool,
     ) -> None:
-        super().__init__(on_queue, on_reconnect, consumes, log, noticed)
+        super().__init__(hooks)
         self.engine, self._statements = engine, statements
         self.late_commits = late_commits
         #: the server's id of the watcher's connection (CONNECTION_ID()), once open

@@ -24,7 +24,7 @@ import itertools
 import logging
 import operator
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -61,6 +61,7 @@ from ..base import (
     NotificationListener,
     Outcome,
     SnapshotHolder,
+    WakeupHooks,
     attempt_micros,
     claim_order,
     sqlstate,
@@ -568,14 +569,10 @@ archived AS (
     def listener(
         self,
         engine: AsyncEngine,
-        on_queue: Callable[[str], None],
-        on_reconnect: Callable[[], None],
-        log: Callable[..., None],
-        noticed: Callable[[BaseException], bool] = lambda _exc: False,
-        consumes: Callable[[str], bool] = lambda _queue: True,
+        hooks: WakeupHooks,
     ) -> PostgresListener:
         # each notification names its queue: a queue no fetcher here consumes wakes none
-        return PostgresListener(engine, self.channel, on_queue, on_reconnect, log, noticed)
+        return PostgresListener(engine, self.channel, hooks)
 
     def is_transient(self, exc: BaseException) -> bool:
         return sqlstate(exc) in TRANSIENT_SQLSTATES
@@ -610,13 +607,11 @@ class PostgresListener(NotificationListener):
         self,
         engine: AsyncEngine,
         channel: str,
-        on_queue: Callable[[str], None],
-        on_reconnect: Callable[[], None],
-        log: Callable[..., None],
-        noticed: Callable[[BaseException], bool] = lambda _exc: False,
+        hooks: WakeupHooks,
     ) -> None:
-        self.engine, self.channel, self.log, self.noticed = engine, channel, log, noticed
-        self.on_queue, self.on_reconnect = on_queue, on_reconnect
+        self.engine, self.channel = engine, channel
+        self.on_queue, self.on_reconnect = hooks.on_queue, hooks.on_reconnect
+        self.log, self.noticed = hooks.log, hooks.noticed
         self.connects = 0
         self.connected = asyncio.Event()
         self._changed = asyncio.Condition()

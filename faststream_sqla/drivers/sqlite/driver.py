@@ -53,6 +53,7 @@ from ..base import (
     InsertShape,
     NewMessage,
     Outcome,
+    WakeupHooks,
     claimed_order,
     insert_shape,
     leases_document,
@@ -610,11 +611,7 @@ class SQLiteDriver(Driver):
     def listener(
         self,
         engine: AsyncEngine,
-        on_queue: Callable[[str], None],
-        on_reconnect: Callable[[], None],
-        log: Callable[..., None],
-        noticed: Callable[[BaseException], bool] = lambda _exc: False,
-        consumes: Callable[[str], bool] = lambda _queue: True,
+        hooks: WakeupHooks,
     ) -> SQLiteWatcher | None:
         args, kwargs = engine.dialect.create_connect_args(engine.url)
         database = str(args[0])
@@ -630,11 +627,7 @@ class SQLiteDriver(Driver):
         return SQLiteWatcher(
             functools.partial(_connect, database, options),
             statements,
-            on_queue,
-            on_reconnect,
-            consumes,
-            log,
-            noticed,
+            hooks,
         )
 
     def is_transient(self, exc: BaseException) -> bool:

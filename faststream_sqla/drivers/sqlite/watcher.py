@@ -25,6 +25,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..base import WakeupHooks
 from ..watch import ROWS_PER_LOOK, MessageWatcher, Pace, Row, Seen
 
 #: looks every 2 ms while messages arrive (a look that finds data_version unchanged
@@ -52,13 +53,9 @@ class SQLiteWatcher(MessageWatcher):
         self,
         connect: Callable[[], sqlite3.Connection],
         statements: dict[str, str],
-        on_queue: Callable[[str], None],
-        on_reconnect: Callable[[], None],
-        consumes: Callable[[str], bool],
-        log: Callable[..., None],
-        noticed: Callable[[BaseException], bool] = lambda _exc: False,
+        hooks: WakeupHooks,
     ) -> None:
-        super().__init__(on_queue, on_reconnect, consumes, log, noticed)
+        super().__init__(hooks)
         self._connect, self._sql = connect, statements
         self._conn: sqlite3.Connection | None = None
         self._cursor: Any = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from faststream_sqla.drivers.base import WakeupHooks
 from faststream_sqla.drivers.sqlite.driver import SQLiteDriver
 from faststream_sqla.drivers.watch import LATE_COMMIT_PATIENCE, MOST_MISSING, Pace, Seen
 from faststream_sqla.schema import QueueTables
@@ -74,4 +75,4 @@ def test_an_in_memory_sqlite_database_has_no_watcher():
     for url in ("sqlite+aiosqlite://", "sqlite+aiosqlite:///:memory:"):
         engine = create_async_engine(url)
         driver = SQLiteDriver(QueueTables())
-        assert driver.listener(engine, lambda _q: None, lambda: None, print) is None
+        assert driver.listener(engine, WakeupHooks(lambda _q: None, lambda: None, print)) is None
