@@ -65,7 +65,7 @@ class WrittenClaims:
         seen: dict[tuple[int, int], None] = {}
         for written, ids, tokens in self._batches:
             if written >= cutoff:
-                seen.update(dict.fromkeys(zip(ids, tokens)))
+                seen.update(dict.fromkeys(zip(ids, tokens, strict=True)))
         return list(seen)
 
     def __len__(self) -> int:
@@ -129,7 +129,9 @@ class ClaimRecovery(StoppableLoop):
                 try:
                     await self.release_once()
                 except Exception as exc:
-                    log_failure(self.log, "releasing claims after an outage", exc, backoff, self.health)
+                    log_failure(
+                        self.log, "releasing claims after an outage", exc, backoff, self.health
+                    )
                     self.recovered.set()  # try again after the pause
                     if await self.pause(backoff.next_delay()):
                         return
