@@ -67,9 +67,12 @@ async def _until_answers(port: int) -> None:
 
 class ThrowawayPostgres:
     """`async with ThrowawayPostgres() as server:` then `server.url`, `await
-    server.stop("fast" | "immediate")`, `await server.start()`."""
+    server.stop("fast" | "immediate")`, `await server.start()`, `await server.kill()`
+    (SIGKILL to the postmaster: a crash of the machine, as far as clients can tell).
+    `settings` are server settings given at start (`-c name=value`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: dict[str, str] | None = None) -> None:
+        self.settings = dict(settings or {})
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
         if not found:
             raise RuntimeError("PostgreSQL's server binaries are not installed")
@@ -86,24 +89,119 @@ class ThrowawayPostgres:
         options = (
             f"-p {self.port} -k {self.home} -c listen_addresses=127.0.0.1 -c fsync=off"
         )
+        for name, value in self.settings.items():
+            options += f" -c {name}={value}"
         await _run(self._ctl("-w", "-l", str(self.home / "server.log"), "-o", options, "start"))
         await _until_answers(self.port)
 
     async def stop(self, mode: str = "fast") -> None:
         await _run(self._ctl("-w", "-m", mode, "stop"))
 
-    async def __aenter__(self) -> ThrowawayPostgres:
+    def postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data / "postmaster.pid").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    async def kill(self) -> None:
+        """SIGKILL the postmaster; its backends end by themselves once they notice."""
+        pid = self.postmaster_pid()
+        if pid is None:
+            raise RuntimeError(f"no postmaster running in {self.data}")
+        os.kill(pid, signal.SIGKILL)
+
+    async def promote(self) -> None:
+        """A standby becomes a primary (waits until it accepts writes)."""
+        await _run(self._ctl("-w", "promote"))
+
+    async def initialise(self) -> None:
         await _run(_as("postgres", [
             str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres",
             "--no-sync",
         ]))
+
+    async def __aenter__(self) -> ThrowawayPostgres:
+        await self.initialise()
         await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         with contextlib.suppress(Exception):
             await self.stop("immediate")
+        self._kill_leftovers()
         shutil.rmtree(self.home, ignore_errors=True)
+
+    def _kill_leftovers(self) -> None:
+        """A killed postmaster's backends, should any still run (they exit once they
+        notice it gone)."""
+        pid = self.postmaster_pid()
+        if pid is None:
+            return
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        for stat in glob.glob("/proc/[0-9]*/stat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:  # a child of the killed postmaster
+                    os.kill(int(Path(stat).parent.name), signal.SIGKILL)
+
+
+class ReplicatedPostgres:
+    """A throwaway primary and a streaming standby of it (`pg_basebackup -R -X stream`),
+    synchronous (`synchronous_standby_names = '*'`: a commit returns once the standby
+    has it) or asynchronous. `url` names both hosts, read-write first
+    (`target_session_attrs=read-write`), as a client that follows a failover would:
+    `await pair.primary.kill()`, then `await pair.standby.promote()`."""
+
+    def __init__(self, *, synchronous: bool) -> None:
+        self.synchronous = synchronous
+        settings = {"synchronous_standby_names": "'*'"} if synchronous else {}
+        self.primary = ThrowawayPostgres(settings | {"synchronous_commit": "on"})
+        self.standby = ThrowawayPostgres()
+        hosts = "&".join(f"host=127.0.0.1:{s.port}" for s in (self.primary, self.standby))
+        self.url = (
+            f"postgresql+asyncpg://postgres@/postgres?{hosts}&target_session_attrs=read-write"
+        )
+
+    async def __aenter__(self) -> ReplicatedPostgres:
+        await self.primary.__aenter__()
+        try:
+            await _run(_as("postgres", [
+                str(self.primary.bin / "pg_basebackup"), "-h", "127.0.0.1",
+                "-p", str(self.primary.port), "-U", "postgres", "-D", str(self.standby.data),
+                "-R", "-X", "stream", "--no-sync",
+            ]))
+            await self.standby.start()
+            await self._until_streaming()
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
+
+    async def _until_streaming(self) -> None:
+        """Wait until the primary sees its standby streaming (and, when synchronous,
+        as its synchronous standby): before that, a synchronous commit would wait."""
+        wanted = "sync" if self.synchronous else "async"
+        argv = _as("postgres", [
+            str(self.primary.bin / "psql"), "-h", "127.0.0.1", "-p", str(self.primary.port),
+            "-U", "postgres", "-Atc",
+            "SELECT state || ' ' || sync_state FROM pg_stat_replication",
+        ])
+        deadline = asyncio.get_running_loop().time() + START_TIMEOUT
+        while True:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+            )
+            out, _ = await proc.communicate()
+            if out.decode().split() == ["streaming", wanted]:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"the standby did not stream within {START_TIMEOUT}s")
+            await asyncio.sleep(0.1)  # polling another process's state: no event to await
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.standby.__aexit__()
+        await self.primary.__aexit__()
 
 
 class ThrowawayMariaDB:

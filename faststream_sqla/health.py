@@ -57,6 +57,9 @@ class DatabaseHealth:
         #: outages seen so far, and probes that found the database gone (read by tests)
         self.outages = 0
         self.failed_probes = 0
+        #: when the latest outage began (time.monotonic()), None before the first
+        self.last_outage_began: float | None = None
+        self._on_recovery: list[Callable[[], None]] = []
 
     def connect(self, engine: AsyncEngine, driver: Driver, log: Log) -> None:
         self._engine, self._driver, self.log = engine, driver, log
@@ -107,6 +110,19 @@ class DatabaseHealth:
             for waiting in waits:
                 waiting.cancel()
 
+    def outage_since(self, moment: float) -> bool:
+        """Whether the database was unreachable at some time after `moment`
+        (time.monotonic()): what was written before it may be lost (a failover to a
+        standby the writes had not reached) or released meanwhile."""
+        began = self.last_outage_began
+        return self.is_down or (began is not None and began >= moment)
+
+    def on_recovery(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` each time an outage ends, once the database answers again;
+        returns what unregisters it."""
+        self._on_recovery.append(callback)
+        return lambda: self._on_recovery.remove(callback)
+
     def _forget_probe(self, _done: asyncio.Future[bool]) -> None:
         self._probing = None
 
@@ -116,7 +132,7 @@ class DatabaseHealth:
         self.is_down = True
         self.reachable.clear()
         self.outages += 1
-        self._down_since = time.monotonic()
+        self._down_since = self.last_outage_began = time.monotonic()
         where = masked(self._engine.url) if self._engine is not None else "the database"
         self.log(
             logging.ERROR,
@@ -135,6 +151,8 @@ class DatabaseHealth:
         self.log(logging.WARNING, f"the database answers again after {seconds:.1f}s; resuming")
         self._watcher = None
         self._set_reachable()
+        for callback in list(self._on_recovery):
+            callback()
 
     async def _probe(self) -> bool:
         """One `SELECT 1` on a connection of the broker's pool: does the database answer?"""

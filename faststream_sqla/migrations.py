@@ -25,6 +25,7 @@ from .connecting import create_engine, ensure_reachable
 from .drivers.base import reading
 from .exceptions import SchemaMissingError, SchemaOutdatedError
 from .schema import VERSION_TABLE, QueueTables, TableNames
+from .urls import masked
 
 T = TypeVar("T")
 
@@ -118,7 +119,7 @@ async def current_revision(
 
 def upgrade_command(engine: AsyncEngine, names: TableNames) -> str:
     """The CLI call that fixes the schema, password masked."""
-    url = engine.url.render_as_string(hide_password=True)
+    url = masked(engine.url)
     cmd = f"faststream-sqla db upgrade --url {shlex.quote(url)}"
     if names.message != TableNames().message:
         cmd += f" --message-table {names.message}"

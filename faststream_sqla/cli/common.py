@@ -97,7 +97,7 @@ def run(url: str, action: Callable[[AsyncEngine], Awaitable[T]], *, may_create: 
             f"no SQLite database at {missing} (the file does not exist); check the path, "
             f"or create the tables there with: faststream-sqla db upgrade --url {masked(url)}"
         )
-    shown = engine.url.render_as_string(hide_password=True)
+    shown = masked(engine.url)
 
     async def go() -> T:
         try:

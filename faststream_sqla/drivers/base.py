@@ -391,6 +391,28 @@ class Driver(abc.ABC):
             )
             return result.rowcount or 0
 
+    async def release_claims(self, engine: AsyncEngine, claims: Sequence[tuple[int, int]]) -> int:
+        """Put back to PENDING the messages still PROCESSING under these very claims,
+        given as (id, token) pairs: fenced like outcomes, so a message claimed again
+        since (its token moved on) or settled is left alone. Returns how many were."""
+        m = self.tables.message
+        released = 0
+        async with self.own_transaction(engine) as conn:
+            for start in range(0, len(claims), RELEASE_CHUNK):
+                chunk = claims[start : start + RELEASE_CHUNK]
+                result = await conn.execute(
+                    sa.update(m)
+                    .where(
+                        # the ids alone first: one look-up of the primary key each
+                        m.c.id.in_([claim_id for claim_id, _ in chunk]),
+                        sa.tuple_(m.c.id, m.c[TOKEN_COLUMN]).in_(chunk),
+                        m.c.state == MessageState.PROCESSING,
+                    )
+                    .values(state=MessageState.PENDING, acquired_at=None)
+                )
+                released += max(result.rowcount or 0, 0)
+        return released
+
     @abc.abstractmethod
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:
         """Insert messages on the caller's connection (and so its transaction); ids in
@@ -551,6 +573,11 @@ class Driver(abc.ABC):
     def _catalogue(self) -> Catalogue:
         assert self.queries_package is not None, f"{type(self).__name__} has no catalogue"
         return load_catalogue(self.queries_package)
+
+
+#: claims per statement of `release_claims`: three bound values each, under the
+#: 999 that older SQLite builds allow
+RELEASE_CHUNK = 300
 
 
 async def with_retries(

@@ -51,6 +51,7 @@ class OutcomeFlusher(StoppableLoop):
         health: DatabaseHealth,
         concurrency: int = FLUSH_CONCURRENCY,
         after_write: Callable[[Sequence[Outcome]], Awaitable[None]] | None = None,
+        claimed_since: Callable[[Sequence[Outcome]], float | None] = lambda _outcomes: None,
     ) -> None:
         super().__init__()
         self.engine, self.driver, self.interval, self.log = engine, driver, interval, log
@@ -60,6 +61,8 @@ class OutcomeFlusher(StoppableLoop):
         #: follow-up work once a batch is committed (releasing ordering keys), before
         #: on_written; its failure is logged, never undoes the written batch
         self.after_write = after_write
+        #: when the earliest claim of a batch was made (time.monotonic()), while held
+        self.claimed_since = claimed_since
         self.pending: list[Outcome] = []
         self.in_flight: set[asyncio.Task[bool]] = set()
         self._writers = asyncio.Semaphore(concurrency)
@@ -165,6 +168,7 @@ class OutcomeFlusher(StoppableLoop):
         self._failed = False
         self._backoff.reset()
         self.written += len(batch)
+        claimed = self.claimed_since(batch) if changed < len(batch) else None
         if self.after_write is not None:
             try:
                 await self.after_write(batch)
@@ -183,6 +187,18 @@ class OutcomeFlusher(StoppableLoop):
                     "after a lost connection: most likely the first write committed before "
                     "the connection was lost; any whose claim was released meanwhile will "
                     "be delivered again",
+                )
+            elif self.health.outages and self.health.outage_since(claimed or 0.0):
+                # No lease of a live process lapses in a short outage: the claims were
+                # lost with the database's state (a failover, a restart).
+                self.log(
+                    logging.WARNING,
+                    f"{stale} outcomes were stale: the database was unreachable since "
+                    "those messages were claimed, and it no longer shows their claims; "
+                    "most likely the claims were lost in a failover to a standby or a "
+                    "restart (written, but not yet replicated or flushed), else "
+                    "release-stuck released them meanwhile; those messages will be "
+                    "delivered again",
                 )
             else:
                 self.log(

@@ -34,6 +34,7 @@ from .fetcher import Fetcher
 from .flusher import OutcomeFlusher, flush_batch_size
 from .loops import StoppableLoop
 from .pull import Pull
+from .recovery import ClaimRecovery, WrittenClaims
 from .upkeep import CONTROL_INTERVAL, ControlWatcher, LeaseKeeper, StuckReleaser
 
 if TYPE_CHECKING:
@@ -92,6 +93,10 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._breakers: Breakers | None = None
         self._pull = Pull(lambda: self._outer_config, self.queues, self.options)
         self._loops: list[StoppableLoop] = []
+        #: the claims whose outcomes this process wrote lately (subscriber.recovery)
+        self._written = WrittenClaims(self.options.release_stuck_timeout)
+        #: releases them when an outage ends, if the database forgot their outcomes
+        self._recovery: ClaimRecovery | None = None
 
     @property
     def _broker_middlewares(self) -> Sequence[BrokerMiddleware[Any]]:
@@ -199,6 +204,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             after_write=self._after_write,
             log=self._log,
             health=self._outer_config.health,
+            claimed_since=self._claimed_since,
         )
         self._breakers = None
         if opts.circuit_breaker_threshold is not None:
@@ -247,7 +253,17 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             health=self._outer_config.health,
             breakers=self._breakers,
         )
-        self._loops = [self._flusher, releaser, leases, watcher]
+        self._written = WrittenClaims(opts.release_stuck_timeout)
+        self._recovery = ClaimRecovery(
+            engine=engine,
+            driver=driver,
+            written=self._written,
+            held=self._held,
+            on_released=self._wake.set,
+            log=self._log,
+            health=self._outer_config.health,
+        )
+        self._loops = [self._flusher, releaser, leases, watcher, self._recovery]
         self._outer_config.wakeups.register(self.queues, self._wake)
         self._tasks = [
             self._spawn(self._fetcher.run(), "fetch"),
@@ -255,6 +271,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             self._spawn(releaser.run(), "release-stuck"),
             self._spawn(leases.run(), "leases"),
             self._spawn(watcher.run(), "controls"),
+            self._spawn(self._recovery.run(), "recovery"),
         ]
         self._delivery = Delivery(
             options=opts,
@@ -351,7 +368,14 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         if self._flusher is not None:
             self._flusher.write_soon()
 
+    def _claimed_since(self, outcomes: Sequence[Outcome]) -> float | None:
+        """When the earliest claim among `outcomes` was made (time.monotonic())."""
+        held = self._held
+        times = [raw.claimed_at_monotonic for o in outcomes if (raw := held.get(o.id)) is not None]
+        return min(times, default=None)
+
     def _release_held(self, outcomes: Sequence[Outcome]) -> None:
+        self._written.note(outcomes)
         held, freed_key = self._held, False
         if self._keyed:
             for outcome in outcomes:

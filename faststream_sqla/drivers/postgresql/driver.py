@@ -3,7 +3,8 @@
 - The claim: one `LATERAL` range per priority under `FOR UPDATE SKIP LOCKED`, the
   `UPDATE` to PROCESSING, and the rows back as one row of column arrays, in one
   statement that also turns `synchronous_commit` off for its own transaction (a claim
-  lost in a crash only means a repeat delivery).
+  lost in a crash only means a repeat delivery), unless the server has a synchronous
+  standby (`PostgresDriver.claim_commit`).
 - The outcome write: each column one text array (`array_literal`), unnested; archived
   rows by `DELETE ... RETURNING` feeding the archive's `INSERT`, requeues by `UPDATE`,
   either half left out when the batch has none.
@@ -28,6 +29,7 @@ from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -213,6 +215,22 @@ class PostgresDriver(Driver):
     relaxes_commits = True
     queries_package = "faststream_sqla.drivers.postgresql"
 
+    @staticmethod
+    def claim_commit() -> sa.ColumnElement[str]:
+        """The claim's `synchronous_commit`, decided by the server at each claim.
+
+        Without a synchronous standby a lost claim only means a repeat delivery (a
+        crash), so the claim's commit does not wait for its WAL flush. With one
+        (`synchronous_standby_names` set), the claim keeps the session's setting (`on`
+        unless the operator chose otherwise) and so reaches the standby before it
+        returns: a failover to that standby then forgets no claim, and a message handled
+        before it is not delivered again. Read per claim, it follows a failover or a
+        change of the server's configuration without a restart."""
+        return sa.case(
+            (sa.func.current_setting("synchronous_standby_names") == "", "off"),
+            else_=sa.func.current_setting("synchronous_commit"),
+        )
+
     def __init__(self, tables: QueueTables) -> None:
         super().__init__(tables)
         m = tables.message
@@ -233,10 +251,10 @@ class PostgresDriver(Driver):
             .limit(claim_limit())
             .cte("ready")
         )
-        # A lost claim only means the message is delivered again (at-least-once holds),
-        # so the claim's commit need not wait for its WAL flush. Set inside the statement
-        # itself, so the claim stays one round trip.
-        relaxed = sa.select(sa.func.set_config("synchronous_commit", "off", True)).cte("relaxed")
+        # Set inside the statement itself, so the claim stays one round trip.
+        relaxed = sa.select(
+            sa.func.set_config("synchronous_commit", self.claim_commit(), True)
+        ).cte("relaxed")
         # `id = ANY(ARRAY(ready ids))`: one pass over the primary key for the whole
         # batch. `id IN (SELECT ...)` planned a semi-join that first de-duplicated the
         # ids in a hash table (a share of the claim's server time); a join with `ready`
@@ -578,8 +596,12 @@ archived AS (
         return sqlstate(exc) in TRANSIENT_SQLSTATES
 
     def is_disconnect(self, exc: BaseException) -> bool:
-        return bool(getattr(exc, "connection_invalidated", False)) or (
-            (sqlstate(exc) or "").startswith("08")
+        return (
+            bool(getattr(exc, "connection_invalidated", False))
+            or (sqlstate(exc) or "").startswith("08")
+            # asyncpg's own error for a connection the server had already dropped, met
+            # below SQLAlchemy (the listener's LISTEN on a pooled connection)
+            or (isinstance(exc, asyncpg.InterfaceError) and "connection is closed" in str(exc))
         )
 
 
