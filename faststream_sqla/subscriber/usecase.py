@@ -25,6 +25,7 @@ from faststream_sqla.parser import SqlaBatchParser, SqlaParser
 from faststream_sqla.publisher.fake import SqlaFakePublisher
 from faststream_sqla.schema import validate_queue_name
 from faststream_sqla.stall import DEFAULT_THRESHOLD as DEFAULT_STALL_THRESHOLD
+from faststream_sqla.worker_registry import ConsumerLoad
 
 from .breaker import Breakers
 from .buffer import PrefetchBuffer
@@ -92,6 +93,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._breakers: Breakers | None = None
         self._pull = Pull(lambda: self._outer_config, self.queues, self.options)
         self._loops: list[StoppableLoop] = []
+        #: this subscriber's part of its process's row in the workers table
+        self._load: ConsumerLoad | None = None
 
     @property
     def _broker_middlewares(self) -> Sequence[BrokerMiddleware[Any]]:
@@ -270,6 +273,13 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             stop_consuming=self._stop_consuming,
             log=self._log,
         )
+        self._load = ConsumerLoad(
+            queues=self.queues,
+            held=self._held,
+            running=self._delivery.delivering.__len__,
+            lease_interval=leases.interval,
+        )
+        self._outer_config.workers.attach(self._load)
         work = self._delivery.work
         self._workers = [self._spawn(work(), f"worker-{i}") for i in range(opts.max_workers)]
         # Report a blocked event loop well before a lease could lapse over it.
@@ -439,6 +449,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             except Exception as exc:
                 self._log(logging.WARNING, f"handing back circuit breaker probes: {exc!r}")
         self._tasks, self._workers = [], []
+        if self._load is not None:
+            self._outer_config.workers.detach(self._load)
+            self._load = None
         await super().stop()
 
     async def _final_flush(self) -> None:
