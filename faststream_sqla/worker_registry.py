@@ -89,8 +89,9 @@ class WorkerRegistry:
         self._stopping: asyncio.Event | None = None
         self._failing = False
         self._pruned_at = 0.0
-        #: rows inserted again because a refresh found none (read by tests)
-        self.reinserted = 0
+        #: rows inserted again because a refresh found none, and writes that failed
+        #: (read by tests)
+        self.reinserted = self.failures = 0
 
     def connect(
         self, engine: AsyncEngine, driver: Driver, log: Log, health: DatabaseHealth
@@ -205,6 +206,7 @@ class WorkerRegistry:
             self.log(logging.INFO, "the workers table is written again")
 
     def _failed(self, exc: BaseException, what: str) -> None:
+        self.failures += 1
         if self._health is not None and self._health.noticed(exc):
             return  # an outage: logged once by DatabaseHealth
         if self._failing:

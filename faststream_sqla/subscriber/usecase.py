@@ -276,7 +276,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._load = ConsumerLoad(
             queues=self.queues,
             held=self._held,
-            running=self._delivery.delivering.__len__,
+            running=self._busy_workers,
             lease_interval=leases.interval,
         )
         self._outer_config.workers.attach(self._load)
@@ -286,6 +286,12 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         threshold = min(DEFAULT_STALL_THRESHOLD, opts.release_stuck_timeout / 3)
         for task in self._workers:
             self._outer_config.stall_watch.watch(task, self._describe_delivery(task), threshold)
+
+    def _busy_workers(self) -> int:
+        """Workers with a message in hand (running its handler), for the workers
+        table: those not waiting for the buffer. Read from the buffer's count, so that
+        deliveries keep no tally of their own."""
+        return max(0, sum(not task.done() for task in self._workers) - self._buffer.idle_workers)
 
     def _describe_delivery(self, task: asyncio.Task[Any]) -> Callable[[], str | None]:
         """What `task` (a worker) is delivering, for the stall watch's report."""
