@@ -1,5 +1,5 @@
 """The running broker processes, as the admin API lists them, and which of them holds a
-message (docs/operations.md#workers). The statements are in
+message (docs/operations.md#workers-who-is-running). The statements are in
 `faststream_sqla.drivers.workers`; here is the judgement alive or gone, by the database
 clock, and the public models."""
 
