@@ -18,6 +18,7 @@ from faststream_sqla.schema import QueueTables
 from faststream_sqla.stall import LoopStallWatch
 from faststream_sqla.vacuum import MessageTableVacuum
 from faststream_sqla.wakeup import WakeupHub
+from faststream_sqla.worker_registry import WorkerRegistry
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -33,6 +34,8 @@ class SqlaBrokerConfig(BrokerConfig):
     vacuum: MessageTableVacuum = field(default_factory=MessageTableVacuum)
     stall_watch: LoopStallWatch = field(default_factory=LoopStallWatch)
     health: DatabaseHealth = field(default_factory=DatabaseHealth)
+    #: this process's row in the workers table while the broker runs
+    workers: WorkerRegistry = field(default_factory=WorkerRegistry)
     #: set while TestSqlaBroker runs the broker in memory: its fake producer calls the
     #: handlers, so subscribers started meanwhile run no loops
     in_memory: bool = field(default=False, init=False)
@@ -70,6 +73,7 @@ class SqlaBrokerConfig(BrokerConfig):
         self.vacuum.connect(engine, driver, log)
         self.stall_watch.log = log
         self.health.connect(engine, driver, log)
+        self.workers.connect(engine, driver, log, self.health)
 
     def disconnect(self) -> None:
         self._engine = self._driver = None

@@ -136,7 +136,14 @@ def _inspect(
 ) -> tuple[list[str], dict[str, list[str]], object]:
     inspector = sa.inspect(conn)
     existing = set(inspector.get_table_names())
-    ours = (*tables.live, tables.archive, tables.controls, tables.schedule, tables.breaker_events)
+    ours = (
+        *tables.live,
+        tables.archive,
+        tables.controls,
+        tables.schedule,
+        tables.breaker_events,
+        tables.workers,
+    )
     missing = [t.name for t in ours if t.name not in existing]
     lacking: dict[str, list[str]] = {}
     for table in ours:
@@ -161,14 +168,15 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
     )
     fix = f"run: {upgrade_command(engine, tables.names)}"
     if revision == HEAD_REVISION:
-        # Migrated by us: the archive, the controls, the schedules and the breaker history
-        # exist, though a producer granted nothing on them (docs/security.md) does not see
-        # them on MariaDB.
+        # Migrated by us: the archive, the controls, the schedules, the breaker history
+        # and the workers exist, though a producer granted nothing on them
+        # (docs/security.md) does not see them on MariaDB.
         unseen = {
             tables.archive.name,
             tables.controls.name,
             tables.schedule.name,
             tables.breaker_events.name,
+            tables.workers.name,
         }
         missing = [name for name in missing if name not in unseen]
         for name in unseen:
@@ -176,9 +184,11 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
     elif revision is not _UNVERSIONED:
         # an older revision: tables added since are for the upgrade to create
         missing = [n for n in missing if n in (tables.message.name, tables.archive.name)]
-    elif tables.schedule.name in missing:
-        # hand-managed tables need the schedule table only to declare schedules
-        missing.remove(tables.schedule.name)
+    else:
+        # hand-managed tables need the schedule table only to declare schedules, and
+        # the workers table only to list the running processes (without it, a broker
+        # says once that it cannot register)
+        missing = [n for n in missing if n not in (tables.schedule.name, tables.workers.name)]
     if missing:
         raise SchemaMissingError(f"table(s) {', '.join(missing)} do not exist; {fix}")
     if revision is _UNVERSIONED or revision == HEAD_REVISION:

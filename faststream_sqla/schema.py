@@ -95,6 +95,7 @@ class TableNames:
             controls_table_name(self.message),
             schedule_table_name(self.message),
             breaker_events_table_name(self.message),
+            workers_table_name(self.message),
         ):
             if self.archive == derived:
                 msg = (
@@ -154,6 +155,8 @@ class QueueTables:
     schedule: sa.Table = field(init=False)
     #: every change of a breaker's state (build_breaker_events_table)
     breaker_events: sa.Table = field(init=False)
+    #: one row per running broker process (build_workers_table)
+    workers: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:
         self.metadata = sa.MetaData()
@@ -166,6 +169,7 @@ class QueueTables:
         self.controls = build_controls_table(self.metadata, self.names.message)
         self.schedule = build_schedule_table(self.metadata, self.names.message)
         self.breaker_events = build_breaker_events_table(self.metadata, self.names.message)
+        self.workers = build_workers_table(self.metadata, self.names.message)
 
     @property
     def key_index(self) -> sa.Table:
@@ -583,6 +587,43 @@ def build_breaker_events_table(metadata: sa.MetaData, message: str) -> sa.Table:
     return table
 
 
+def workers_table_name(message: str) -> str:
+    return f"{message}_workers"
+
+
+#: a worker id is a uuid4's 32 hex digits; host names and package versions are cut to
+#: these lengths
+WORKER_ID_LENGTH, MAX_HOST_LENGTH, MAX_VERSION_LENGTH = 32, 255, 64
+
+
+def build_workers_table(metadata: sa.MetaData, message: str) -> sa.Table:
+    """One row per started broker process (faststream_sqla.worker_registry): who it is,
+    what it consumes, and what it held when it last wrote. A process inserts its row at
+    start, rewrites it as often as it renews leases, and deletes it at a graceful stop;
+    a row silent for longer than its `silent_after` is a worker that is gone. Few rows,
+    found by id: the primary key is the only index."""
+    return sa.Table(
+        workers_table_name(message),
+        metadata,
+        sa.Column("worker_id", sa.String(WORKER_ID_LENGTH), primary_key=True),
+        sa.Column("host", sa.String(MAX_HOST_LENGTH), nullable=False),
+        sa.Column("pid", sa.Integer(), nullable=False),
+        # the queue names its subscribers consume, a JSON list
+        sa.Column("queues", sa.JSON(), nullable=False),
+        sa.Column("version", sa.String(MAX_VERSION_LENGTH), nullable=False),
+        sa.Column("started_at", Timestamp, nullable=False),
+        sa.Column("last_seen", Timestamp, nullable=False),
+        # the seconds of silence after which the process counts as gone: three of its
+        # refresh intervals
+        sa.Column("silent_after", sa.Float(), nullable=False),
+        sa.Column("in_flight", sa.Integer(), nullable=False, server_default=sa.text("0")),
+        # the ids of the messages it held at last_seen (claimed, not yet settled), a
+        # JSON list: who holds a PROCESSING message is read from here, so that claims
+        # write nothing more
+        sa.Column("holding", sa.JSON(), nullable=False),
+    )
+
+
 def build_archive_table(metadata: sa.MetaData, name: str) -> sa.Table:
     table = sa.Table(
         name,
@@ -632,4 +673,5 @@ __all__ = [
     "schedule_table_name",
     "utc_now",
     "validate_queue_name",
+    "workers_table_name",
 ]

@@ -20,6 +20,7 @@ from .models import (
     QueueLimits,
     QueueStats,
     ScheduleInfo,
+    WorkerInfo,
     to_json,
 )
 
@@ -42,5 +43,6 @@ __all__ = [
     "QueueLimits",
     "QueueStats",
     "ScheduleInfo",
+    "WorkerInfo",
     "to_json",
 ]

@@ -38,7 +38,7 @@ from faststream_sqla.schema import (
     validate_queue_name,
 )
 
-from . import archive, controls, dead_letters, messages, queues, schedules
+from . import archive, controls, dead_letters, messages, queues, schedules, workers
 from . import channels as limits
 from .archive import PRUNE_BATCH
 from .dead_letters import MOVE_BATCH
@@ -55,6 +55,7 @@ from .models import (
     QueueLimits,
     QueueStats,
     ScheduleInfo,
+    WorkerInfo,
 )
 
 #: a rate as `set_channel_limits` and `set_queue_limits` take it: "5/s", "100/min",
@@ -544,6 +545,18 @@ class QueueAdmin:
         await self._prepare(writes=True)
         async with self.driver.own_transaction(self.engine) as conn:
             return await schedules.set_paused(conn, self.tables, name, paused=paused)
+
+    # -- workers ---------------------------------------------------------------------
+
+    async def workers(self, *, gone_after: float | None = None) -> list[WorkerInfo]:
+        """Every broker process that registered and was not pruned, oldest start first:
+        `alive`, or `gone` once silent for longer than `gone_after` seconds (by the
+        database clock; default: each worker's own three refresh intervals). A gone row
+        stays listed for an hour after its last refresh. A graceful stop removes its row."""
+        threshold = workers.checked_gone_after(gone_after)
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            return await workers.workers(conn, self.tables, threshold)
 
     # -- helpers ---------------------------------------------------------------------
 

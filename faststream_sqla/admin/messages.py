@@ -18,6 +18,7 @@ from faststream_sqla.schema import MessageState, QueueTables
 
 from .models import LiveMessage, MessageDetails, MessagePage, Progress
 from .queues import start_progress
+from .workers import holders
 
 #: rows per purge transaction
 PURGE_BATCH = 1000
@@ -29,9 +30,12 @@ async def find_message(
     """The message `message_id`, live or archived."""
     async with reading(engine) as conn:
         row = await message_reads.find_message(conn, driver.tables, message_id)
-    if row is None:
-        return None
-    state = row.state
+        if row is None:
+            return None
+        state = row.state
+        held_by = None
+        if not row.archived and state == MessageState.PROCESSING:
+            held_by = (await holders(conn, driver.tables, [row.id])).get(row.id)
     return MessageDetails(
         id=row.id,
         queue=row.queue,
@@ -56,6 +60,7 @@ async def find_message(
         archived_at=to_aware(row.archived_at),
         redriven_from=row.redriven_from,
         redriven_to=row.redriven_to,
+        held_by=held_by,
     )
 
 
@@ -101,6 +106,8 @@ async def message_page(
     # one row more than the page: whether there is a next page
     query = message_reads.MessagePageQuery(tables, queue, states, limit + 1, message_cursor(after))
     found = await message_reads.message_page(conn, query)
+    processing = [row.id for row in found[:limit] if row.state == "processing"]
+    held_by = await holders(conn, tables, processing)
     items = [
         LiveMessage(
             id=row.id,
@@ -115,6 +122,7 @@ async def message_page(
             created_at=to_aware(row.created_at),
             next_attempt_at=to_aware(row.next_attempt_at),
             last_error=row.last_error,
+            held_by=held_by.get(row.id),
         )
         for row in found[:limit]
     ]

@@ -78,6 +78,9 @@ class MessageDetails:
     #: the audit trail of redrive and replay
     redriven_from: int | None = None
     redriven_to: int | None = None
+    #: PROCESSING messages only: the worker (`WorkerInfo.worker_id`) whose last refresh
+    #: listed it as held; None until that refresh (`QueueAdmin.workers`)
+    held_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,8 @@ class LiveMessage:
     #: when it is due (ready: when it became due)
     next_attempt_at: datetime | None
     last_error: str | None
+    #: processing messages only: the worker that holds it, as `MessageDetails.held_by`
+    held_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +264,33 @@ class ChannelStatus:
     #: the group it belongs to (its name up to the first "/"), whose limits hold
     #: beside its own; for a group's own row (a name ending in "/"), itself
     group: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A broker process, as its row in the workers table says (`QueueAdmin.workers`)."""
+
+    #: random, made when the broker started
+    worker_id: str
+    host: str
+    pid: int
+    #: the queues its subscribers consume (none for a broker that only publishes)
+    queues: list[str]
+    #: its faststream-sqla version
+    version: str
+    started_at: datetime
+    #: its last refresh, by the database clock
+    last_seen: datetime
+    #: seconds since last_seen when read, by the database clock
+    silent_for: float
+    #: "alive", or "gone": silent for longer than `gone_after`
+    status: str
+    #: the silence, in seconds, after which it counts as gone
+    gone_after: float
+    #: handlers running at last_seen
+    in_flight: int
+    #: the ids of the messages it held at last_seen (claimed, not yet settled)
+    holding: list[int]
 
 
 def to_json(value: Any) -> Any:

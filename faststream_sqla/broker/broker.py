@@ -349,6 +349,8 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
                 {"queue": "", "message_id": ""},
             )
         await super().start()
+        # after the subscribers started: the row names the queues they consume
+        await self.config.workers.start()
         await self._start_notifications()
         await self._start_schedules()
 
@@ -404,6 +406,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             self.schedule_runner = None
         self.config.vacuum.close()
         await super().stop(exc_type, exc_val, exc_tb)  # subscribers' final flushes too
+        await self.config.workers.stop()
         await self.config.vacuum.stop()
         await self.config.health.close()
         if self.notifications is not None:

@@ -1,4 +1,5 @@
-"""`faststream-sqla queues|inspect|purge|dlq|replay|archive`: the running queues, through
+"""`faststream-sqla queues|inspect|purge|dlq|replay|archive|workers`: the running queues
+and the processes that consume them, through
 `faststream_sqla.admin` (the commands only parse, confirm, draw and exit)."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from faststream_sqla.admin.messages import MESSAGE_LIST_STATES
 from faststream_sqla.admin.models import MoveResult, QueueStats
 from faststream_sqla.drivers.postgresql.partitions import MAX_MONTHS_AHEAD
 from faststream_sqla.exceptions import shown
+from faststream_sqla.worker_registry import PRUNE_AFTER
 
 from .common import (
     Admin,
@@ -295,6 +297,8 @@ def inspect(
             ("next attempt", _time(found.next_attempt_at)),
             ("acquired", _time(found.acquired_at)),
         ]
+        if found.held_by is not None:
+            rows.append(("held by", f"worker {found.held_by}"))
     if found.redriven_from is not None:
         rows.append(("moved back from", f"archived message {found.redriven_from}"))
     if found.redriven_to is not None:
@@ -307,6 +311,57 @@ def inspect(
     table = Table(show_header=False, box=None)
     for name, value in rows:
         table.add_row(f"[bold]{name}[/]", escape(value))
+    out.print(table)
+    return None
+
+
+@admin_command(app)
+def workers(
+    admin: Admin,
+    gone_after: Annotated[
+        str | None,
+        typer.Option(
+            help="Call a worker gone after this silence (e.g. 90s, 5m; at most 1h); "
+            "default: three of its own refresh intervals."
+        ),
+    ] = None,
+) -> None:
+    """The running broker processes: host, pid, alive or gone, the queues they consume,
+    handlers in flight and messages held, when they started and were last seen."""
+    threshold = None
+    if gone_after is not None:
+        threshold = parse_duration(gone_after, "--gone-after").total_seconds()
+        if threshold > PRUNE_AFTER:
+            usage_error(f"--gone-after: {shown(gone_after)} must be at most 1h")
+    found = admin(lambda a: a.workers(gone_after=threshold))
+    if admin.printed_json_or_empty(found, "No broker process is registered."):
+        return None
+    table = listing(
+        "worker",
+        "host",
+        "pid",
+        "status",
+        "queues",
+        "in flight",
+        "held",
+        "started",
+        "last seen",
+        "version",
+        first=[w.worker_id for w in found],
+    )
+    for w in found:
+        table.add_row(
+            w.worker_id,
+            escape(w.host),
+            str(w.pid),
+            w.status,
+            escape(", ".join(w.queues) or "-"),
+            str(w.in_flight),
+            str(len(w.holding)),
+            _time(w.started_at),
+            f"{_age(w.silent_for)} ago",
+            escape(w.version),
+        )
     out.print(table)
     return None
 

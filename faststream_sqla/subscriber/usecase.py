@@ -25,6 +25,7 @@ from faststream_sqla.parser import SqlaBatchParser, SqlaParser
 from faststream_sqla.publisher.fake import SqlaFakePublisher
 from faststream_sqla.schema import validate_queue_name
 from faststream_sqla.stall import DEFAULT_THRESHOLD as DEFAULT_STALL_THRESHOLD
+from faststream_sqla.worker_registry import ConsumerLoad
 
 from .breaker import Breakers
 from .buffer import PrefetchBuffer
@@ -97,6 +98,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._written = WrittenClaims(self.options.release_stuck_timeout)
         #: releases them when an outage ends, if the database forgot their outcomes
         self._recovery: ClaimRecovery | None = None
+        #: this subscriber's part of its process's row in the workers table
+        self._load: ConsumerLoad | None = None
 
     @property
     def _broker_middlewares(self) -> Sequence[BrokerMiddleware[Any]]:
@@ -287,12 +290,25 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             stop_consuming=self._stop_consuming,
             log=self._log,
         )
+        self._load = ConsumerLoad(
+            queues=self.queues,
+            held=self._held,
+            running=self._busy_workers,
+            lease_interval=leases.interval,
+        )
+        self._outer_config.workers.attach(self._load)
         work = self._delivery.work
         self._workers = [self._spawn(work(), f"worker-{i}") for i in range(opts.max_workers)]
         # Report a blocked event loop well before a lease could lapse over it.
         threshold = min(DEFAULT_STALL_THRESHOLD, opts.release_stuck_timeout / 3)
         for task in self._workers:
             self._outer_config.stall_watch.watch(task, self._describe_delivery(task), threshold)
+
+    def _busy_workers(self) -> int:
+        """Workers with a message in hand (running its handler), for the workers
+        table: those not waiting for the buffer. Read from the buffer's count, so that
+        deliveries keep no tally of their own."""
+        return max(0, sum(not task.done() for task in self._workers) - self._buffer.idle_workers)
 
     def _describe_delivery(self, task: asyncio.Task[Any]) -> Callable[[], str | None]:
         """What `task` (a worker) is delivering, for the stall watch's report."""
@@ -463,6 +479,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             except Exception as exc:
                 self._log(logging.WARNING, f"handing back circuit breaker probes: {exc!r}")
         self._tasks, self._workers = [], []
+        if self._load is not None:
+            self._outer_config.workers.detach(self._load)
+            self._load = None
         await super().stop()
 
     async def _final_flush(self) -> None:
