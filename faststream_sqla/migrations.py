@@ -135,7 +135,14 @@ def _inspect(
 ) -> tuple[list[str], dict[str, list[str]], object]:
     inspector = sa.inspect(conn)
     existing = set(inspector.get_table_names())
-    ours = (*tables.live, tables.archive, tables.controls, tables.schedule, tables.breaker_events)
+    ours = (
+        *tables.live,
+        tables.archive,
+        tables.controls,
+        tables.schedule,
+        tables.breaker_events,
+        tables.bindings,
+    )
     missing = [t.name for t in ours if t.name not in existing]
     lacking: dict[str, list[str]] = {}
     for table in ours:
@@ -168,6 +175,7 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
             tables.controls.name,
             tables.schedule.name,
             tables.breaker_events.name,
+            tables.bindings.name,
         }
         missing = [name for name in missing if name not in unseen]
         for name in unseen:
@@ -175,9 +183,10 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
     elif revision is not _UNVERSIONED:
         # an older revision: tables added since are for the upgrade to create
         missing = [n for n in missing if n in (tables.message.name, tables.archive.name)]
-    elif tables.schedule.name in missing:
-        # hand-managed tables need the schedule table only to declare schedules
-        missing.remove(tables.schedule.name)
+    else:
+        # hand-managed tables need the schedule table only to declare schedules, the
+        # bindings table only to publish to topics
+        missing = [n for n in missing if n not in (tables.schedule.name, tables.bindings.name)]
     if missing:
         raise SchemaMissingError(f"table(s) {', '.join(missing)} do not exist; {fix}")
     if revision is _UNVERSIONED or revision == HEAD_REVISION:

@@ -91,7 +91,7 @@ async def _create_database(driver: str) -> None:
     async with engine.begin() as conn:
         for table in (
             "message_keys", "message_controls", "message_schedule", "message_breaker_events",
-            "message", "message_archive",
+            "message_bindings", "message", "message_archive",
             "faststream_sqla_version", "handled",
         ):
             q = engine.dialect.identifier_preparer.quote(table)
@@ -159,7 +159,8 @@ async def database_url(
     async with engine.begin() as conn:
         live = tables.for_dialect(engine.dialect.name).live
         for table in (
-            *live, tables.archive, tables.controls, tables.schedule, tables.breaker_events
+            *live, tables.archive, tables.controls, tables.schedule, tables.breaker_events,
+            tables.bindings,
         ):
             await conn.execute(table.delete())
     await engine.dispose()

@@ -65,7 +65,7 @@ async def custom_engine(engine: AsyncEngine) -> AsyncIterator[AsyncEngine]:
     async with engine.begin() as conn:
         for name in (
             f"{CUSTOM.message}_schedule", f"{CUSTOM.message}_breaker_events",
-            f"{CUSTOM.message}_controls", f"{CUSTOM.message}_keys",  # _keys: MySQL's
+            f"{CUSTOM.message}_bindings", f"{CUSTOM.message}_controls", f"{CUSTOM.message}_keys",  # _keys: MySQL's
             CUSTOM.archive, CUSTOM.message,
             version_table_for(CUSTOM),
         ):
@@ -76,13 +76,13 @@ def test_script_location_holds_the_scripts() -> None:
     location = Path(script_location())
     assert (location / "env.py").is_file()
     assert (location / "versions" / "0001_initial.py").is_file()
-    assert HEAD_REVISION == "0014"
+    assert HEAD_REVISION == "0015"
 
 
 async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
     assert {
         "message", "message_archive", "message_schedule", "message_controls",
-        "message_breaker_events", VERSION_TABLE,
+        "message_breaker_events", "message_bindings", VERSION_TABLE,
     } <= await _table_names(engine)
     assert await current_revision(engine) == HEAD_REVISION
     await check_schema(engine, QueueTables())
@@ -184,6 +184,7 @@ async def test_custom_table_names(custom_engine: AsyncEngine) -> None:
     custom_tables = {
         CUSTOM.message, CUSTOM.archive, f"{CUSTOM.message}_schedule",
         f"{CUSTOM.message}_controls", f"{CUSTOM.message}_breaker_events",
+        f"{CUSTOM.message}_bindings",
     }
     assert custom_tables <= await _table_names(engine)
     assert await current_revision(engine, **kw) == HEAD_REVISION
