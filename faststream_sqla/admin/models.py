@@ -155,6 +155,16 @@ class MoveResult:
 
 
 @dataclass(frozen=True)
+class Binding:
+    """Messages published to a topic `pattern` matches are copied into `queue`
+    (docs/topics.md)."""
+
+    pattern: str
+    queue: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
 class ScheduleInfo:
     """One interval or cron schedule (docs/schedules.md)."""
 
