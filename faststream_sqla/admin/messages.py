@@ -56,6 +56,7 @@ async def find_message(
         archived_at=to_aware(row.archived_at),
         redriven_from=row.redriven_from,
         redriven_to=row.redriven_to,
+        topic=row.topic,
     )
 
 

@@ -78,6 +78,9 @@ class MessageDetails:
     #: the audit trail of redrive and replay
     redriven_from: int | None = None
     redriven_to: int | None = None
+    #: the topic it was published to, this queue one of those bound to it
+    #: (docs/topics.md); None for a publish to the queue
+    topic: str | None = None
 
 
 @dataclass(frozen=True)
