@@ -29,8 +29,8 @@ from faststream_sqla.connecting import (
     missing_sqlite_file,
     unreachable,
 )
-from faststream_sqla.drivers import driver_for
-from faststream_sqla.drivers.base import NotificationListener, WakeupHooks, reading
+from faststream_sqla.drivers import driver_for, topics
+from faststream_sqla.drivers.base import NotificationListener, WakeupHooks, reading, with_retries
 from faststream_sqla.drivers.probe import select_one
 from faststream_sqla.exceptions import InvalidOptionError, SchemaMissingError, shown
 from faststream_sqla.message import ClaimedMessage, SqlaMessage
@@ -348,9 +348,26 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
                 logging.INFO,
                 {"queue": "", "message_id": ""},
             )
+        await self._bind_topics()
         await super().start()
         await self._start_notifications()
         await self._start_schedules()
+
+    async def _bind_topics(self) -> None:
+        """Bind the subscribers' queues to their topics (`subscriber(topics=...)`);
+        bindings already there stay as they are."""
+        pairs = [
+            pair for sub in cast("list[SqlaSubscriber]", self.subscribers) for pair in sub.bindings
+        ]
+        if not pairs or self.config.broker_config.in_memory:  # TestSqlaBroker: no tables
+            return
+        driver, engine = self.config.driver, self.engine
+
+        async def bind() -> int:
+            async with driver.own_transaction(engine) as conn:
+                return await topics.bind(conn, driver.tables, pairs)
+
+        await with_retries(driver, bind)
 
     async def _start_schedules(self) -> None:
         """Write and fire the declared schedules; nothing at all without any."""
