@@ -118,7 +118,8 @@ async def ensure_server_databases(database: str) -> None:
 
 #: MySQL and MariaDB also have message_keys (dropped first, though nothing refers to it)
 OUR_TABLES = (
-    "message_keys", "message_controls", "message_schedule", "message_breaker_events", "message",
+    "message_keys", "message_controls", "message_schedule", "message_breaker_events",
+    "message_bindings", "message",
     "message_archive", "faststream_sqla_version",
 )
 

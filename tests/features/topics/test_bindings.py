@@ -106,3 +106,30 @@ async def test_topic_commands_refuse_malformed_patterns(database_url: str) -> No
     assert "empty word" in out.output
     out = await cli(database_url, "topic", "route", "orders.*", code=2)
     assert "wildcard" in out.output
+
+
+async def test_publish_command_sends_a_copy_to_each_bound_queue(database_url: str) -> None:
+    out = await cli(database_url, "publish", "--topic", "orders.created", '{"a": 1}')
+    assert "No queue is bound to topic orders.created" in out.stdout
+    await cli(database_url, "topic", "bind", "orders.*", "billing")
+    await cli(database_url, "topic", "bind", "#", "audit")
+    sent = await cli_json(database_url, "publish", "--topic", "orders.created", '{"a": 1}')
+    assert sent["topic"] == "orders.created" and len(sent["ids"]) == 2
+    audit_id, billing_id = sent["ids"]
+    async with QueueAdmin(database_url) as admin:
+        assert (await admin.inspect(audit_id)).queue == "audit"
+        found = await admin.inspect(billing_id)
+        assert (found.queue, found.topic, found.payload) == (
+            "billing",
+            "orders.created",
+            b'{"a":1}',
+        )
+    out = await cli(database_url, "publish", "--topic", "orders.paid", "x", "--priority", "3")
+    assert "Published 2 copies to topic orders.paid" in out.stdout
+
+    out = await cli(database_url, "publish", "billing", "x", "--topic", "orders.a", code=2)
+    assert "either a QUEUE or --topic" in out.output
+    out = await cli(database_url, "publish", "--topic", "orders.*", "x", code=2)
+    assert "wildcard" in out.output
+    out = await cli(database_url, "publish", "billing", code=2)
+    assert "missing BODY" in out.output
