@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 #: the header that carries the topic a message was published to (SqlaMessage.topic): a
 #: claim reads headers already, and a column of its own would cost every claim
-TOPIC_HEADER = "sqla-topic"
+TOPIC_HEADER = "x-topic"
 
 #: ten years: a longer wait is a mistake, and would overflow datetime arithmetic
 MAX_NACK_DELAY_SECONDS = 10 * 365 * 24 * 3600
