@@ -119,7 +119,8 @@ async def ensure_server_databases(database: str) -> None:
 #: MySQL and MariaDB also have message_keys (dropped first, though nothing refers to it)
 OUR_TABLES = (
     "message_keys", "message_controls", "message_schedule", "message_breaker_events",
-    "message_workers", "message", "message_archive", "faststream_sqla_version",
+    "message_workers", "message_bindings", "message", "message_archive",
+    "faststream_sqla_version",
 )
 
 

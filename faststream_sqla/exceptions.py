@@ -53,6 +53,12 @@ class InvalidQueueNameError(InvalidOptionError):
     """A queue name is empty, too long or not a string."""
 
 
+class InvalidTopicError(InvalidOptionError):
+    """A topic or a topic pattern is malformed: an empty word, a character outside
+    letters, digits, `_` and `-`, a wildcard mixed into a word, a wildcard in a topic
+    published to, or too long."""
+
+
 class MessageSerializationError(SqlaBrokerError, TypeError):
     """A message body or its headers cannot be turned into bytes/JSON."""
 

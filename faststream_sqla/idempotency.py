@@ -116,22 +116,29 @@ async def _insert_new_keys(
     latest: bool,
     after_insert: AfterInsert | None = None,
 ) -> list[int]:
-    queue = rows[0].queue  # one call publishes to one queue
-    first_of_key: dict[str, NewMessage] = {}
+    # Keys are per queue: a publish to a topic writes a copy into each bound queue,
+    # and each queue holds (or not) its own message of the key.
+    first_of_key: dict[tuple[str, str], NewMessage] = {}
     for row in rows:
         key = row.idempotency_key
         if key is None:
             continue
-        earlier = first_of_key.setdefault(key, row)
+        earlier = first_of_key.setdefault((row.queue, key), row)
         if earlier.payload != row.payload:
             msg = (
                 f"idempotency key {shown(key)} is given twice in this batch, with different "
                 "payloads"
             )
             raise IdempotencyConflictError(msg, key=key)
-    held = await driver.find_idempotency_keys(conn, queue, list(first_of_key), latest=latest)
-    for key, (message_id, payload) in held.items():
-        if payload != first_of_key[key].payload:
+    keys_of_queue: dict[str, list[str]] = {}
+    for queue, key in first_of_key:
+        keys_of_queue.setdefault(queue, []).append(key)
+    held: dict[tuple[str, str], tuple[int, bytes]] = {}
+    for queue, keys in keys_of_queue.items():
+        found = await driver.find_idempotency_keys(conn, queue, keys, latest=latest)
+        held.update(((queue, key), value) for key, value in found.items())
+    for (queue, key), (message_id, payload) in held.items():
+        if payload != first_of_key[queue, key].payload:
             msg = (
                 f"queue {shown(queue)} already holds message {message_id} with idempotency key "
                 f"{shown(key)} and a different payload; nothing was written"
@@ -141,7 +148,10 @@ async def _insert_new_keys(
         row
         for row in rows
         if row.idempotency_key is None
-        or (row.idempotency_key not in held and first_of_key[row.idempotency_key] is row)
+        or (
+            (row.queue, row.idempotency_key) not in held
+            and first_of_key[row.queue, row.idempotency_key] is row
+        )
     ]
     new_ids = await driver.insert_messages(conn, fresh) if fresh else []
     if after_insert is not None and fresh:
@@ -151,17 +161,21 @@ async def _insert_new_keys(
     for row, message_id in zip(fresh, new_ids, strict=True):
         id_of_row[id(row)] = message_id
         if row.idempotency_key is not None:
-            id_of_key[row.idempotency_key] = message_id
+            id_of_key[row.queue, row.idempotency_key] = message_id
     return [
-        id_of_row[id(row)] if row.idempotency_key is None else id_of_key[row.idempotency_key]
+        id_of_row[id(row)]
+        if row.idempotency_key is None
+        else id_of_key[row.queue, row.idempotency_key]
         for row in rows
     ]
 
 
 def _lost_every_race(rows: Sequence[NewMessage]) -> IdempotencyConflictError:
     keys = sorted({r.idempotency_key for r in rows if r.idempotency_key is not None})
+    queues = sorted({r.queue for r in rows})
+    where = f"queue {shown(queues[0])}" if len(queues) == 1 else f"queues {shown(queues)}"
     msg = (
-        f"idempotency keys {shown(keys)} of queue {shown(rows[0].queue)} were taken by other "
+        f"idempotency keys {shown(keys)} of {where} were taken by other "
         f"publishers {MAX_RACES} times in a row; nothing was written"
     )
     return IdempotencyConflictError(msg, key=keys[0])

@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from .drivers.base import Outcome
 
 
+#: the header that carries the topic a message was published to (SqlaMessage.topic): a
+#: claim reads headers already, and a column of its own would cost every claim
+TOPIC_HEADER = "x-topic"
+
 #: ten years: a longer wait is a mistake, and would overflow datetime arithmetic
 MAX_NACK_DELAY_SECONDS = 10 * 365 * 24 * 3600
 
@@ -213,6 +217,13 @@ class SqlaMessage(StreamMessage[ClaimedMessage]):
     def channel(self) -> str | None:
         """The channel whose limits the message was claimed under, if any."""
         return self.raw_message.channel
+
+    @property
+    def topic(self) -> str | None:
+        """The topic the message was published to (this queue got a copy as one of
+        the queues bound to it); None for a publish to the queue itself."""
+        topic = self.raw_message.headers.get(TOPIC_HEADER)
+        return topic if isinstance(topic, str) else None
 
     async def ack(self) -> None:
         if self.committed is None:

@@ -143,6 +143,7 @@ def _inspect(
         tables.schedule,
         tables.breaker_events,
         tables.workers,
+        tables.bindings,
     )
     missing = [t.name for t in ours if t.name not in existing]
     lacking: dict[str, list[str]] = {}
@@ -177,6 +178,7 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
             tables.schedule.name,
             tables.breaker_events.name,
             tables.workers.name,
+            tables.bindings.name,
         }
         missing = [name for name in missing if name not in unseen]
         for name in unseen:
@@ -185,10 +187,11 @@ async def check_schema(engine: AsyncEngine, tables: QueueTables) -> None:
         # an older revision: tables added since are for the upgrade to create
         missing = [n for n in missing if n in (tables.message.name, tables.archive.name)]
     else:
-        # hand-managed tables need the schedule table only to declare schedules, and
-        # the workers table only to list the running processes (without it, a broker
-        # says once that it cannot register)
-        missing = [n for n in missing if n not in (tables.schedule.name, tables.workers.name)]
+        # hand-managed tables need the schedule table only to declare schedules, the
+        # bindings table only to publish to topics, and the workers table only to list
+        # the running processes (without it, a broker says once that it cannot register)
+        optional = (tables.schedule.name, tables.bindings.name, tables.workers.name)
+        missing = [n for n in missing if n not in optional]
     if missing:
         raise SchemaMissingError(f"table(s) {', '.join(missing)} do not exist; {fix}")
     if revision is _UNVERSIONED or revision == HEAD_REVISION:

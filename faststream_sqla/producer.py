@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from typing_extensions import override
 from faststream_sqla import idempotency, ordering
 from faststream_sqla.channels.groups import checked_message_channel
 from faststream_sqla.clock import to_naive_utc
+from faststream_sqla.drivers import topics as bindings
 from faststream_sqla.drivers.base import NewMessage, reading, with_retries
 from faststream_sqla.durations import integer, seconds_of
 from faststream_sqla.exceptions import (
@@ -29,7 +30,7 @@ from faststream_sqla.exceptions import (
     QueueFullError,
     shown,
 )
-from faststream_sqla.message import validate_delay
+from faststream_sqla.message import TOPIC_HEADER, validate_delay
 from faststream_sqla.options import NO_OPTIONS, DeliveryOptions, Envelope, checked_key
 from faststream_sqla.parser import CONTENT_TYPE_HEADER, REPLY_TO_HEADER, SqlaParser
 from faststream_sqla.response import SqlaPublishCommand
@@ -39,6 +40,7 @@ from faststream_sqla.schema import (
     MIN_PRIORITY,
     validate_queue_name,
 )
+from faststream_sqla.topics import checked_topic, route
 from faststream_sqla.urls import masked
 
 if TYPE_CHECKING:
@@ -261,9 +263,10 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         return True
 
     @override
-    async def publish(self, cmd: SqlaPublishCommand) -> int:
+    async def publish(self, cmd: SqlaPublishCommand) -> int | list[int]:
         ids = await self._insert(cmd, bodies=nonempty(cmd.batch_items[:1]))
-        return ids[0]
+        # to a topic: one copy per bound queue, maybe none
+        return ids if cmd.topic is not None else ids[0]
 
     @override
     async def publish_batch(self, cmd: SqlaPublishCommand) -> list[int]:
@@ -280,8 +283,19 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
     async def build_rows(
         self, cmd: SqlaPublishCommand, bodies: tuple[Any, ...]
     ) -> list[NewMessage]:
-        """Validate everything before anything is written."""
-        queue = validate_queue_name(cmd.destination)
+        """Validate everything before anything is written. The rows of a publish to a
+        topic have no queue yet: `fan_out` copies them into the bound queues."""
+        if cmd.topic is not None:
+            if cmd.destination:
+                msg = (
+                    f"pass either a queue ({shown(cmd.destination)}) or a topic "
+                    f"({shown(cmd.topic)}), not both"
+                )
+                raise InvalidOptionError(msg)
+            queue = ""
+            checked_topic(cmd.topic)
+        else:
+            queue = validate_queue_name(cmd.destination)
         call_options = row_options(cmd.options)  # NewMessage's fields from publish_at on
         if cmd.options.idempotency_key is not None and len(bodies) > 1:
             msg = (
@@ -293,6 +307,9 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         headers = checked_headers(cmd.headers)
         if cmd.reply_to:
             headers[REPLY_TO_HEADER] = validate_queue_name(cmd.reply_to)
+        if cmd.topic is not None:
+            # how a handler reads it (SqlaMessage.topic): claims return no topic column
+            headers[TOPIC_HEADER] = cmd.topic
 
         # Each message of a batch gets its own correlation id unless the caller gave one:
         # one random base per call, numbered, is unique and costs no uuid4 per message.
@@ -352,18 +369,18 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             )
         return rows
 
-    async def _check_room(
-        self, conn: AsyncConnection, rows: Sequence[NewMessage], limit: int
-    ) -> None:
-        """QueueFullError unless the batch fits under the queue's limit as a whole."""
+    async def _check_room(self, conn: AsyncConnection, queue: str, count: int) -> None:
+        """QueueFullError unless `count` more messages fit under `queue`'s limit."""
         assert self._driver is not None
-        queue = rows[0].queue
+        limit = self.limits.of(queue)
+        if limit is None:
+            return
         held = await self._driver.count_active(conn, queue, at_most=limit)
-        if held + len(rows) > limit:
+        if held + count > limit:
             msg = (
                 f"queue {shown(queue)} is full: it holds {'at least ' if held >= limit else ''}"
                 f"{held} waiting or in-flight messages, its max_queue_size is {limit}, "
-                f"so {len(rows)} more do not fit; nothing was written"
+                f"so {count} more do not fit; nothing was written"
             )
             raise QueueFullError(msg)
 
@@ -375,6 +392,8 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         if not rows:
             return []
         try:
+            if cmd.topic is not None:
+                return await self._store_to_topic(cmd, cmd.topic, rows)
             return await self._store(cmd, rows)
         except Exception as e:
             if not self._driver.is_unreachable(e):
@@ -382,9 +401,14 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             assert self._health is not None
             self._health.noticed(e)  # logged once per outage, with its end
             # one error to catch, whichever driver failed and however
+            target = (
+                f"topic {shown(cmd.topic)}"
+                if cmd.topic is not None
+                else f"queue {shown(rows[0].queue)}"
+            )
             msg = (
                 f"cannot reach the database at {masked(self._engine.url)} to publish to "
-                f"queue {shown(rows[0].queue)}: {type(e).__name__}: {e}. Nothing was stored, "
+                f"{target}: {type(e).__name__}: {e}. Nothing was stored, "
                 "unless the connection was lost while the commit was under way"
             )
             raise DatabaseUnreachableError(msg) from e
@@ -404,18 +428,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
             waiting.extend(await ordering.hold_behind_keys(driver, conn, inserted, ids))
 
         hold_keys = hold if ordering.has_ordering_keys(rows) else None
-
-        async def release_waiting() -> None:
-            # after the commit: whichever of this and the archive before it starts last
-            # releases the key's next message (see faststream_sqla.ordering)
-            engine = self._engine
-            assert engine is not None
-            try:
-                await with_retries(driver, lambda: ordering.release_first(driver, engine, waiting))
-            except Exception:
-                log.warning(
-                    "could not release messages waiting for their ordering key", exc_info=True
-                )
+        release_waiting = self._releaser(waiting)
 
         if cmd.connection is None:
 
@@ -424,7 +437,7 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                 waiting.clear()
                 if limit is not None:
                     async with reading(self._engine) as conn:
-                        await self._check_room(conn, rows, limit)
+                        await self._check_room(conn, rows[0].queue, len(rows))
                 if keyed:
                     return await idempotency.insert_in_own_transaction(
                         driver,
@@ -448,6 +461,104 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
 
         # Transactional outbox: the rows join the caller's transaction and exist only
         # if it commits; local consumers are woken at that commit, not before.
+        conn = await self._callers_connection(cmd)
+        ids = await self._write(conn, rows, {rows[0].queue: len(rows)}, waiting)
+        self._wake_at_commit(conn, queues, release_waiting if waiting else None)
+        return ids
+
+    async def _store_to_topic(
+        self, cmd: SqlaPublishCommand, topic: str, rows: list[NewMessage]
+    ) -> list[int]:
+        """A copy of `rows` in each queue bound to `topic`, in one transaction (the
+        caller's, or one of our own): the bindings are read in it, so a binding
+        committed before the publish began is always honoured."""
+        assert self._engine is not None and self._driver is not None
+        assert self._wakeups is not None
+        driver, engine, wakeups = self._driver, self._engine, self._wakeups
+        queues: list[str] = []
+        waiting: list[int] = []
+
+        async def write(conn: AsyncConnection) -> list[int]:
+            candidates = await bindings.candidate_bindings(
+                conn, driver.tables, topic, driver.latest_rows
+            )
+            queues[:] = route(candidates, topic)
+            if not queues:
+                return []
+            copies = fan_out(rows, queues, topic)
+            return await self._write(conn, copies, dict.fromkeys(queues, len(rows)), waiting)
+
+        release_waiting = self._releaser(waiting)
+
+        if cmd.connection is None:
+
+            async def in_own_transaction() -> list[int]:
+                waiting.clear()
+                async with driver.own_transaction(engine) as conn:
+                    return await write(conn)
+
+            ids = await with_retries(driver, in_own_transaction)
+            if waiting:
+                await release_waiting()
+            if queues:
+                wakeups.wake(queues)
+            return ids
+        conn = await self._callers_connection(cmd)
+        ids = await write(conn)
+        if queues:
+            self._wake_at_commit(conn, set(queues), release_waiting if waiting else None)
+        return ids
+
+    def _releaser(self, waiting: list[int]) -> Callable[[], Awaitable[None]]:
+        """What releases the messages of `waiting` that are first of their ordering
+        key, after the publish committed: whichever of this and the archive before it
+        starts last releases the key's next message (see faststream_sqla.ordering)."""
+        driver, engine = self._driver, self._engine
+        assert driver is not None and engine is not None
+
+        async def release_waiting() -> None:
+            try:
+                await with_retries(driver, lambda: ordering.release_first(driver, engine, waiting))
+            except Exception:
+                log.warning(
+                    "could not release messages waiting for their ordering key", exc_info=True
+                )
+
+        return release_waiting
+
+    async def _write(
+        self,
+        conn: AsyncConnection,
+        rows: Sequence[NewMessage],
+        counts: Mapping[str, int],
+        waiting: list[int],
+    ) -> list[int]:
+        """In a transaction the caller of this method owns: refuse the whole publish if
+        any queue would pass its limit (`counts`: new messages per queue), insert the
+        rows, hold those behind an earlier message of their ordering key (their ids
+        are added to `waiting`)."""
+        driver = self._driver
+        assert driver is not None
+        for queue, count in counts.items():
+            # a read: refusing leaves the caller's transaction usable
+            await self._check_room(conn, queue, count)
+
+        async def hold(
+            conn: AsyncConnection, inserted: Sequence[NewMessage], ids: list[int]
+        ) -> None:
+            waiting.extend(await ordering.hold_behind_keys(driver, conn, inserted, ids))
+
+        hold_keys = hold if ordering.has_ordering_keys(rows) else None
+        if idempotency.has_keys(rows):
+            return await idempotency.insert_in_transaction(
+                driver, conn, rows, after_insert=hold_keys
+            )
+        ids = await driver.insert_messages(conn, rows)
+        if hold_keys is not None:
+            await hold_keys(conn, rows, ids)
+        return ids
+
+    async def _callers_connection(self, cmd: SqlaPublishCommand) -> AsyncConnection:
         conn = cmd.connection
         if isinstance(conn, AsyncSession):
             conn = await conn.connection()
@@ -456,21 +567,46 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
                 f"connection must be an AsyncConnection or AsyncSession, got {type(conn).__name__}"
             )
             raise InvalidOptionError(msg)
-        if limit is not None:  # a read: refusing leaves the caller's transaction usable
-            await self._check_room(conn, rows, limit)
-        if keyed:
-            ids = await idempotency.insert_in_transaction(
-                driver, conn, rows, after_insert=hold_keys
-            )
-        else:
-            ids = await driver.insert_messages(conn, rows)
-            if hold_keys is not None:
-                await hold_keys(conn, rows, ids)
-        then = release_waiting if waiting else None
+        return conn
+
+    def _wake_at_commit(
+        self,
+        conn: AsyncConnection,
+        queues: Collection[str],
+        then: Callable[[], Awaitable[None]] | None,
+    ) -> None:
+        """Wake this process's consumers of `queues` when the caller's transaction
+        commits (never for a rollback), then run `then`."""
+        wakeups = self._wakeups
+        assert wakeups is not None
         event.listen(
             conn.sync_connection,
             "commit",
             lambda sync_conn: wakeups.wake_after_commit(sync_conn, queues, then),
             once=True,
         )
-        return ids
+
+
+def fan_out(rows: Sequence[NewMessage], queues: Sequence[str], topic: str) -> list[NewMessage]:
+    """A copy of every row for each queue, queue by queue: the order of the ids a
+    publish to a topic returns. Positional: this runs per copy."""
+    return [
+        NewMessage(
+            queue,
+            r.headers,
+            r.headers_json,
+            r.payload,
+            r.correlation_id,
+            r.publish_at,
+            r.publish_delay,
+            r.expires_at,
+            r.priority,
+            r.ordering_key,
+            r.idempotency_key,
+            r.channel,
+            None,
+            topic,
+        )
+        for queue in queues
+        for r in rows
+    ]

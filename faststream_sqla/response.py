@@ -58,6 +58,7 @@ class SqlaPublishCommand(PublishCommand):
         reply_to: str = "",
         options: DeliveryOptions = NO_OPTIONS,
         connection: Connection | None = None,
+        topic: str | None = None,
         _publish_type: PublishType,
     ) -> None:
         super().__init__(
@@ -71,6 +72,8 @@ class SqlaPublishCommand(PublishCommand):
         self.extra_bodies = messages
         self.options = options
         self.connection = connection
+        #: publish a copy to every queue bound to this topic, instead of to `queue`
+        self.topic = topic
         #: a middleware set `batch_bodies = ()`: no message left (refused at publish)
         self.emptied = False
 

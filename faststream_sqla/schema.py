@@ -17,6 +17,7 @@ from sqlalchemy.dialects import mysql
 
 from .clock import utc_now
 from .exceptions import shown
+from .topics import MAX_TOPIC_LENGTH
 
 MAX_QUEUE_NAME_LENGTH = 255
 MAX_CORRELATION_ID_LENGTH = 255
@@ -96,6 +97,7 @@ class TableNames:
             schedule_table_name(self.message),
             breaker_events_table_name(self.message),
             workers_table_name(self.message),
+            bindings_table_name(self.message),
         ):
             if self.archive == derived:
                 msg = (
@@ -157,6 +159,8 @@ class QueueTables:
     breaker_events: sa.Table = field(init=False)
     #: one row per running broker process (build_workers_table)
     workers: sa.Table = field(init=False)
+    #: which topic patterns reach which queues (build_bindings_table)
+    bindings: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:
         self.metadata = sa.MetaData()
@@ -170,6 +174,7 @@ class QueueTables:
         self.schedule = build_schedule_table(self.metadata, self.names.message)
         self.breaker_events = build_breaker_events_table(self.metadata, self.names.message)
         self.workers = build_workers_table(self.metadata, self.names.message)
+        self.bindings = build_bindings_table(self.metadata, self.names.message)
 
     @property
     def key_index(self) -> sa.Table:
@@ -282,6 +287,12 @@ MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
     # The archived message a redrive or replay copied this one from (its archive row
     # points back with redriven_to).
     MessageColumn("redriven_from", Id, claimed=False, published_as="redriven_from"),
+    # The topic a message was published to (faststream_sqla.topics), on each queue's
+    # copy. Not claimed: a handler reads it from the message's headers
+    # (message.TOPIC_HEADER), so claims of messages without one pay nothing for it.
+    MessageColumn(
+        "topic", sa.String(MAX_TOPIC_LENGTH), claimed=False, published_as="topic", shared=True
+    ),
 )
 MESSAGE_COLUMN = {c.name: c for c in MESSAGE_COLUMNS}
 #: the columns a claim returns, in `ClaimedMessage` order
@@ -624,6 +635,27 @@ def build_workers_table(metadata: sa.MetaData, message: str) -> sa.Table:
     )
 
 
+def bindings_table_name(message: str) -> str:
+    return f"{message}_bindings"
+
+
+def build_bindings_table(metadata: sa.MetaData, message: str) -> sa.Table:
+    """Which queues a topic reaches: one row per (pattern, queue), named after the
+    message table like the keys table. A publish to a topic reads the rows whose
+    `root` (the pattern's first word, or "" where that is a wildcard) is the topic's
+    first word or "", and matches their patterns (faststream_sqla.topics)."""
+    table = sa.Table(
+        bindings_table_name(message),
+        metadata,
+        sa.Column("pattern", sa.String(MAX_TOPIC_LENGTH), primary_key=True),
+        sa.Column("queue", MESSAGE_COLUMN["queue"].type, primary_key=True),
+        sa.Column("root", sa.String(MAX_TOPIC_LENGTH), nullable=False),
+        sa.Column("created_at", Timestamp, nullable=False),
+    )
+    sa.Index(f"ix_{message}_binding", table.c.root)
+    return table
+
+
 def build_archive_table(metadata: sa.MetaData, name: str) -> sa.Table:
     table = sa.Table(
         name,
@@ -667,6 +699,7 @@ __all__ = [
     "MessageState",
     "QueueTables",
     "TableNames",
+    "bindings_table_name",
     "breaker_events_table_name",
     "controls_table_name",
     "keys_table_name",

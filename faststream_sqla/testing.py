@@ -15,8 +15,9 @@ from typing_extensions import override
 from faststream_sqla._faststream import serializer_of
 from faststream_sqla.broker.broker import SqlaBroker
 from faststream_sqla.message import ClaimedMessage
-from faststream_sqla.producer import SqlaProducer
+from faststream_sqla.producer import SqlaProducer, fan_out
 from faststream_sqla.response import SqlaPublishCommand
+from faststream_sqla.topics import route
 
 if TYPE_CHECKING:
     from faststream_sqla.publisher.usecase import SqlaPublisher
@@ -89,6 +90,10 @@ class FakeProducer(SqlaProducer):
 
     async def _insert(self, cmd: SqlaPublishCommand, bodies: tuple[Any, ...]) -> list[int]:
         rows = await self.build_rows(cmd, bodies)
+        if cmd.topic is not None:
+            # the subscribers' own topics= stand for the bindings table
+            bound = [pair for sub in _subscribers(self.brokers) for pair in sub.bindings]
+            rows = fan_out(rows, route(bound, cmd.topic), cmd.topic)
         ids = []
         for row in rows:
             now = datetime.now(timezone.utc).replace(tzinfo=None)  # stored times are naive UTC

@@ -92,6 +92,7 @@ async def _create_database(driver: str) -> None:
         for table in (
             "message_keys", "message_controls", "message_schedule", "message_breaker_events",
             "message_workers", "message", "message_archive",
+            "message_bindings", "message", "message_archive",
             "faststream_sqla_version", "handled",
         ):
             q = engine.dialect.identifier_preparer.quote(table)
@@ -161,6 +162,7 @@ async def database_url(
         for table in (
             *live, tables.archive, tables.controls, tables.schedule, tables.breaker_events,
             tables.workers,
+            tables.bindings,
         ):
             await conn.execute(table.delete())
     await engine.dispose()

@@ -4,6 +4,7 @@ from faststream_sqla.drivers.postgresql.partitions import PartitionReport
 
 from .api import QueueAdmin
 from .models import (
+    Binding,
     BreakerStatus,
     BreakerTransition,
     ChannelStatus,
@@ -25,6 +26,7 @@ from .models import (
 )
 
 __all__ = [
+    "Binding",
     "BreakerStatus",
     "BreakerTransition",
     "ChannelStatus",

@@ -38,11 +38,12 @@ from faststream_sqla.schema import (
     validate_queue_name,
 )
 
-from . import archive, controls, dead_letters, messages, queues, schedules, workers
+from . import archive, controls, dead_letters, messages, queues, schedules, topics, workers
 from . import channels as limits
 from .archive import PRUNE_BATCH
 from .dead_letters import MOVE_BATCH
 from .models import (
+    Binding,
     BreakerStatus,
     BreakerTransition,
     ChannelStatus,
@@ -557,6 +558,33 @@ class QueueAdmin:
         await self._prepare()
         async with reading(self.engine) as conn:
             return await workers.workers(conn, self.tables, threshold)
+
+    # -- topics ----------------------------------------------------------------------
+
+    async def bind(self, pattern: str, queue: str) -> bool:
+        """Copy every message published to a topic `pattern` matches into `queue` from
+        now on (docs/topics.md); whether the binding is new (binding twice is harmless).
+        `*` matches one word of a topic, `#` zero or more."""
+        await self._prepare(writes=True)
+        return await topics.bind(self.driver, self.engine, pattern, queue)
+
+    async def unbind(self, pattern: str, queue: str) -> bool:
+        """Stop copying messages of `pattern`'s topics into `queue`; whether the binding
+        existed. Messages already copied stay in the queue."""
+        await self._prepare(writes=True)
+        return await topics.unbind(self.driver, self.engine, pattern, queue)
+
+    async def bindings(self, *, queue: str | None = None) -> list[Binding]:
+        """Every binding (only `queue`'s, if given), by pattern then queue."""
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            return await topics.bindings(conn, self.tables, queue=queue)
+
+    async def route(self, topic: str) -> list[str]:
+        """The queues a message published to `topic` now reaches, by name."""
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            return await topics.route(conn, self.driver, topic)
 
     # -- helpers ---------------------------------------------------------------------
 

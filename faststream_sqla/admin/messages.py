@@ -61,6 +61,7 @@ async def find_message(
         redriven_from=row.redriven_from,
         redriven_to=row.redriven_to,
         held_by=held_by,
+        topic=row.topic,
     )
 
 

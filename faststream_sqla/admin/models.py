@@ -81,6 +81,9 @@ class MessageDetails:
     #: PROCESSING messages only: the worker (`WorkerInfo.worker_id`) whose last refresh
     #: listed it as held; None until that refresh (`QueueAdmin.workers`)
     held_by: str | None = None
+    #: the topic it was published to, this queue one of those bound to it
+    #: (docs/topics.md); None for a publish to the queue
+    topic: str | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,16 @@ class MoveResult:
     moved: dict[int, int]
     #: ids asked for by id that were not moved, with why
     skipped: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Messages published to a topic `pattern` matches are copied into `queue`
+    (docs/topics.md)."""
+
+    pattern: str
+    queue: str
+    created_at: datetime
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, cast, overload
 
 import sqlalchemy as sa
 from fast_depends import Provider, dependency_provider
@@ -29,8 +29,8 @@ from faststream_sqla.connecting import (
     missing_sqlite_file,
     unreachable,
 )
-from faststream_sqla.drivers import driver_for
-from faststream_sqla.drivers.base import NotificationListener, WakeupHooks, reading
+from faststream_sqla.drivers import driver_for, topics
+from faststream_sqla.drivers.base import NotificationListener, WakeupHooks, reading, with_retries
 from faststream_sqla.drivers.probe import select_one
 from faststream_sqla.exceptions import InvalidOptionError, SchemaMissingError, shown
 from faststream_sqla.message import ClaimedMessage, SqlaMessage
@@ -348,11 +348,28 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
                 logging.INFO,
                 {"queue": "", "message_id": ""},
             )
+        await self._bind_topics()
         await super().start()
         # after the subscribers started: the row names the queues they consume
         await self.config.workers.start()
         await self._start_notifications()
         await self._start_schedules()
+
+    async def _bind_topics(self) -> None:
+        """Bind the subscribers' queues to their topics (`subscriber(topics=...)`);
+        bindings already there stay as they are."""
+        pairs = [
+            pair for sub in cast("list[SqlaSubscriber]", self.subscribers) for pair in sub.bindings
+        ]
+        if not pairs or self.config.broker_config.in_memory:  # TestSqlaBroker: no tables
+            return
+        driver, engine = self.config.driver, self.engine
+
+        async def bind() -> int:
+            async with driver.own_transaction(engine) as conn:
+                return await topics.bind(conn, driver.tables, pairs)
+
+        await with_retries(driver, bind)
 
     async def _start_schedules(self) -> None:
         """Write and fire the declared schedules; nothing at all without any."""
@@ -434,6 +451,34 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             return False
         return True
 
+    @overload
+    async def publish(
+        self,
+        message: SendableMessage = None,
+        queue: str = "",
+        *,
+        headers: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        reply_to: str = "",
+        connection: Connection | None = None,
+        topic: None = None,
+        **options: Unpack[DeliveryOptionArgs],
+    ) -> int: ...
+
+    @overload
+    async def publish(
+        self,
+        message: SendableMessage = None,
+        queue: str = "",
+        *,
+        headers: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        reply_to: str = "",
+        connection: Connection | None = None,
+        topic: str,
+        **options: Unpack[DeliveryOptionArgs],
+    ) -> list[int]: ...
+
     @override
     async def publish(
         self,
@@ -444,13 +489,18 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         correlation_id: str | None = None,
         reply_to: str = "",
         connection: Connection | None = None,
+        topic: str | None = None,
         **options: Unpack[DeliveryOptionArgs],
-    ) -> int:
-        """Store one message in `queue`; returns its id.
+    ) -> int | list[int]:
+        """Store one message in `queue`; returns its id. With `topic` instead of a
+        queue, store a copy in every queue bound to the topic; returns their ids.
 
         Args:
             message: str, bytes, a dict/list (JSON) or a pydantic model.
             queue: the target queue.
+            topic: dot-separated words (docs/topics.md): a copy goes to each queue
+                bound to a pattern it matches, all in one transaction; returns one id
+                per queue, in queue-name order (none when no queue is bound).
             headers: a JSON-serialisable dict stored with the message.
             correlation_id: at most 255 characters (default: a new id).
             reply_to: the queue the handler's return value is published to.
@@ -468,22 +518,26 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             reply_to=reply_to,
             options=DeliveryOptions.given(**options),
             connection=connection,
+            topic=topic,
             _publish_type=PublishType.PUBLISH,
         )
-        result: int = await self._basic_publish(cmd, producer=self.config.producer)
+        result: int | list[int] = await self._basic_publish(cmd, producer=self.config.producer)
         return result
 
     @override
     async def publish_batch(
         self,
         *messages: SendableMessage | Envelope,
-        queue: str,
+        queue: str = "",
         headers: dict[str, Any] | None = None,
         correlation_id: str | None = None,
         connection: Connection | None = None,
+        topic: str | None = None,
         **options: Unpack[DeliveryOptionArgs],
     ) -> list[int]:
         """Store many messages in one statement, all or none; returns their ids in order.
+        With `topic` instead of a queue, a copy of each in every queue bound to it:
+        the ids queue by queue (queue-name order), each queue's in message order.
 
         The call's headers and options apply to every message; an `Envelope` item adds
         headers and options of its own.
@@ -492,6 +546,8 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             *messages: the bodies, or `Envelope`s of a body with its own headers and
                 options.
             queue: the target queue.
+            topic: instead of `queue`: every queue bound to it gets a copy of each
+                message (docs/topics.md).
             headers: headers of every message.
             correlation_id: the correlation id of every message (default: each
                 message its own, made from one `id_generator()` value per call).
@@ -509,6 +565,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             correlation_id=correlation_id,
             options=DeliveryOptions.given(**options),
             connection=connection,
+            topic=topic,
             _publish_type=PublishType.PUBLISH,
         )
         result: list[int] = await self._basic_publish_batch(cmd, producer=self.config.producer)

@@ -41,6 +41,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
         self,
         queues: str | Sequence[str],
         *,
+        topics: str | Sequence[str] = (),
         batch: bool = False,
         max_workers: int = 1,
         retry_strategy: RetryStrategy | None = None,
@@ -76,6 +77,9 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
 
         Args:
             queues: a queue name or a list of them.
+            topics: topic patterns (`"orders.*"`, `"orders.#"`) each queue is bound to
+                when the broker starts, so that publishes to matching topics reach it
+                (docs/topics.md); binding again is harmless, and stopping never unbinds.
             batch: the handler receives a list: every message waiting in the prefetch
                 buffer, up to fetch_batch_size; `msg.messages` settles them one by one.
             max_workers: handlers running at once in this process.
@@ -171,6 +175,7 @@ class SqlaRegistrator(Registrator[ClaimedMessage, SqlaBrokerConfig]):
             title_=title,
             description_=description,
             include_in_schema=include_in_schema,
+            topics=topics,
         )
         super().subscriber(subscriber, persistent=persistent)
         return subscriber.add_call(

@@ -1,5 +1,6 @@
 """`faststream-sqla` command line: the schema (`db`), the running queues and the limits
-of their channels, publishing, and the schedules."""
+of their channels, publishing, the schedules and the
+topics' bindings."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from . import (  # noqa: F401 - each registers its commands
     publish,
     report,
     schedule,
+    topic,
 )
 from .common import app
 

@@ -281,6 +281,7 @@ def inspect(
         ("priority", str(found.priority)),
         ("ordering key", found.ordering_key or "-"),
         ("channel", found.channel or "-"),
+        ("topic", found.topic or "-"),
         ("idempotency key", found.idempotency_key or "-"),
         ("correlation id", found.correlation_id or "-"),
         ("attempts", str(found.attempts_count)),

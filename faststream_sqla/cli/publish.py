@@ -16,6 +16,7 @@ from faststream_sqla.options import DeliveryOptions
 from faststream_sqla.parser import CONTENT_TYPE_HEADER
 from faststream_sqla.producer import row_options
 from faststream_sqla.schema import DEFAULT_ARCHIVE_TABLE, DEFAULT_MESSAGE_TABLE
+from faststream_sqla.topics import checked_topic
 
 from .common import (
     ArchiveTable,
@@ -69,15 +70,27 @@ def parse_headers(pairs: list[str]) -> dict[str, str]:
 
 @app.command()
 def publish(
-    queue: Annotated[str, typer.Argument(help="The queue to publish to.", show_default=False)],
-    body: Annotated[
+    queue: Annotated[
         str,
-        typer.Argument(
-            help="The body: JSON if it parses as JSON, else text (text that opens like "
-            "JSON must parse, or come with --text)."
-        ),
+        typer.Argument(help="The queue to publish to (left out with --topic).", show_default=False),
     ],
     url: Url,
+    body: Annotated[
+        str | None,
+        typer.Argument(
+            help="The body: JSON if it parses as JSON, else text (text that opens like "
+            "JSON must parse, or come with --text).",
+            show_default=False,
+        ),
+    ] = None,
+    topic: Annotated[
+        str | None,
+        typer.Option(
+            help="Publish to a topic instead of a queue: a copy goes to every queue bound "
+            "to it (docs/topics.md); then only BODY is given.",
+            show_default=False,
+        ),
+    ] = None,
     header: Annotated[
         list[str] | None, typer.Option("--header", help="A header, NAME=VALUE (repeatable).")
     ] = None,
@@ -113,11 +126,22 @@ def publish(
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
-    """Publish one message and print its id."""
+    """Publish one message and print its id (with --topic: the id of each copy)."""
     from faststream_sqla.broker.broker import SqlaBroker  # the broker only for this command
 
     names = names_of(message_table, archive_table)
-    queue_name(queue)
+    if topic is not None:
+        if body is not None:
+            usage_error("pass either a QUEUE or --topic, not both: publish --topic TOPIC BODY")
+        body, queue = queue, ""
+        try:
+            checked_topic(topic)
+        except InvalidOptionError as e:
+            usage_error(str(e))
+    elif body is None:
+        usage_error("missing BODY: publish QUEUE BODY, or publish --topic TOPIC BODY")
+    else:
+        queue_name(queue)
     headers = parse_headers(header or [])
     given = {
         "delay": delay,
@@ -139,17 +163,37 @@ def publish(
     message = parse_body(body, as_text=as_text)
     content_type = stored_content_type(message, headers)
 
-    async def action(engine: AsyncEngine) -> int:
+    async def action(engine: AsyncEngine) -> int | list[int]:
         broker = SqlaBroker(
             engine, message_table=names.message, archive_table=names.archive, logger=None
         )
         async with broker:
             await broker.connect()
+            if topic is not None:
+                return await broker.publish(message, topic=topic, headers=headers, **options)
             return await broker.publish(message, queue=queue, headers=headers, **options)
 
     message_id = run(url, action)
+    if isinstance(message_id, list):
+        return _published_to_topic(message_id, str(topic), content_type, json_output)
     if json_output:
         typer.echo(json.dumps({"id": message_id, "queue": queue, "content_type": content_type}))
     else:
         stored_as = content_type or "an empty body"
         out.print(f"Published message {message_id} to {queue} ({stored_as}).", highlight=False)
+
+
+def _published_to_topic(
+    ids: list[int], topic: str, content_type: str | None, json_output: bool
+) -> None:
+    if json_output:
+        typer.echo(json.dumps({"ids": ids, "topic": topic, "content_type": content_type}))
+        return
+    if not ids:
+        out.print(f"No queue is bound to topic {topic}: nothing was stored.", highlight=False)
+        return
+    copies = "copy" if len(ids) == 1 else "copies"
+    listed = ", ".join(map(str, ids))
+    out.print(
+        f"Published {len(ids)} {copies} to topic {topic}: messages {listed}.", highlight=False
+    )

@@ -125,6 +125,7 @@ def _archive_columns(a: sa.Table) -> tuple[sa.Column, ...]:
         a.c.priority,
         a.c.ordering_key,
         a.c.channel,
+        a.c.topic,
     )
 
 
@@ -165,6 +166,8 @@ def _copy(row: Any) -> NewMessage:
         # back to its channel's limits and turn, as it was published
         channel=row.channel,
         redriven_from=row.id,
+        # the copy a topic publish made for this queue stays one
+        topic=row.topic,
     )
 
 

@@ -94,6 +94,7 @@ class NewMessage:
     idempotency_key: str | None = None
     channel: str | None = None
     redriven_from: int | None = None  # set by redrive and replay only
+    topic: str | None = None  # the topic of a copy a topic publish made for this queue
 
     @property
     def keyed(self) -> bool:

@@ -48,6 +48,7 @@ class StoredMessage:
     archived_at: datetime | None
     redriven_from: int | None
     redriven_to: int | None
+    topic: str | None
 
 
 async def find_message(
@@ -86,6 +87,7 @@ async def find_message(
         archived_at=row["archived_at"] if archived else None,
         redriven_from=row["redriven_from"],
         redriven_to=row["redriven_to"] if archived else None,
+        topic=row["topic"],
     )
 
 

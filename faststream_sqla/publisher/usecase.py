@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from faststream._internal.endpoint.publisher import PublisherUsecase
 from faststream.response.publish_type import PublishType
@@ -37,6 +37,34 @@ class SqlaPublisher(PublisherUsecase):
     def queue(self) -> str:
         return f"{self._outer_config.prefix}{self._queue}"
 
+    @overload
+    async def publish(
+        self,
+        message: SendableMessage = None,
+        queue: str = "",
+        *,
+        headers: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        reply_to: str = "",
+        connection: Connection | None = None,
+        topic: None = None,
+        **options: Unpack[DeliveryOptionArgs],
+    ) -> int: ...
+
+    @overload
+    async def publish(
+        self,
+        message: SendableMessage = None,
+        queue: str = "",
+        *,
+        headers: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        reply_to: str = "",
+        connection: Connection | None = None,
+        topic: str,
+        **options: Unpack[DeliveryOptionArgs],
+    ) -> list[int]: ...
+
     @override
     async def publish(
         self,
@@ -47,20 +75,24 @@ class SqlaPublisher(PublisherUsecase):
         correlation_id: str | None = None,
         reply_to: str = "",
         connection: Connection | None = None,
+        topic: str | None = None,
         **options: Unpack[DeliveryOptionArgs],
-    ) -> int:
-        """Insert one message; returns its id. See `SqlaBroker.publish`."""
+    ) -> int | list[int]:
+        """Insert one message; returns its id. With `topic`, a copy in each queue
+        bound to it instead of this publisher's queue; returns their ids. See
+        `SqlaBroker.publish`."""
         cmd = SqlaPublishCommand(
             message,
-            queue=queue or self.queue,
+            queue=self._target(queue, topic),
             headers=self.headers | (headers or {}),
             correlation_id=correlation_id or self._outer_config.id_generator(),
             reply_to=reply_to,
             options=DeliveryOptions.given(**options),
             connection=connection,
+            topic=topic,
             _publish_type=PublishType.PUBLISH,
         )
-        result: int = await self._basic_publish(
+        result: int | list[int] = await self._basic_publish(
             cmd, producer=self._outer_config.producer, _extra_middlewares=()
         )
         return result
@@ -72,26 +104,34 @@ class SqlaPublisher(PublisherUsecase):
         headers: dict[str, Any] | None = None,
         correlation_id: str | None = None,
         connection: Connection | None = None,
+        topic: str | None = None,
         **options: Unpack[DeliveryOptionArgs],
     ) -> list[int]:
-        """Insert many messages in one statement; returns their ids in order. See
+        """Insert many messages in one statement; returns their ids in order. With
+        `topic`, a copy of each in every queue bound to it. See
         `SqlaBroker.publish_batch`."""
         check_batch_arguments(messages)
         if not messages:
             return []
         cmd = SqlaPublishCommand(
             *messages,
-            queue=queue or self.queue,
+            queue=self._target(queue, topic),
             headers=self.headers | (headers or {}),
             correlation_id=correlation_id,
             options=DeliveryOptions.given(**options),
             connection=connection,
+            topic=topic,
             _publish_type=PublishType.PUBLISH,
         )
         result: list[int] = await self._basic_publish_batch(
             cmd, producer=self._outer_config.producer, _extra_middlewares=()
         )
         return result
+
+    def _target(self, queue: str, topic: str | None) -> str:
+        """The queue of a publish: the one given, else this publisher's, unless the
+        publish goes to a topic (whose bindings name the queues)."""
+        return queue if queue or topic is not None else self.queue
 
     @override
     async def _publish(

@@ -173,6 +173,7 @@ class ConsumeOptions:
 @dataclass(kw_only=True)
 class SqlaSubscriberSpecificationConfig(SubscriberSpecificationConfig):
     queues: tuple[str, ...]
+    topics: tuple[str, ...] = ()
 
 
 @dataclass(kw_only=True)
@@ -180,6 +181,8 @@ class SqlaSubscriberConfig(SubscriberUsecaseConfig):
     _outer_config: SqlaBrokerConfig = field(default_factory=SqlaBrokerConfig)
     queues: tuple[str, ...]
     options: ConsumeOptions
+    #: topic patterns each of the queues is bound to when the broker starts
+    topics: tuple[str, ...] = ()
     batch: bool = False
     middlewares: Sequence[BrokerMiddleware[Any]] = ()
 

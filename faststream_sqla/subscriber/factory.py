@@ -9,6 +9,7 @@ from faststream._internal.endpoint.subscriber.call_item import CallsCollection
 
 from faststream_sqla.exceptions import InvalidOptionError, InvalidQueueNameError
 from faststream_sqla.schema import validate_queue_name
+from faststream_sqla.topics import checked_pattern
 
 from .config import ConsumeOptions, SqlaSubscriberConfig, SqlaSubscriberSpecificationConfig
 from .specification import SqlaSubscriberSpecification
@@ -39,6 +40,18 @@ def normalize_queues(queues: str | Sequence[str]) -> tuple[str, ...]:
     return names
 
 
+def normalize_topics(topics: str | Sequence[str]) -> tuple[str, ...]:
+    """The patterns of `subscriber(topics=...)`, each checked, repeats dropped."""
+    if isinstance(topics, str):
+        patterns: tuple[str, ...] = (topics,)
+    elif isinstance(topics, (list, tuple)):
+        patterns = tuple(topics)
+    else:
+        msg = f"topics must be a topic pattern or a list of them, got {type(topics).__name__}"
+        raise InvalidOptionError(msg)
+    return tuple(dict.fromkeys(checked_pattern(p) for p in patterns))
+
+
 def create_subscriber(
     *,
     queues: str | Sequence[str],
@@ -51,10 +64,13 @@ def create_subscriber(
     title_: str | None,
     description_: str | None,
     include_in_schema: bool,
+    topics: str | Sequence[str] = (),
 ) -> SqlaSubscriber:
     names = normalize_queues(queues)
+    patterns = normalize_topics(topics)
     subscriber_config = SqlaSubscriberConfig(
         queues=names,
+        topics=patterns,
         options=options,
         middlewares=middlewares,
         batch=batch,
@@ -67,6 +83,7 @@ def create_subscriber(
         config,
         SqlaSubscriberSpecificationConfig(
             queues=names,
+            topics=patterns,
             title_=title_,
             description_=description_,
             include_in_schema=include_in_schema,

@@ -23,13 +23,20 @@ class SqlaSubscriberSpecification(
     def channel_labels(self) -> list[str]:
         return self.queues
 
+    def _described(self) -> str | None:
+        """The description, and the topic patterns the queue is bound to, if any."""
+        if not self.config.topics:
+            return self.description
+        bound = f"Bound to topics: {', '.join(self.config.topics)}"
+        return f"{self.description}\n\n{bound}" if self.description else bound
+
     def get_schema(self) -> dict[str, SubscriberSpec]:
         payloads = self.get_payloads()
         split = len(self.queues) > 1
         return {
             self._channel_key(queue, split=split): SubscriberSpec(
                 address=queue,
-                description=self.description,
+                description=self._described(),
                 operation=Operation(
                     message=Message(
                         title=f"{self._channel_key(queue, split=split)}:Message",

@@ -74,6 +74,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         super().__init__(config, specification, calls)
         self._config = config
         self._queues = config.queues
+        #: topic patterns bound to each of the queues when the broker starts
+        self.topics = config.topics
         self.batch = config.batch
         self.options = config.options
         self._own_middlewares = tuple(config.middlewares)
@@ -112,6 +114,12 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     def queues(self) -> tuple[str, ...]:
         prefix = self._outer_config.prefix
         return tuple(f"{prefix}{q}" for q in self._queues)
+
+    @property
+    def bindings(self) -> list[tuple[str, str]]:
+        """(pattern, queue) for each of `topics` and each queue: what the broker binds
+        when it starts (never unbound on stop: unbinding is the operator's)."""
+        return [(pattern, queue) for queue in self.queues for pattern in self.topics]
 
     def get_log_context(self, message: StreamMessage[Any] | None) -> dict[str, Any]:
         """The fields of every log line about `message` (LogRecord attributes, so a JSON

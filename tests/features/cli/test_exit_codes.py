@@ -25,6 +25,8 @@ FILLERS = {
     "channel": "acme",
     "name": "nightly",
     "older_than": "30d",
+    "pattern": "orders.*",
+    "topic": "orders.created",
 }
 #: optional ones without which a command refuses to run at all
 NEEDED = {"ids": "1", "max_concurrency": "2"}

@@ -67,6 +67,7 @@ async def custom_engine(engine: AsyncEngine) -> AsyncIterator[AsyncEngine]:
             f"{CUSTOM.message}_schedule", f"{CUSTOM.message}_breaker_events",
             f"{CUSTOM.message}_workers",
             f"{CUSTOM.message}_controls", f"{CUSTOM.message}_keys",  # _keys: MySQL's
+            f"{CUSTOM.message}_bindings", f"{CUSTOM.message}_controls", f"{CUSTOM.message}_keys",  # _keys: MySQL's
             CUSTOM.archive, CUSTOM.message,
             version_table_for(CUSTOM),
         ):
@@ -77,13 +78,14 @@ def test_script_location_holds_the_scripts() -> None:
     location = Path(script_location())
     assert (location / "env.py").is_file()
     assert (location / "versions" / "0001_initial.py").is_file()
-    assert HEAD_REVISION == "0015"
+    assert HEAD_REVISION == "0016"
 
 
 async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
     assert {
         "message", "message_archive", "message_schedule", "message_controls",
         "message_breaker_events", "message_workers", VERSION_TABLE,
+        "message_breaker_events", "message_bindings", VERSION_TABLE,
     } <= await _table_names(engine)
     assert await current_revision(engine) == HEAD_REVISION
     await check_schema(engine, QueueTables())
@@ -186,6 +188,7 @@ async def test_custom_table_names(custom_engine: AsyncEngine) -> None:
         CUSTOM.message, CUSTOM.archive, f"{CUSTOM.message}_schedule",
         f"{CUSTOM.message}_controls", f"{CUSTOM.message}_breaker_events",
         f"{CUSTOM.message}_workers",
+        f"{CUSTOM.message}_bindings",
     }
     assert custom_tables <= await _table_names(engine)
     assert await current_revision(engine, **kw) == HEAD_REVISION

@@ -1,0 +1,47 @@
+"""Bindings of topic patterns to queues, as the admin API changes and lists them
+(docs/topics.md). The statements are in faststream_sqla.drivers.topics; the
+matching rule is faststream_sqla.topics."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from faststream_sqla.clock import to_aware
+from faststream_sqla.drivers import Driver
+from faststream_sqla.drivers import topics as store
+from faststream_sqla.schema import QueueTables, validate_queue_name
+from faststream_sqla.topics import checked_pattern, checked_topic
+from faststream_sqla.topics import route as matching_queues
+
+from .models import Binding
+
+
+async def bind(driver: Driver, engine: AsyncEngine, pattern: str, queue: str) -> bool:
+    checked_pattern(pattern)
+    validate_queue_name(queue)
+    async with driver.own_transaction(engine) as conn:
+        return await store.bind(conn, driver.tables, [(pattern, queue)]) > 0
+
+
+async def unbind(driver: Driver, engine: AsyncEngine, pattern: str, queue: str) -> bool:
+    checked_pattern(pattern)
+    validate_queue_name(queue)
+    async with driver.own_transaction(engine) as conn:
+        return await store.unbind(conn, driver.tables, pattern, queue)
+
+
+async def bindings(
+    conn: AsyncConnection, tables: QueueTables, *, queue: str | None = None
+) -> list[Binding]:
+    if queue is not None:
+        validate_queue_name(queue)
+    return [
+        Binding(pattern=row.pattern, queue=row.queue, created_at=to_aware(row.created_at))
+        for row in await store.bindings(conn, tables, queue=queue)
+    ]
+
+
+async def route(conn: AsyncConnection, driver: Driver, topic: str) -> list[str]:
+    checked_topic(topic)
+    candidates = await store.candidate_bindings(conn, driver.tables, topic, lambda stmt: stmt)
+    return matching_queues(candidates, topic)
