@@ -219,3 +219,10 @@ def test_the_subscriber_signature_shows_the_consume_options_defaults() -> None:
             if field.name == "permanent_exceptions":
                 actual = tuple(actual)
             assert actual == expected, (field.name, actual, expected)
+
+
+def test_the_benchmarks_reference_stays_a_reference() -> None:
+    # docs/benchmarks.md holds the latest figures and how to reproduce them; rounds of
+    # measurement belong in benchmarks-history.md, outside the site's navigation
+    lines = (DOCS / "benchmarks.md").read_text().splitlines()
+    assert len(lines) <= 400, f"docs/benchmarks.md has {len(lines)} lines; move history out"
