@@ -45,6 +45,8 @@ class QueueStats:
     oldest_ready_age: float | None
     #: messages archived (any outcome) in the last minute
     handled_last_minute: Count
+    #: messages archived FAILED (dead letters) in the last minute
+    failed_last_minute: Count
 
 
 @dataclass(frozen=True)
