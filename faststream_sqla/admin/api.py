@@ -707,9 +707,14 @@ def _optional_text(name: str, value: object) -> str | None:
     return value
 
 
+#: the largest id a message can have (the id columns are 64-bit)
+MAX_MESSAGE_ID = 2**63 - 1
+
+
 def _id(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOptionError(f"a message id is a positive int, got {shown(value)}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MESSAGE_ID:
+        msg = f"a message id is a positive int of at most {MAX_MESSAGE_ID}, got {shown(value)}"
+        raise InvalidOptionError(msg)
     return value
 
 

@@ -33,7 +33,12 @@ from faststream_sqla.drivers.dead_letter_reads import (
     newest_dead_letters,
 )
 from faststream_sqla.durations import whole_number
-from faststream_sqla.exceptions import InvalidOptionError, UnknownMessageError, shown
+from faststream_sqla.exceptions import (
+    InvalidOptionError,
+    MessageStateConflictError,
+    UnknownMessageError,
+    shown,
+)
 from faststream_sqla.schema import MessageState, QueueTables
 
 from .models import (
@@ -170,7 +175,7 @@ async def check_ids(
     for message_id in wanted:
         if message_id in found.queued:
             msg = f"message {message_id} is still queued, not archived: nothing was moved"
-            raise InvalidOptionError(msg)
+            raise MessageStateConflictError(msg)
         archived = found.archived.get(message_id)
         if archived is None:
             raise UnknownMessageError(f"no message {message_id} in the queue or the archive")
@@ -180,13 +185,13 @@ async def check_ids(
                 f"message {message_id} was already moved back as message "
                 f"{archived.redriven_to}: nothing was moved"
             )
-            raise InvalidOptionError(msg)
+            raise MessageStateConflictError(msg)
         if state not in names:
             msg = (
                 f"message {message_id} is {state}, not one of "
                 f"{', '.join(sorted(names))}: nothing was moved"
             )
-            raise InvalidOptionError(msg)
+            raise MessageStateConflictError(msg)
 
 
 async def _move_until_settled(

@@ -15,6 +15,7 @@ from faststream_sqla.drivers.base import reading
 from faststream_sqla.drivers.claimed_rows import load_headers
 from faststream_sqla.drivers.purge import Purge, count_waiting, purge_waiting
 from faststream_sqla.exceptions import InvalidOptionError, shown
+from faststream_sqla.message import decode_saved_state
 from faststream_sqla.schema import MessageState, QueueTables
 
 from .models import LiveMessage, MessageDetails, MessagePage, Progress
@@ -57,6 +58,7 @@ async def find_message(
         archived_at=to_aware(row.archived_at),
         redriven_from=row.redriven_from,
         redriven_to=row.redriven_to,
+        saved_state=decode_saved_state(row.saved_state),
     )
 
 

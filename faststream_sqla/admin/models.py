@@ -80,6 +80,9 @@ class MessageDetails:
     #: the audit trail of redrive and replay
     redriven_from: int | None = None
     redriven_to: int | None = None
+    #: live messages only: what a handler saved when it deferred it (SqlaMessage.defer),
+    #: as it gave it (JSON values decoded, bytes as bytes); None when nothing was saved
+    saved_state: Any = None
 
 
 @dataclass(frozen=True)

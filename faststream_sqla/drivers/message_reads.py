@@ -48,6 +48,8 @@ class StoredMessage:
     archived_at: datetime | None
     redriven_from: int | None
     redriven_to: int | None
+    #: what a handler saved when it deferred the message, as stored (live rows only)
+    saved_state: bytes | None = None
 
 
 async def find_message(
@@ -86,6 +88,7 @@ async def find_message(
         archived_at=row["archived_at"] if archived else None,
         redriven_from=row["redriven_from"],
         redriven_to=row["redriven_to"] if archived else None,
+        saved_state=None if archived or row["saved_state"] is None else bytes(row["saved_state"]),
     )
 
 

@@ -1,0 +1,14 @@
+"""The JSON API's routes, one module per area; `create_app` puts each under /api."""
+
+from . import breakers, channels, dead_letters, messages, queues, schedules
+
+API_ROUTERS = [
+    queues.router,
+    messages.router,
+    dead_letters.router,
+    channels.router,
+    breakers.router,
+    schedules.router,
+]
+
+__all__ = ["API_ROUTERS"]
