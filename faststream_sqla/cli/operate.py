@@ -201,6 +201,7 @@ def queues(
         "failed 1h",
         "oldest ready",
         "done 1m",
+        "failed 1m",
         "flow",
         first=[s.queue for s in stats],
     )
@@ -215,6 +216,7 @@ def queues(
             str(s.failed_last_hour),
             _age(s.oldest_ready_age),
             str(s.handled_last_minute),
+            str(s.failed_last_minute),
             _flow(s.queue in paused, breakers.get(s.queue, "CLOSED")),
         )
     out.print(table)
