@@ -88,6 +88,11 @@ class UnknownMessageError(SqlaBrokerError, LookupError):
     """No message with that id is queued or archived."""
 
 
+class MessageStateConflictError(InvalidOptionError):
+    """A message is not in a state the operation takes (still queued, moved back
+    already, or in another state); nothing was changed."""
+
+
 class UnknownQueueError(SqlaBrokerError, LookupError):
     """No message of that queue is queued or archived."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
 
@@ -47,6 +48,7 @@ from .models import (
     BreakerStatus,
     BreakerTransition,
     ChannelStatus,
+    Count,
     DeadLetterPage,
     DeadLetterSummary,
     MessageDetails,
@@ -182,20 +184,32 @@ class QueueAdmin:
         states: Sequence[str] | None = None,
         limit: int = 50,
         after: str | None = None,
+        channel: str | None = None,
+        ordering_key: str | None = None,
+        correlation_id: str | None = None,
+        newest_first: bool = False,
     ) -> MessagePage:
-        """`queue`'s live messages, oldest first, in `states` (ready, scheduled,
-        retrying, processing, waiting; default all), `limit` a page; pass a page's
-        `next_page` as `after` for the next. UnknownQueueError for a queue no message
-        ever had."""
+        """`queue`'s live messages, oldest first (newest first with `newest_first`), in
+        `states` (ready, scheduled, retrying, processing, waiting; default all) and of
+        the `channel`, `ordering_key` and `correlation_id` given, `limit` a page; pass a
+        page's `next_page` as `after` for the next. A page looks at 10,000 of the
+        queue's messages at most, so a rare filter may give short pages before the
+        last. UnknownQueueError for a queue no message ever had."""
         validate_queue_name(queue)
-        wanted = messages.checked_states(states)
+        chosen = messages.MessageFilter(
+            messages.checked_states(states),
+            channel=_optional_text("channel", channel),
+            ordering_key=_optional_text("ordering_key", ordering_key),
+            correlation_id=_optional_text("correlation_id", correlation_id),
+            newest_first=newest_first,
+        )
         require_whole("limit", limit, MAX_PAGE)
         messages.message_cursor(after)  # a bad token fails before the database is asked
         await self._prepare()
         async with reading(self.engine) as conn:
             await self._known_queue(conn, queue)
             return await messages.message_page(
-                conn, self.tables, queue, wanted, limit=limit, after=after
+                conn, self.tables, queue, chosen, limit=limit, after=after
             )
 
     async def dead_letters(
@@ -206,16 +220,28 @@ class QueueAdmin:
         until: datetime | None = None,
         limit: int = 50,
         after: str | None = None,
+        error: str | None = None,
     ) -> DeadLetterPage:
         """Archived FAILED and EXPIRED messages, newest first, `limit` a page; pass a
-        page's `next_page` as `after` for the next."""
+        page's `next_page` as `after` for the next. With `error`, only those whose last
+        error starts with it (a summary's common error, say); a page then reads 10,000
+        dead letters of each queue at most, so it may hold fewer than `limit` before
+        the last."""
         require_whole("limit", limit, MAX_PAGE)
         dead_letters.time_range(since, until)
+        error = _optional_text("error", error)
         await self._prepare()
         async with reading(self.engine) as conn:
             names = await self._queues_or_one(conn, queue)
             return await dead_letters.dead_letter_page(
-                conn, self.tables, names, since=since, until=until, limit=limit, after=after
+                conn,
+                self.tables,
+                names,
+                since=since,
+                until=until,
+                limit=limit,
+                after=after,
+                error=error,
             )
 
     async def dead_letter_summary(self, *, queue: str | None = None) -> list[DeadLetterSummary]:
@@ -296,6 +322,7 @@ class QueueAdmin:
         ids: Collection[int] | None = None,
         queue: str | None = None,
         all_queues: bool = False,
+        error: str | None = None,
         progress: Progress | None = None,
         batch_size: int = MOVE_BATCH,
     ) -> MoveResult:
@@ -306,67 +333,125 @@ class QueueAdmin:
             ids: archive ids to redrive.
             queue: redrive every dead letter of this queue.
             all_queues: redrive every dead letter of every queue.
+            error: with `queue` or `all_queues`: only those whose last error starts
+                with this.
             progress: called as rows move, with (done, total or None).
             batch_size: rows moved per transaction (default 500).
         """
-        chosen = [ids is not None, queue is not None, all_queues]
-        if sum(chosen) != 1:
-            msg = "redrive takes exactly one of: ids, a queue, or all_queues=True"
-            raise InvalidOptionError(msg)
-        return await self._move(ids, queue, DEAD_STATES, None, None, progress, batch_size)
+        _one_choice("redrive", ids, queue, all_queues, error)
+        chosen = _Chosen(ids, queue, all_queues, DEAD_STATES, None, None, error)
+        return await self._move(chosen, progress, batch_size)
+
+    async def redrive_count(
+        self, *, queue: str | None = None, all_queues: bool = False, error: str | None = None
+    ) -> Count:
+        """How many dead letters `redrive` with the same `queue`, `all_queues` and
+        `error` would move, counted up to `exact_up_to`: the preview before a move."""
+        _one_choice("redrive", None, queue, all_queues, error, by_ids=False)
+        chosen = _Chosen(None, queue, all_queues, DEAD_STATES, None, None, error)
+        return await self._count_moves(chosen)
 
     async def replay(
         self,
         *,
         ids: Collection[int] | None = None,
         queue: str | None = None,
+        all_queues: bool = False,
         since: datetime | None = None,
         until: datetime | None = None,
         states: Collection[MessageState | str] | None = None,
+        error: str | None = None,
         progress: Progress | None = None,
         batch_size: int = MOVE_BATCH,
     ) -> MoveResult:
         """Archived messages in any final state back to their queues, as redrive does:
-        by `ids`, or a `queue`'s within [since, until), optionally only `states`.
+        by `ids`, or a `queue`'s (or every queue's) within [since, until), optionally
+        only `states` and only those whose last error starts with `error`.
 
         Args:
             ids: archive ids to replay.
             queue: replay this queue's archived messages.
-            since: with `queue`: archived at or after this aware datetime.
-            until: with `queue`: archived before this aware datetime.
+            all_queues: replay the archived messages of every queue.
+            since: archived at or after this aware datetime (not with ids).
+            until: archived before this aware datetime (not with ids).
             states: only messages archived in these states (default: every final one).
+            error: only those whose last error starts with this (not with ids).
             progress: called as rows move, with (done, total or None).
             batch_size: rows moved per transaction (default 500).
         """
-        if (ids is None) == (queue is None):
-            raise InvalidOptionError("replay takes exactly one of: ids or a queue")
-        if ids is not None and (since or until):
-            raise InvalidOptionError("a replay by ids takes no time range")
-        dead_letters.time_range(since, until)
-        chosen = _states(states)
-        return await self._move(ids, queue, chosen, since, until, progress, batch_size)
+        chosen = self._replay_choice(ids, queue, all_queues, since, until, states, error)
+        return await self._move(chosen, progress, batch_size)
 
-    async def _move(
+    async def replay_count(
         self,
+        *,
+        queue: str | None = None,
+        all_queues: bool = False,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        states: Collection[MessageState | str] | None = None,
+        error: str | None = None,
+    ) -> Count:
+        """How many archived messages `replay` with the same filter would move, counted
+        up to `exact_up_to`: the preview before a move."""
+        if queue is None and not all_queues:
+            raise InvalidOptionError("a replay count takes a queue or all_queues=True")
+        chosen = self._replay_choice(None, queue, all_queues, since, until, states, error)
+        return await self._count_moves(chosen)
+
+    @staticmethod
+    def _replay_choice(
         ids: Collection[int] | None,
         queue: str | None,
-        states: Collection[MessageState],
+        all_queues: bool,
         since: datetime | None,
         until: datetime | None,
-        progress: Progress | None,
-        batch_size: int,
+        states: Collection[MessageState | str] | None,
+        error: str | None,
+    ) -> _Chosen:
+        if ids is not None:
+            if queue is not None or all_queues:
+                raise InvalidOptionError("replay takes exactly one of: ids, a queue or all_queues")
+            if since or until or error is not None:
+                raise InvalidOptionError("a replay by ids takes no time range and no error")
+        elif (queue is None) == (not all_queues):
+            raise InvalidOptionError("replay takes exactly one of: ids, a queue or all_queues")
+        dead_letters.time_range(since, until)
+        return _Chosen(
+            ids, queue, all_queues, _states(states), since, until, _optional_text("error", error)
+        )
+
+    async def _count_moves(self, chosen: _Chosen) -> Count:
+        await self._prepare()
+        async with reading(self.engine) as conn:
+            names = await self._queues_or_one(conn, chosen.queue)
+        ranges = dead_letters.move_ranges_of(
+            names, chosen.states, chosen.since, chosen.until, chosen.error
+        )
+        return await dead_letters.count_moves(self.engine, self.tables, ranges, self.exact_up_to)
+
+    async def _move(
+        self, chosen: _Chosen, progress: Progress | None, batch_size: int
     ) -> MoveResult:
         """Redrive and replay: `ids`, else every row of `queue` (None: of every queue)."""
         _batch_size(batch_size)
         await self._prepare(writes=True)
-        if ids is not None:
+        if chosen.ids is not None:
             return await dead_letters.move_ids(
-                self.driver, self.engine, _ids(ids), states, progress, batch_size
+                self.driver, self.engine, _ids(chosen.ids), chosen.states, progress, batch_size
             )
         async with reading(self.engine) as conn:
-            names = await self._queues_or_one(conn, queue)
+            names = await self._queues_or_one(conn, chosen.queue)
         return await dead_letters.move_ranges(
-            self.driver, self.engine, names, states, since, until, progress, batch_size
+            self.driver,
+            self.engine,
+            names,
+            chosen.states,
+            chosen.since,
+            chosen.until,
+            progress,
+            batch_size,
+            chosen.error,
         )
 
     async def prune_archive(
@@ -602,6 +687,38 @@ class QueueAdmin:
         return [queue]
 
 
+@dataclass(frozen=True)
+class _Chosen:
+    """What a redrive or replay moves: `ids`, else the rows of `queue` (None with
+    `all_queues`: of every queue) in `states`, the time range, and with `error`."""
+
+    ids: Collection[int] | None
+    queue: str | None
+    all_queues: bool
+    states: Collection[MessageState]
+    since: datetime | None
+    until: datetime | None
+    error: str | None
+
+
+def _one_choice(
+    action: str,
+    ids: Collection[int] | None,
+    queue: str | None,
+    all_queues: bool,
+    error: str | None,
+    *,
+    by_ids: bool = True,
+) -> None:
+    chosen = [ids is not None, queue is not None, all_queues is True]
+    if sum(chosen) != 1:
+        ways = "ids, a queue, or all_queues=True" if by_ids else "a queue or all_queues=True"
+        raise InvalidOptionError(f"{action} takes exactly one of: {ways}")
+    if ids is not None and error is not None:
+        raise InvalidOptionError(f"a {action} by ids takes no error filter")
+    _optional_text("error", error)
+
+
 #: rows per transaction of a redrive, replay or prune, at most
 MAX_BATCH = 10_000
 
@@ -610,9 +727,35 @@ def _batch_size(value: object) -> None:
     require_whole("batch_size", value, MAX_BATCH)
 
 
+#: the longest text filter a read takes: longer than any key or id column holds
+MAX_FILTER_TEXT = 1000
+
+
+def _optional_text(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > MAX_FILTER_TEXT
+        or not value.isprintable()
+    ):
+        msg = (
+            f"{name} must be printable text of 1 to {MAX_FILTER_TEXT} characters, "
+            f"got {shown(value)}"
+        )
+        raise InvalidOptionError(msg)
+    return value
+
+
+#: the largest id a message can have (the id columns are 64-bit)
+MAX_MESSAGE_ID = 2**63 - 1
+
+
 def _id(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOptionError(f"a message id is a positive int, got {shown(value)}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MESSAGE_ID:
+        msg = f"a message id is a positive int of at most {MAX_MESSAGE_ID}, got {shown(value)}"
+        raise InvalidOptionError(msg)
     return value
 
 

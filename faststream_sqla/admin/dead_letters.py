@@ -20,6 +20,7 @@ from faststream_sqla.drivers.archive_moves import (
     MoveIds,
     MoveOldest,
     count_archived,
+    count_archived_up_to,
     look_up_ids,
     move_back,
 )
@@ -32,7 +33,12 @@ from faststream_sqla.drivers.dead_letter_reads import (
     newest_dead_letters,
 )
 from faststream_sqla.durations import whole_number
-from faststream_sqla.exceptions import InvalidOptionError, UnknownMessageError, shown
+from faststream_sqla.exceptions import (
+    InvalidOptionError,
+    MessageStateConflictError,
+    UnknownMessageError,
+    shown,
+)
 from faststream_sqla.schema import MessageState, QueueTables
 
 from .models import (
@@ -91,14 +97,23 @@ async def dead_letter_page(
     until: datetime | None,
     limit: int,
     after: str | None,
+    error: str | None = None,
 ) -> DeadLetterPage:
-    """Newest first: one range per queue and dead state, merged."""
+    """Newest first: one range per queue and dead state, merged; with `error`, only
+    those whose last error starts with it (a page may then hold fewer than `limit`
+    before the last: it reads a bounded window of each range)."""
     cursor = None if after is None else _parse_cursor(after)
     # one row more than the page: whether there is a next page
-    query = DeadLetterPageQuery(tables, queues, since, until, cursor, limit + 1)
-    newest = [_dead_letter(row) for row in await newest_dead_letters(conn, query)]
+    query = DeadLetterPageQuery(tables, queues, since, until, cursor, limit + 1, error)
+    read = await newest_dead_letters(conn, query)
+    newest = [_dead_letter(row) for row in read.rows]
     page = newest[:limit]
-    return DeadLetterPage(page, _cursor(page[-1]) if len(newest) > limit else None)
+    if len(newest) > limit:
+        return DeadLetterPage(page, _cursor(page[-1]))
+    if read.looked_to is None:
+        return DeadLetterPage(page, None)
+    at, message_id = read.looked_to
+    return DeadLetterPage(page, f"{to_aware(at).isoformat()},{message_id}")
 
 
 def _dead_letter(row: DeadLetterRow) -> DeadLetter:
@@ -160,7 +175,7 @@ async def check_ids(
     for message_id in wanted:
         if message_id in found.queued:
             msg = f"message {message_id} is still queued, not archived: nothing was moved"
-            raise InvalidOptionError(msg)
+            raise MessageStateConflictError(msg)
         archived = found.archived.get(message_id)
         if archived is None:
             raise UnknownMessageError(f"no message {message_id} in the queue or the archive")
@@ -170,13 +185,13 @@ async def check_ids(
                 f"message {message_id} was already moved back as message "
                 f"{archived.redriven_to}: nothing was moved"
             )
-            raise InvalidOptionError(msg)
+            raise MessageStateConflictError(msg)
         if state not in names:
             msg = (
                 f"message {message_id} is {state}, not one of "
                 f"{', '.join(sorted(names))}: nothing was moved"
             )
-            raise InvalidOptionError(msg)
+            raise MessageStateConflictError(msg)
 
 
 async def _move_until_settled(
@@ -217,6 +232,25 @@ async def move_ids(
     return MoveResult(moved, skipped)
 
 
+def move_ranges_of(
+    queues: Sequence[str],
+    states: Collection[MessageState],
+    since: datetime | None,
+    until: datetime | None,
+    error: str | None,
+) -> list[ArchiveRange]:
+    return [ArchiveRange(q, state, since, until, error) for q in queues for state in states]
+
+
+async def count_moves(
+    engine: AsyncEngine, tables: QueueTables, ranges: Sequence[ArchiveRange], cap: int
+) -> Count:
+    """How many rows a move of `ranges` would take, counted up to `cap`."""
+    async with reading(engine) as conn:
+        found = await count_archived_up_to(conn, tables, ranges, cap)
+    return Count(found, exact=found < cap)
+
+
 async def move_ranges(
     driver: Driver,
     engine: AsyncEngine,
@@ -226,10 +260,12 @@ async def move_ranges(
     until: datetime | None,
     progress: Progress | None,
     batch_size: int = MOVE_BATCH,
+    error: str | None = None,
 ) -> MoveResult:
-    """Move every archive row of `queues` in `states` (and the time range), oldest
-    first, a batch per transaction; rows another mover holds are left to it."""
-    ranges = [ArchiveRange(queue, state, since, until) for queue in queues for state in states]
+    """Move every archive row of `queues` in `states` (and the time range, and whose
+    error starts with `error`), oldest first, a batch per transaction; rows another
+    mover holds are left to it."""
+    ranges = move_ranges_of(queues, states, since, until, error)
     total = await start_progress(
         engine, lambda conn: count_archived(conn, driver.tables, ranges), progress
     )

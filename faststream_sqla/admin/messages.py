@@ -5,6 +5,7 @@ here are the checks of what the caller asked for and the public models."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -14,6 +15,7 @@ from faststream_sqla.drivers.base import reading
 from faststream_sqla.drivers.claimed_rows import load_headers
 from faststream_sqla.drivers.purge import Purge, count_waiting, purge_waiting
 from faststream_sqla.exceptions import InvalidOptionError, shown
+from faststream_sqla.message import decode_saved_state
 from faststream_sqla.schema import MessageState, QueueTables
 
 from .models import LiveMessage, MessageDetails, MessagePage, Progress
@@ -62,6 +64,7 @@ async def find_message(
         redriven_to=row.redriven_to,
         held_by=held_by,
         topic=row.topic,
+        saved_state=decode_saved_state(row.saved_state),
     )
 
 
@@ -93,21 +96,46 @@ def message_cursor(after: str | None) -> int | None:
     raise InvalidOptionError(msg)
 
 
+@dataclass(frozen=True)
+class MessageFilter:
+    """What a page of live messages keeps: `states` (as `checked_states` returns them)
+    and, where given, one channel, ordering key or correlation id; `newest_first`
+    turns the order round."""
+
+    states: Sequence[str]
+    channel: str | None = None
+    ordering_key: str | None = None
+    correlation_id: str | None = None
+    newest_first: bool = False
+
+
 async def message_page(
     conn: AsyncConnection,
     tables: QueueTables,
     queue: str,
-    states: Sequence[str],
+    chosen: MessageFilter,
     *,
     limit: int,
     after: str | None,
 ) -> MessagePage:
-    """`queue`'s live messages in `states`, oldest id first, `limit` a page: keyset
-    paging on the id, so a page costs the same however deep it is."""
+    """`queue`'s live messages that `chosen` keeps, by id, `limit` a page: keyset
+    paging on the id, so a page costs the same however deep it is. A page looks at
+    `SCAN_WINDOW` of the queue's messages at most; when its filters keep few of them
+    it holds fewer than `limit`, and `next_page` goes on from where it stopped."""
     # one row more than the page: whether there is a next page
-    query = message_reads.MessagePageQuery(tables, queue, states, limit + 1, message_cursor(after))
+    query = message_reads.MessagePageQuery(
+        tables,
+        queue,
+        chosen.states,
+        limit + 1,
+        message_cursor(after),
+        newest_first=chosen.newest_first,
+        channel=chosen.channel,
+        ordering_key=chosen.ordering_key,
+        correlation_id=chosen.correlation_id,
+    )
     found = await message_reads.message_page(conn, query)
-    processing = [row.id for row in found[:limit] if row.state == "processing"]
+    processing = [row.id for row in found.rows[:limit] if row.state == "processing"]
     held_by = await holders(conn, tables, processing)
     items = [
         LiveMessage(
@@ -125,10 +153,11 @@ async def message_page(
             last_error=row.last_error,
             held_by=held_by.get(row.id),
         )
-        for row in found[:limit]
+        for row in found.rows[:limit]
     ]
-    more = len(found) > limit
-    return MessagePage(items, str(items[-1].id) if more else None)
+    if len(found.rows) > limit:
+        return MessagePage(items, str(items[-1].id))
+    return MessagePage(items, None if found.scanned_to is None else str(found.scanned_to))
 
 
 async def purge_queue(

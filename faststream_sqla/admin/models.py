@@ -45,6 +45,8 @@ class QueueStats:
     oldest_ready_age: float | None
     #: messages archived (any outcome) in the last minute
     handled_last_minute: Count
+    #: messages archived FAILED (dead letters) in the last minute
+    failed_last_minute: Count
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ class MessageDetails:
     #: the topic it was published to, this queue one of those bound to it
     #: (docs/topics.md); None for a publish to the queue
     topic: str | None = None
+    #: live messages only: what a handler saved when it deferred it (SqlaMessage.defer),
+    #: as it gave it (JSON values decoded, bytes as bytes); None when nothing was saved
+    saved_state: Any = None
 
 
 @dataclass(frozen=True)

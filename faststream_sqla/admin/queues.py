@@ -54,4 +54,5 @@ async def queue_stats(
         failed_last_hour=_count(figures.failed_last_hour, cap),
         oldest_ready_age=figures.oldest_ready_age,
         handled_last_minute=_count(figures.handled_last_minute, cap),
+        failed_last_minute=_count(figures.failed_last_minute, cap),
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import (  # noqa: F401 - each registers its commands
     channels,
     control,
+    dashboard,
     db,
     operate,
     publish,

@@ -203,6 +203,7 @@ def queues(
         "failed 1h",
         "oldest ready",
         "done 1m",
+        "failed 1m",
         "flow",
         first=[s.queue for s in stats],
     )
@@ -217,6 +218,7 @@ def queues(
             str(s.failed_last_hour),
             _age(s.oldest_ready_age),
             str(s.handled_last_minute),
+            str(s.failed_last_minute),
             _flow(s.queue in paused, breakers.get(s.queue, "CLOSED")),
         )
     out.print(table)

@@ -20,7 +20,8 @@ from faststream_sqla.schema import MessageState, QueueTables
 from ._claim import state_literal
 from .base import NewMessage
 from .claimed_rows import load_headers
-from .queue_reads import count_rows
+from .dead_letter_reads import error_starts_with
+from .queue_reads import capped_count, count_rows
 from .ranges import archived_between
 
 if TYPE_CHECKING:
@@ -67,19 +68,24 @@ async def look_up_ids(conn: AsyncConnection, tables: QueueTables, ids: Sequence[
 @dataclass(frozen=True, slots=True)
 class ArchiveRange:
     """`queue`'s archive rows in `state`, archived in [since, until) (aware datetimes;
-    None: no bound): one range of the archive index."""
+    None: no bound), and whose last_error starts with `error` (None: any): one range
+    of the archive index, its rows filtered by their error."""
 
     queue: str
     state: MessageState
     since: datetime | None = None
     until: datetime | None = None
+    error: str | None = None
 
     def terms(self, a: sa.Table) -> list[sa.ColumnElement[bool]]:
-        return [
+        terms = [
             a.c.queue == self.queue,
             a.c.state == state_literal(self.state),
             *archived_between(a, self.since, self.until),
         ]
+        if self.error is not None:
+            terms.append(error_starts_with(a, self.error))
+        return terms
 
 
 async def count_archived(
@@ -88,6 +94,22 @@ async def count_archived(
     """The archive rows in `ranges` (a count reads every one of them)."""
     a = tables.archive
     return await count_rows(conn, a, [r.terms(a) for r in ranges])
+
+
+async def count_archived_up_to(
+    conn: AsyncConnection, tables: QueueTables, ranges: Sequence[ArchiveRange], cap: int
+) -> int:
+    """The archive rows in `ranges`, counted no further than `cap` (a preview of a move:
+    its cost does not grow with the archive past the cap)."""
+    a = tables.archive
+    one: sa.ColumnClause[Any] = sa.literal_column("1")
+    total = 0
+    for archive_range in ranges:
+        if total >= cap:
+            break
+        query = sa.select(one).where(*archive_range.terms(a))
+        total += await conn.scalar(sa.select(capped_count(query, cap - total))) or 0
+    return total
 
 
 @dataclass(frozen=True, slots=True)

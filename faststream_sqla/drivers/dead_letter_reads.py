@@ -33,6 +33,10 @@ class DeadLetterPageQuery:
     until: datetime | None
     after: tuple[datetime, int] | None
     limit: int
+    #: only those whose last_error starts with this (None: all)
+    error: str | None = None
+    #: rows of each range an `error` filter looks at, at most
+    window: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +52,26 @@ class DeadLetterRow:
     correlation_id: str | None
 
 
-async def newest_dead_letters(
-    conn: AsyncConnection, query: DeadLetterPageQuery
-) -> list[DeadLetterRow]:
-    """Newest first: the first `limit` of each queue's and dead state's range, merged."""
+def error_starts_with(a: sa.Table, error: str) -> sa.ColumnElement[bool]:
+    """The archive rows whose last_error starts with `error` (wildcards in it matched as
+    themselves)."""
+    return a.c.last_error.startswith(error, autoescape=True)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRows:
+    """A page's rows, newest first, and where its error filter stopped looking: the
+    (archived_at, id) of the newest row past which some range was not read (None: every
+    range was read to its end). Rows older than it are left for the next page."""
+
+    rows: list[DeadLetterRow]
+    looked_to: tuple[datetime, int] | None
+
+
+async def newest_dead_letters(conn: AsyncConnection, query: DeadLetterPageQuery) -> DeadLetterRows:
+    """Newest first: the first `limit` of each queue's and dead state's range, merged.
+    With an error filter, each range's first `window` rows are read and filtered, so a
+    rare error cannot make a page read the whole archive."""
     a = query.tables.archive
     where = archived_between(a, query.since, query.until)
     if query.after is not None:
@@ -66,17 +86,48 @@ async def newest_dead_letters(
         a.c.last_error,
         a.c.correlation_id,
     )
+    newest = (a.c.archived_at.desc(), a.c.id.desc())
     found: list[DeadLetterRow] = []
+    looked_to: tuple[datetime, int] | None = None
     for queue in query.queues:
         for state in DEAD_STATES:
+            in_range = (a.c.queue == queue, a.c.state == state_literal(state), *where)
+            if query.error is None:
+                rows = await conn.execute(
+                    sa.select(*columns).where(*in_range).order_by(*newest).limit(query.limit)
+                )
+                found += [DeadLetterRow(**row._mapping) for row in rows]
+                continue
+            window = (
+                sa.select(a.c.id, a.c.archived_at)
+                .where(*in_range)
+                .order_by(*newest)
+                .limit(query.window)
+                .subquery()
+            )
+            seen, oldest_at = (
+                await conn.execute(sa.select(sa.func.count(), sa.func.min(window.c.archived_at)))
+            ).one()
+            if seen >= query.window:
+                oldest_id = await conn.scalar(
+                    sa.select(sa.func.min(window.c.id)).where(window.c.archived_at == oldest_at)
+                )
+                end = (oldest_at, oldest_id)
+                looked_to = end if looked_to is None else max(looked_to, end)
             rows = await conn.execute(
                 sa.select(*columns)
-                .where(a.c.queue == queue, a.c.state == state_literal(state), *where)
-                .order_by(a.c.archived_at.desc(), a.c.id.desc())
+                .select_from(a.join(window, window.c.id == a.c.id))
+                .where(error_starts_with(a, query.error))
+                .order_by(*newest)
                 .limit(query.limit)
             )
             found += [DeadLetterRow(**row._mapping) for row in rows]
-    return heapq.nlargest(query.limit, found, key=lambda d: (d.archived_at, d.id))
+    if looked_to is not None:
+        # past looked_to some range was not read: those rows wait for the next page
+        found = [d for d in found if (d.archived_at, d.id) >= looked_to]
+    return DeadLetterRows(
+        heapq.nlargest(query.limit, found, key=lambda d: (d.archived_at, d.id)), looked_to
+    )
 
 
 class RecentError(NamedTuple):

@@ -49,6 +49,8 @@ class StoredMessage:
     redriven_from: int | None
     redriven_to: int | None
     topic: str | None
+    #: what a handler saved when it deferred the message, as stored (live rows only)
+    saved_state: bytes | None = None
 
 
 async def find_message(
@@ -88,20 +90,33 @@ async def find_message(
         redriven_from=row["redriven_from"],
         redriven_to=row["redriven_to"] if archived else None,
         topic=row["topic"],
+        saved_state=None if archived or row["saved_state"] is None else bytes(row["saved_state"]),
     )
+
+
+#: live rows of a queue one page looks at, at most, before its filters: a page whose
+#: filters match few rows stops there and says where to go on (`ListedPage.scanned_to`)
+SCAN_WINDOW = 10_000
 
 
 @dataclass(frozen=True, slots=True)
 class MessagePageQuery:
     """Up to `limit` of `queue`'s live messages in `states` (ready, scheduled,
-    retrying, processing, waiting: as the queue figures count them), oldest id first,
-    after the id `after_id` (None: from the start)."""
+    retrying, processing, waiting: as the queue figures count them), oldest id first
+    (newest first if `newest_first`), past the id `after_id` in that order (None: from
+    the start), with the given `channel`, `ordering_key` and `correlation_id` (None:
+    any). At most `window` of the queue's rows are looked at."""
 
     tables: QueueTables
     queue: str
     states: Sequence[str]
     limit: int
     after_id: int | None
+    newest_first: bool = False
+    channel: str | None = None
+    ordering_key: str | None = None
+    correlation_id: str | None = None
+    window: int = SCAN_WINDOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,12 +151,49 @@ def _state_filters(m: sa.Table) -> dict[str, sa.ColumnElement[bool]]:
     }
 
 
-async def message_page(conn: AsyncConnection, query: MessagePageQuery) -> list[ListedMessage]:
-    """Keyset paging on the id, so a page costs the same however deep it is."""
+@dataclass(frozen=True, slots=True)
+class ListedPage:
+    """The rows a page found, and the last id its window looked at when the window was
+    full (None: it reached the end of the queue): the next page starts past it."""
+
+    rows: list[ListedMessage]
+    scanned_to: int | None
+
+
+async def message_page(conn: AsyncConnection, query: MessagePageQuery) -> ListedPage:
+    """Keyset paging on the id, so a page costs the same however deep it is: a window
+    of at most `query.window` of the queue's rows past the cursor, then the filters on
+    them, so that a filter few rows match cannot make a page read the whole queue."""
     m = query.tables.message
+    order = m.c.id.desc() if query.newest_first else m.c.id
+    window = sa.select(m.c.id).where(m.c.queue == query.queue).order_by(order).limit(query.window)
+    if query.after_id is not None:
+        past = m.c.id < query.after_id if query.newest_first else m.c.id > query.after_id
+        window = window.where(past)
+    looked = window.subquery()
+    ends = (
+        await conn.execute(
+            sa.select(sa.func.count(), sa.func.min(looked.c.id), sa.func.max(looked.c.id))
+        )
+    ).one()
+    seen, lowest, highest = ends
+    scanned_to = None
+    if seen >= query.window:
+        scanned_to = lowest if query.newest_first else highest
     filters = _state_filters(m)
     # the state's name computed in the same statement, so a row is labelled as selected
     label = sa.case(*((filters[name], sa.literal(name)) for name in query.states), else_=None)
+    wanted = [
+        m.c.queue == query.queue,
+        sa.or_(*(filters[name] for name in query.states)),
+    ]
+    for column, value in (
+        (m.c.channel, query.channel),
+        (m.c.ordering_key, query.ordering_key),
+        (m.c.correlation_id, query.correlation_id),
+    ):
+        if value is not None:
+            wanted.append(column == value)
     statement = (
         sa.select(
             m.c.id,
@@ -157,13 +209,12 @@ async def message_page(conn: AsyncConnection, query: MessagePageQuery) -> list[L
             m.c.next_attempt_at,
             m.c.last_error,
         )
-        .where(m.c.queue == query.queue, sa.or_(*(filters[name] for name in query.states)))
-        .order_by(m.c.id)
+        .select_from(m.join(looked, looked.c.id == m.c.id))
+        .where(*wanted)
+        .order_by(order)
         .limit(query.limit)
     )
-    if query.after_id is not None:
-        statement = statement.where(m.c.id > query.after_id)
-    return [
+    rows = [
         ListedMessage(
             id=row.id,
             queue=row.queue,
@@ -180,3 +231,4 @@ async def message_page(conn: AsyncConnection, query: MessagePageQuery) -> list[L
         )
         for row in await conn.execute(statement)
     ]
+    return ListedPage(rows, scanned_to)

@@ -51,6 +51,7 @@ class QueueFigures:
     waiting: int
     failed_last_hour: int
     handled_last_minute: int
+    failed_last_minute: int
     later_sampled: int
     oldest_ready_age: float | None
 
@@ -135,10 +136,19 @@ async def queue_figures(conn: AsyncConnection, query: QueueFiguresQuery) -> Queu
                     ),
                     cap,
                 ),
+                # the last minute's end of the FAILED range read above
+                capped_count(
+                    sa.select(one).where(
+                        a.c.queue == queue,
+                        a.c.state == state_literal(MessageState.FAILED),
+                        a.c.archived_at >= utc_now(-60),
+                    ),
+                    cap,
+                ),
             )
         )
     ).one()
-    ready_n, processing_n, waiting_n, failed_n, handled_n = figures
+    ready_n, processing_n, waiting_n, failed_n, handled_n, failed_minute_n = figures
     return QueueFigures(
         ready=ready_n,
         scheduled=split.get(MessageState.PENDING, 0),
@@ -147,6 +157,7 @@ async def queue_figures(conn: AsyncConnection, query: QueueFiguresQuery) -> Queu
         waiting=waiting_n,
         failed_last_hour=failed_n,
         handled_last_minute=handled_n,
+        failed_last_minute=failed_minute_n,
         later_sampled=sum(split.values()),
         oldest_ready_age=await _oldest_ready_age(conn, tables, queue),
     )

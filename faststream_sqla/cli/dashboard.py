@@ -1,0 +1,80 @@
+"""`faststream-sqla dashboard`: serve the dashboard (faststream_sqla.dashboard) with
+uvicorn. Needs the `dashboard` extra; imported when the command runs, so the other
+commands work without it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from faststream_sqla.exceptions import InvalidOptionError
+
+from .common import EXIT_USAGE, Url, app, fail, integer_in
+
+
+@app.command()
+def dashboard(
+    url: Url,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", parser=integer_in(0, 65535), help="Port to listen on.")
+    ] = 8000,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Refuse every change (403); hide the actions.")
+    ] = False,
+    base_path: Annotated[
+        str, typer.Option("--base-path", help="Serve under this path, e.g. /queues.")
+    ] = "",
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="FASTSTREAM_SQLA_DASHBOARD_TOKEN",
+            help="Token the dashboard asks for (bearer header or the login page).",
+            show_default=False,
+        ),
+    ] = None,
+    basic_user: Annotated[
+        str | None,
+        typer.Option(
+            "--basic-user", envvar="FASTSTREAM_SQLA_DASHBOARD_USER", help="Basic auth user."
+        ),
+    ] = None,
+    basic_password: Annotated[
+        str | None,
+        typer.Option(
+            "--basic-password",
+            envvar="FASTSTREAM_SQLA_DASHBOARD_PASSWORD",
+            help="Basic auth password.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Serve the dashboard: the queues, messages, dead letters, channels, breakers and
+    schedules of one database, and its JSON API under /api. Without auth it listens
+    on a loopback address only."""
+    try:
+        import uvicorn
+
+        from faststream_sqla.dashboard import BasicAuth, TokenAuth, create_app
+        from faststream_sqla.dashboard.server import base_path_of, check_exposure, under_base_path
+    except ImportError as e:
+        raise fail(
+            f"the dashboard needs its extra ({e.name} is missing): "
+            'pip install "faststream-sqla[dashboard]"'
+        ) from None
+    try:
+        if token is not None and (basic_user or basic_password):
+            raise InvalidOptionError("choose a token or basic auth, not both")
+        auth: TokenAuth | BasicAuth | None = None
+        if token is not None:
+            auth = TokenAuth(token)
+        elif basic_user or basic_password:
+            auth = BasicAuth(basic_user or "", basic_password or "")
+        check_exposure(host, auth)
+        mount = base_path_of(base_path)
+        served = under_base_path(create_app(url, read_only=read_only, auth=auth), mount)
+    except InvalidOptionError as e:
+        raise fail(str(e), EXIT_USAGE) from None
+    uvicorn.run(served, host=host, port=port, log_level="info")

@@ -1,0 +1,58 @@
+"""Queues: each one's figures and controls; pause, resume, purge; what is served."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from faststream_sqla.schema import BreakerState
+
+from ..models import Changed, Info, Purged, QueueList, QueueOverview
+from ..settings import settings_of
+from .common import CHANGES, Admin, QueueName
+
+router = APIRouter(tags=["queues"])
+
+
+@router.get("/info")
+async def info(request: Request) -> Info:
+    """The database served (password masked) and whether changes are refused."""
+    settings = settings_of(request)
+    return Info(
+        database=settings.database, read_only=settings.read_only, version=request.app.version
+    )
+
+
+@router.get("/queues")
+async def list_queues(admin: Admin) -> QueueList:
+    """Every queue with a queued or archived message: counts by state (capped), handled
+    and failed in the last minute, the oldest ready message's age, paused, breaker."""
+    stats = await admin.queues()
+    paused = set(await admin.paused_queues())
+    breakers = {b.queue: b.state for b in await admin.breakers() if b.channel is None}
+    return QueueList(
+        queues=[
+            QueueOverview.of(
+                s,
+                paused=s.queue in paused,
+                breaker=breakers.get(s.queue, BreakerState.CLOSED.value),
+            )
+            for s in stats
+        ]
+    )
+
+
+@router.post("/queues/{queue}/pause", dependencies=CHANGES)
+async def pause_queue(queue: QueueName, admin: Admin) -> Changed:
+    """Stop every consumer of the queue from claiming (publishing goes on)."""
+    return Changed(changed=await admin.pause_queue(queue))
+
+
+@router.post("/queues/{queue}/resume", dependencies=CHANGES)
+async def resume_queue(queue: QueueName, admin: Admin) -> Changed:
+    return Changed(changed=await admin.resume_queue(queue))
+
+
+@router.post("/queues/{queue}/purge", dependencies=CHANGES)
+async def purge_queue(queue: QueueName, admin: Admin) -> Purged:
+    """Delete the queue's waiting messages (never those in flight)."""
+    return Purged(deleted=await admin.purge(queue))

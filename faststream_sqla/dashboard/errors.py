@@ -1,0 +1,104 @@
+"""How the dashboard answers a failure: JSON `{"error": "..."}` with the status that
+names its kind (400 bad input, 403 refused, 404 unknown, 409 conflict, 503 the
+database), passwords masked, never a traceback."""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from faststream_sqla.exceptions import (
+    DatabaseUnreachableError,
+    InvalidOptionError,
+    MessageStateConflictError,
+    SchemaError,
+    UnknownMessageError,
+    UnknownQueueError,
+    UnknownScheduleError,
+)
+from faststream_sqla.urls import mask_passwords
+
+from .models import ErrorBody
+
+logger = logging.getLogger("faststream_sqla.dashboard")
+
+#: the statuses every route may answer besides its own, as the OpenAPI document says
+ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
+    400: {"model": ErrorBody, "description": "bad input"},
+    403: {"model": ErrorBody, "description": "not authenticated, or read-only"},
+    404: {"model": ErrorBody, "description": "unknown queue, message or schedule"},
+    409: {"model": ErrorBody, "description": "the message is not in a state this takes"},
+}
+
+
+class Refused(Exception):
+    """A request this dashboard does not serve: `status` and why."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = headers
+
+
+def _answer(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": mask_passwords(message)}, status_code=status, headers=headers)
+
+
+def _status_of(error: Exception) -> int:
+    if isinstance(error, MessageStateConflictError):
+        return 409
+    if isinstance(error, InvalidOptionError):
+        return 400
+    if isinstance(error, UnknownMessageError | UnknownQueueError | UnknownScheduleError):
+        return 404
+    return 503
+
+
+def _validation_message(error: RequestValidationError) -> str:
+    problems = []
+    for item in error.errors()[:3]:
+        where = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
+        problems.append(f"{where}: {item.get('msg', 'invalid')}" if where else item.get("msg", ""))
+    return "; ".join(problems) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error of ours, of FastAPI's request checks and of the database as JSON."""
+
+    async def refused(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, Refused)
+        return _answer(error.status, str(error), error.headers)
+
+    async def ours(request: Request, error: Exception) -> JSONResponse:
+        return _answer(_status_of(error), str(error))
+
+    async def bad_request(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, RequestValidationError)
+        return _answer(400, _validation_message(error))
+
+    async def http_error(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, HTTPException)
+        return _answer(error.status_code, str(error.detail), getattr(error, "headers", None))
+
+    async def database(request: Request, error: Exception) -> JSONResponse:
+        # the driver's message can name the server; its password is masked, the
+        # statement (bound values included) is left out
+        reason = error.orig if isinstance(error, sa.exc.DBAPIError) else error
+        logger.warning("dashboard: the database failed: %s", mask_passwords(repr(reason)))
+        return _answer(503, f"the database failed: {type(reason).__name__}: {reason}")
+
+    app.add_exception_handler(Refused, refused)
+    app.add_exception_handler(InvalidOptionError, ours)
+    app.add_exception_handler(UnknownMessageError, ours)
+    app.add_exception_handler(UnknownQueueError, ours)
+    app.add_exception_handler(UnknownScheduleError, ours)
+    app.add_exception_handler(SchemaError, ours)
+    app.add_exception_handler(DatabaseUnreachableError, ours)
+    app.add_exception_handler(RequestValidationError, bad_request)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(sa.exc.SQLAlchemyError, database)
