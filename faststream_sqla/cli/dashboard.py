@@ -10,7 +10,18 @@ import typer
 
 from faststream_sqla.exceptions import InvalidOptionError
 
-from .common import EXIT_USAGE, Url, app, fail, integer_in
+from .common import (
+    DEFAULT_ARCHIVE_TABLE,
+    DEFAULT_MESSAGE_TABLE,
+    EXIT_USAGE,
+    ArchiveTable,
+    MessageTable,
+    Url,
+    app,
+    fail,
+    integer_in,
+    names_of,
+)
 
 
 @app.command()
@@ -50,6 +61,8 @@ def dashboard(
             show_default=False,
         ),
     ] = None,
+    message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
+    archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
     """Serve the dashboard: the queues, messages, dead letters, channels, breakers and
     schedules of one database, and its JSON API under /api. Without auth it listens
@@ -57,6 +70,7 @@ def dashboard(
     try:
         import uvicorn
 
+        from faststream_sqla.admin import QueueAdmin
         from faststream_sqla.dashboard import BasicAuth, TokenAuth, create_app
         from faststream_sqla.dashboard.server import base_path_of, check_exposure, under_base_path
     except ImportError as e:
@@ -74,7 +88,9 @@ def dashboard(
             auth = BasicAuth(basic_user or "", basic_password or "")
         check_exposure(host, auth)
         mount = base_path_of(base_path)
-        served = under_base_path(create_app(url, read_only=read_only, auth=auth), mount)
+        names = names_of(message_table, archive_table)
+        admin = QueueAdmin(url, message_table=names.message, archive_table=names.archive)
+        served = under_base_path(create_app(admin, read_only=read_only, auth=auth), mount)
     except InvalidOptionError as e:
         raise fail(str(e), EXIT_USAGE) from None
     uvicorn.run(served, host=host, port=port, log_level="info")
