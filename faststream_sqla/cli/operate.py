@@ -125,7 +125,7 @@ def progress_bar(label: str, json_output: bool) -> Iterator[Callable[[int, int |
 def listing(*headers: str, first: list[str] | None = None) -> Table:
     """A table whose cells fold rather than cut, its first column (queue names, ids) as
     wide as its longest value: a name must show whole on a narrow terminal."""
-    width = max((len(value) for value in first or ()), default=0) or None
+    width = max((len(value) for value in (headers[0], *(first or ()))), default=0)
     return Table(
         Column(headers[0], min_width=width, overflow="fold"),
         *(Column(h, overflow="fold") for h in headers[1:]),
@@ -202,8 +202,7 @@ def queues(
         "waiting",
         "failed 1h",
         "oldest ready",
-        "done 1m",
-        "failed 1m",
+        "done/failed 1m",
         "flow",
         first=[s.queue for s in stats],
     )
@@ -217,8 +216,7 @@ def queues(
             str(s.waiting),
             str(s.failed_last_hour),
             _age(s.oldest_ready_age),
-            str(s.handled_last_minute),
-            str(s.failed_last_minute),
+            f"{s.handled_last_minute}/{s.failed_last_minute}",
             _flow(s.queue in paused, breakers.get(s.queue, "CLOSED")),
         )
     out.print(table)
