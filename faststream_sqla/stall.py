@@ -7,11 +7,17 @@ writes, the other handlers. Its process never takes back its own claims for that
 outlasts `release_stuck_timeout`. The watch says so in the log, naming the handler,
 its message and the line it blocked on, so the mistake is found rather than felt as
 duplicates.
+
+A pause spent mostly in Python's garbage collector is not a handler's doing, though the
+collection runs inside whichever task allocated last (and its weakref callbacks show up
+as that task's line). The watch times the loop thread's collections and words such a
+pause as what it is, at INFO, rather than blaming the task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 import threading
@@ -43,6 +49,10 @@ class LoopStallWatch:
         self._stop = threading.Event()
         #: stalls reported so far (read by tests)
         self.reported = 0
+        #: seconds the loop thread has spent in garbage collections since the watch began
+        self._gc_seconds = 0.0
+        self._gc_started: float | None = None
+        self._gc_at_beat = 0.0
 
     def watch(
         self, task: asyncio.Task[object], describe: Callable[[], str | None], threshold: float
@@ -64,6 +74,7 @@ class LoopStallWatch:
         self._loop_thread = threading.get_ident()
         self._stop.clear()
         self._mark()
+        gc.callbacks.append(self._time_collection)
         self._thread = threading.Thread(
             target=self._run, name="faststream-sqla-stall-watch", daemon=True
         )
@@ -77,22 +88,47 @@ class LoopStallWatch:
             self._stop.set()
             self._thread.join()
             self._thread = None
+        if self._time_collection in gc.callbacks:
+            gc.callbacks.remove(self._time_collection)
+
+    def _time_collection(self, phase: str, _info: dict[str, int]) -> None:
+        if threading.get_ident() != self._loop_thread:
+            return
+        if phase == "start":
+            self._gc_started = time.monotonic()
+        elif self._gc_started is not None:
+            self._gc_seconds += time.monotonic() - self._gc_started
+            self._gc_started = None
+
+    def _collecting_for(self) -> float:
+        """Seconds of collection so far, counting one still running."""
+        started = self._gc_started
+        running = time.monotonic() - started if started is not None else 0.0
+        return self._gc_seconds + running
 
     def _mark(self) -> None:
         assert self._loop is not None
         self._beat = time.monotonic()
+        self._gc_at_beat = self._gc_seconds
         self._timer = self._loop.call_later(TICK, self._mark)
 
     def _run(self) -> None:
         stalled_since: float | None = None
         culprit = ""
+        collected_before = 0.0  # the loop thread's collections up to its last beat
         while not self._stop.wait(TICK):
             beat = self._beat
             if stalled_since is None:
                 if time.monotonic() - beat > self.threshold + TICK:
                     stalled_since, culprit = beat, self._culprit()
+                    collected_before = self._gc_at_beat
             elif beat > stalled_since:  # the loop turned again
-                self._report(beat - stalled_since - TICK, culprit)
+                seconds = beat - stalled_since - TICK
+                collecting = self._collecting_for() - collected_before
+                if collecting >= seconds / 2:
+                    self._report_collection(seconds, collecting)
+                else:
+                    self._report(seconds, culprit)
                 stalled_since = None
 
     def _culprit(self) -> str:
@@ -119,4 +155,11 @@ class LoopStallWatch:
             "instead of blocking, or run blocking work in a thread (asyncio.to_thread); "
             "a block longer than release_stuck_timeout lets other processes deliver "
             "the message again.",
+        )
+
+    def _report_collection(self, seconds: float, collecting: float) -> None:
+        self.log(
+            logging.INFO,
+            f"the event loop paused for {seconds:.1f}s, {collecting:.1f}s of it in Python's "
+            "garbage collector (many objects alive, or a starved CPU); no handler blocked it",
         )

@@ -3,11 +3,14 @@ and the log names the handler that blocked it."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import time
 from pathlib import Path
 
 from faststream_sqla import MessageState, SqlaBroker, SqlaMessage
+from faststream_sqla.stall import LoopStallWatch
 
 from tests.support.helpers import FAST, Recorder, rows
 
@@ -55,3 +58,42 @@ async def test_release_stuck_never_takes_its_own_process_claims(
     named = [line for line in stalls if "blocks_the_loop" in line]
     assert named, f"the stall was not reported: {stalls}"
     assert all("queue 'q'" in line and Path(__file__).name in line for line in named)
+
+
+class _SlowToCollect:
+    """One half of a reference cycle whose finalizer takes long: a collection that
+    pauses the loop while no handler code runs."""
+
+    def __init__(self) -> None:
+        self.other: _SlowToCollect | None = None
+
+    def __del__(self) -> None:
+        time.sleep(0.4)
+
+
+async def test_a_pause_spent_collecting_garbage_blames_no_task():
+    loop = asyncio.get_running_loop()
+    lines: list[tuple[int, str]] = []
+    reported = asyncio.Event()
+
+    def log(level: int, line: str) -> None:  # called on the watch's own thread
+        lines.append((level, line))
+        loop.call_soon_threadsafe(reported.set)
+
+    watch = LoopStallWatch(log, threshold=0.2)
+
+    async def allocates() -> None:
+        first, second = _SlowToCollect(), _SlowToCollect()
+        first.other, second.other = second, first
+        del first, second
+        gc.collect()  # both finalizers run inside this collection, on the loop's thread
+
+    task = asyncio.create_task(allocates())
+    watch.watch(task, lambda: "the allocating task", threshold=0.2)
+    await task
+    await reported.wait()  # the watch reports once the loop turns again
+    watch.stop()
+
+    assert [level for level, _ in lines] == [logging.INFO], lines
+    assert "garbage collector" in lines[0][1]
+    assert "the allocating task" not in lines[0][1]
