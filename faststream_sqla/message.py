@@ -13,6 +13,7 @@ from faststream.message import AckStatus, StreamMessage
 from .clock import to_aware
 from .durations import Seconds, plain_seconds
 from .exceptions import InvalidOptionError, shown
+from .schema import has_key_row
 
 if TYPE_CHECKING:
     from .drivers.base import Outcome
@@ -139,11 +140,7 @@ class ClaimedMessage:
     def keyed(self) -> bool:
         """Has an ordering or idempotency key or a channel (on MySQL, a row in the keys
         table)."""
-        return (
-            self.ordering_key is not None
-            or self.idempotency_key is not None
-            or self.channel is not None
-        )
+        return has_key_row(self.ordering_key, self.idempotency_key, self.channel)
 
     @property
     def token(self) -> int:

@@ -437,6 +437,12 @@ def keys_table_name(message: str) -> str:
     return f"{message}_keys"
 
 
+def has_key_row(ordering_key: str | None, idempotency_key: str | None, channel: str | None) -> bool:
+    """Whether a message with these values has a row in the keys table where there is
+    one (MySQL): a message with any of them is "keyed"."""
+    return ordering_key is not None or idempotency_key is not None or channel is not None
+
+
 def build_keys_table(metadata: sa.MetaData, message: str) -> sa.Table:
     """MySQL and MariaDB: the ordering and idempotency keys of the messages that have
     one, under the key indexes. Those databases have no partial indexes, so on the

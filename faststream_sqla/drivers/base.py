@@ -42,6 +42,7 @@ from faststream_sqla.schema import (
     MessageColumn,
     MessageState,
     QueueTables,
+    has_key_row,
 )
 
 T = TypeVar("T")
@@ -100,11 +101,7 @@ class NewMessage:
     def keyed(self) -> bool:
         """Has an ordering or idempotency key or a channel (on MySQL, a row in the keys
         table)."""
-        return (
-            self.ordering_key is not None
-            or self.idempotency_key is not None
-            or self.channel is not None
-        )
+        return has_key_row(self.ordering_key, self.idempotency_key, self.channel)
 
 
 @dataclass(slots=True)
