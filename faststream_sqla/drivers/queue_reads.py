@@ -27,7 +27,7 @@ from faststream_sqla.schema import PRIORITIES, MessageState, QueueTables
 
 from ._claim import state_literal
 from .base import TERMINAL
-from .ranges import claim_index_order, live_ranges, queue_ranges
+from .ranges import channelled_due_range, claim_index_order, live_ranges, queue_ranges
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,13 +111,20 @@ async def queue_figures(conn: AsyncConnection, query: QueueFiguresQuery) -> Queu
     due, claimable = ranges.due, ranges.claimable
     # Not yet due: delayed publishes (PENDING) and retries waiting out their backoff
     # (RETRYABLE), told apart in one bounded sample of that range.
-    later = sa.select(m.c.state).where(*claimable, due > utc_now()).limit(cap).subquery()
-    counted = await conn.execute(sa.select(later.c.state, sa.func.count()).group_by(later.c.state))
-    split = {state: n for state, n in counted}
+    split: dict[str, int] = {}
+    for where in claimable:
+        later = sa.select(m.c.state).where(*where, due > utc_now()).limit(cap).subquery()
+        counted = await conn.execute(
+            sa.select(later.c.state, sa.func.count()).group_by(later.c.state)
+        )
+        for state, n in counted:
+            split[state] = min(cap, split.get(state, 0) + n)
+    ready_parts = [
+        capped_count(sa.select(one).where(*where, due <= utc_now()), cap) for where in claimable
+    ]
     figures = (
         await conn.execute(
             sa.select(
-                capped_count(sa.select(one).where(*claimable, due <= utc_now()), cap),
                 capped_count(sa.select(one).where(*ranges.processing), cap),
                 capped_count(sa.select(one).where(*ranges.waiting), cap),
                 capped_count(
@@ -145,12 +152,13 @@ async def queue_figures(conn: AsyncConnection, query: QueueFiguresQuery) -> Queu
                     ),
                     cap,
                 ),
+                *ready_parts,
             )
         )
     ).one()
-    ready_n, processing_n, waiting_n, failed_n, handled_n, failed_minute_n = figures
+    processing_n, waiting_n, failed_n, handled_n, failed_minute_n, *ready_ns = figures
     return QueueFigures(
-        ready=ready_n,
+        ready=min(cap, sum(ready_ns)),
         scheduled=split.get(MessageState.PENDING, 0),
         processing=processing_n,
         retrying=split.get(MessageState.RETRYABLE, 0),
@@ -158,7 +166,7 @@ async def queue_figures(conn: AsyncConnection, query: QueueFiguresQuery) -> Queu
         failed_last_hour=failed_n,
         handled_last_minute=handled_n,
         failed_last_minute=failed_minute_n,
-        later_sampled=sum(split.values()),
+        later_sampled=min(cap, sum(split.values())),
         oldest_ready_age=await _oldest_ready_age(conn, tables, queue),
     )
 
@@ -168,13 +176,20 @@ async def _oldest_ready_age(conn: AsyncConnection, tables: QueueTables, queue: s
     priority's range of the claim index."""
     m = tables.message
     due, eligible = claim_index_order(m)
-    firsts: Sequence[sa.Select] = [
+    firsts: list[sa.Select] = [
         sa.select(due.label("due"))
         .where(m.c.queue == queue, m.c.priority == sa.literal_column(str(p)), *eligible)
         .order_by(due)
         .limit(1)
         for p in PRIORITIES
     ]
+    channelled = channelled_due_range(m)
+    if channelled is not None:
+        # the channel index orders by channel before due: the queue's claimable
+        # channelled entries are read, not only the first
+        firsts.append(
+            sa.select(sa.func.min(due).label("due")).where(m.c.queue == queue, *channelled)
+        )
     # each branch its own subquery: SQLite wants a compound's LIMIT outside it
     branches = [sa.select(b.subquery().c.due) for b in firsts]
     every = sa.union_all(*branches).subquery()

@@ -56,8 +56,19 @@ def purge_ranges(m: sa.Table) -> list[tuple[sa.ColumnElement[bool], ...]]:
     if _ready_at_shape(m):
         return [(m.c.state.in_([state_literal(s) for s in PURGED]),)]
     return [
-        (ready_predicate(m),),
+        *_claimable_apart(m),
         (m.c.ordering_key.isnot(None), m.c.state == state_literal(MessageState.WAITING)),
+    ]
+
+
+def _claimable_apart(m: sa.Table) -> list[tuple[sa.ColumnElement[bool], ...]]:
+    """PostgreSQL and SQLite: the claimable messages as the two partial indexes hold
+    them, the plain ones (the claim index) and the channelled ones (the channel index).
+    A bare `ready_predicate` matches neither index's predicate, and the planner then
+    reads the whole table."""
+    return [
+        (ready_predicate(m), m.c.channel.is_(None)),
+        (ready_predicate(m), m.c.channel.isnot(None)),
     ]
 
 
@@ -77,10 +88,11 @@ def archived_between(
 @dataclass(frozen=True)
 class QueueRanges:
     """One queue's messages by kind, each as the terms of the index range that holds
-    them; `due` orders the claimable ones."""
+    them; the claimable ones are one range or two (plain and channelled, no message in
+    both), which `due` orders."""
 
     due: sa.ColumnElement[Any]
-    claimable: tuple[sa.ColumnElement[bool], ...]
+    claimable: tuple[tuple[sa.ColumnElement[bool], ...], ...]
     processing: tuple[sa.ColumnElement[bool], ...]
     waiting: tuple[sa.ColumnElement[bool], ...]
 
@@ -95,13 +107,17 @@ def queue_ranges(m: sa.Table, queue: str) -> QueueRanges:
         in_flight = (in_queue, levels, m.c.ready_at == NOT_READY)
         return QueueRanges(
             due=m.c.ready_at,
-            claimable=(in_queue, levels, m.c.ready_at < NOT_READY),
+            claimable=((in_queue, levels, m.c.ready_at < NOT_READY),),
             processing=(*in_flight, m.c.state == state_literal(MessageState.PROCESSING)),
             waiting=(*in_flight, m.c.state == state_literal(MessageState.WAITING)),
         )
     return QueueRanges(
         due=m.c.next_attempt_at,
-        claimable=(in_queue, levels, ready_predicate(m)),
+        # the priorities lead the claim index only; the channel index has the channel
+        claimable=tuple(
+            (in_queue, levels, *where) if index == 0 else (in_queue, *where)
+            for index, where in enumerate(_claimable_apart(m))
+        ),
         processing=(in_queue, m.c.state == state_literal(MessageState.PROCESSING)),
         waiting=(
             in_queue,
@@ -115,10 +131,20 @@ def claim_index_order(
     m: sa.Table,
 ) -> tuple[sa.ColumnElement[Any], list[sa.ColumnElement[bool]]]:
     """The claim index's due column, and the terms that select its claimable entries
-    within one queue and priority."""
+    within one queue and priority (on PostgreSQL and SQLite the plain messages only:
+    `channelled_due_range` has the others)."""
     if _ready_at_shape(m):
         return m.c.ready_at, []
-    return m.c.next_attempt_at, [ready_predicate(m)]
+    return m.c.next_attempt_at, list(_claimable_apart(m)[0])
+
+
+def channelled_due_range(m: sa.Table) -> tuple[sa.ColumnElement[bool], ...] | None:
+    """PostgreSQL and SQLite: the terms of the claimable channelled messages, which the
+    channel index holds ordered by channel first (None on MySQL, whose ready index
+    holds them with the rest)."""
+    if _ready_at_shape(m):
+        return None
+    return _claimable_apart(m)[1]
 
 
 def channelled_range(tables: QueueTables) -> tuple[sa.Table, tuple[sa.ColumnElement[bool], ...]]:
