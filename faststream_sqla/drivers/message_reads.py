@@ -97,6 +97,8 @@ async def find_message(
 #: live rows of a queue one page looks at, at most, before its filters: a page whose
 #: filters match few rows stops there and says where to go on (`ListedPage.scanned_to`)
 SCAN_WINDOW = 10_000
+#: the window a page first tries (message_page)
+FIRST_WINDOW = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +155,9 @@ def _state_filters(m: sa.Table) -> dict[str, sa.ColumnElement[bool]]:
 
 @dataclass(frozen=True, slots=True)
 class ListedPage:
-    """The rows a page found, and the last id its window looked at when the window was
-    full (None: it reached the end of the queue): the next page starts past it."""
+    """The rows a page found and, for a page its filters left short, the last id its
+    window looked at when the window was full (None: the page is full, and the next
+    starts past its last row, or the window reached the end of the queue)."""
 
     rows: list[ListedMessage]
     scanned_to: int | None
@@ -163,23 +166,49 @@ class ListedPage:
 async def message_page(conn: AsyncConnection, query: MessagePageQuery) -> ListedPage:
     """Keyset paging on the id, so a page costs the same however deep it is: a window
     of at most `query.window` of the queue's rows past the cursor, then the filters on
-    them, so that a filter few rows match cannot make a page read the whole queue."""
-    m = query.tables.message
-    order = m.c.id.desc() if query.newest_first else m.c.id
-    window = sa.select(m.c.id).where(m.c.queue == query.queue).order_by(order).limit(query.window)
-    if query.after_id is not None:
-        past = m.c.id < query.after_id if query.newest_first else m.c.id > query.after_id
-        window = window.where(past)
-    looked = window.subquery()
-    ends = (
+    them, so that a filter few rows match cannot make a page read the whole queue.
+
+    A first window of `FIRST_WINDOW` rows fills most pages (no filter, or a common
+    one): the queue's rows sit among every other queue's in the primary key, which a
+    window walks, so the full window is read only for a page the first left short."""
+    first = min(query.window, max(FIRST_WINDOW, query.limit * 4))
+    rows = await _filtered_rows(conn, query, first)
+    if len(rows) >= query.limit:
+        return ListedPage(rows, None)
+    if first < query.window:
+        rows = await _filtered_rows(conn, query, query.window)
+    if len(rows) >= query.limit:
+        return ListedPage(rows, None)
+    looked = _window(query, query.window)
+    seen, lowest, highest = (
         await conn.execute(
             sa.select(sa.func.count(), sa.func.min(looked.c.id), sa.func.max(looked.c.id))
         )
     ).one()
-    seen, lowest, highest = ends
     scanned_to = None
     if seen >= query.window:
         scanned_to = lowest if query.newest_first else highest
+    return ListedPage(rows, scanned_to)
+
+
+def _window(query: MessagePageQuery, size: int) -> sa.Subquery:
+    """The ids of the next `size` of the queue's rows past the cursor, in page order."""
+    m = query.tables.message
+    order = m.c.id.desc() if query.newest_first else m.c.id
+    window = sa.select(m.c.id).where(m.c.queue == query.queue).order_by(order).limit(size)
+    if query.after_id is not None:
+        past = m.c.id < query.after_id if query.newest_first else m.c.id > query.after_id
+        window = window.where(past)
+    return window.subquery()
+
+
+async def _filtered_rows(
+    conn: AsyncConnection, query: MessagePageQuery, window: int
+) -> list[ListedMessage]:
+    """Up to `query.limit` rows of a window of `window` rows that pass the filters."""
+    m = query.tables.message
+    order = m.c.id.desc() if query.newest_first else m.c.id
+    looked = _window(query, window)
     filters = _state_filters(m)
     # the state's name computed in the same statement, so a row is labelled as selected
     label = sa.case(*((filters[name], sa.literal(name)) for name in query.states), else_=None)
@@ -214,7 +243,7 @@ async def message_page(conn: AsyncConnection, query: MessagePageQuery) -> Listed
         .order_by(order)
         .limit(query.limit)
     )
-    rows = [
+    return [
         ListedMessage(
             id=row.id,
             queue=row.queue,
@@ -231,4 +260,3 @@ async def message_page(conn: AsyncConnection, query: MessagePageQuery) -> Listed
         )
         for row in await conn.execute(statement)
     ]
-    return ListedPage(rows, scanned_to)
