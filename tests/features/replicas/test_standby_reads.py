@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
-from chaos.servers import ReplicatedPostgres
+from chaos.servers import ReplicatedPostgres, free_port
 from faststream_sqla import SqlaBroker
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.connecting import create_engine
@@ -26,7 +26,14 @@ from faststream_sqla.prometheus import QueueStateCollector
 from tests.support.cli import cli
 from tests.support.helpers import wait_until
 
-pytestmark = [pytest.mark.databases("postgresql"), pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.databases("postgresql"),
+    pytest.mark.asyncio(loop_scope="module"),
+]
+
+#: the throwaway servers trust every connection: a password is carried, never checked
+PASSWORD = "s3cr@t:pw"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -136,6 +143,68 @@ async def test_the_dashboard_reads_from_the_replica_with_a_lag_banner(pair):
     assert paused.status_code == 200, paused.text
     async with QueueAdmin(pair.primary.url) as primary:
         assert "standby-dashboard" in await primary.paused_queues()
+
+
+def with_password(url: str) -> str:
+    return url.replace("postgres@", "postgres:s3cr%40t%3Apw@", 1)
+
+
+def standby_first(pair: ReplicatedPostgres) -> str:
+    """Both hosts, the standby preferred: a read_url that follows the standby."""
+    hosts = "&".join(f"host=127.0.0.1:{s.port}" for s in (pair.standby, pair.primary))
+    return f"postgresql+asyncpg://postgres:s3cr%40t%3Apw@/postgres?{hosts}&target_session_attrs=prefer-standby"
+
+
+def assert_readable(text: str, pair: ReplicatedPostgres) -> None:
+    for server in (pair.primary, pair.standby):
+        assert f"host=127.0.0.1:{server.port}" in text, text
+    assert "postgres:***@" in text, text
+    for secret in (PASSWORD, "s3cr", "%3A"):
+        assert secret not in text, text
+
+
+async def test_the_admin_collector_and_dashboard_work_on_multi_host_urls(pair):
+    """`pair.url` names both servers, read-write first: the admin changes the primary
+    through it; a multi-host read_url preferring the standby reads from it."""
+    await publish(pair, "multi-host", 2)
+    url, read_url = with_password(pair.url), standby_first(pair)
+    async with QueueAdmin(url, read_url=read_url) as admin:
+        (stats,) = await admin.queues(["multi-host"])
+        assert stats.ready.value == 2
+        lag = await admin.replica_lag()
+        assert lag is not None and lag.seconds is not None
+        assert await admin.pause_queue("multi-host") is True
+    async with QueueAdmin(pair.primary.url) as primary:
+        assert "multi-host" in await primary.paused_queues()
+
+    registry = CollectorRegistry()
+    async with QueueStateCollector(url, queues=["multi-host"], interval=3600, registry=registry):
+        ready = {"queue": "multi-host", "state": "ready"}
+        assert registry.get_sample_value("faststream_sqla_queue_depth", ready) == 2
+
+    app = create_app(url, read_url=read_url)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as http:
+            info = (await http.get("/api/info")).json()
+    assert_readable(info["database"], pair)
+    assert "target_session_attrs=read-write" in info["database"]
+
+
+async def test_the_cli_reads_on_multi_host_urls_and_names_an_unreachable_replica_readably(pair):
+    result = await cli(
+        with_password(pair.url), "queues", "--read-url", standby_first(pair)
+    )
+    assert result.stdout.startswith("read from replica, ")
+    dead = standby_first(pair).replace(str(pair.standby.port), str(free_port())).replace(
+        str(pair.primary.port), str(free_port())
+    )
+    result = await cli(pair.primary.url, "queues", "--read-url", dead, code=1)
+    shown = result.output.replace("\n", "")
+    assert shown.startswith("Error: replica postgresql+asyncpg://postgres:***@"), shown
+    assert "target_session_attrs=prefer-standby" in shown
+    for secret in (PASSWORD, "s3cr", "%3A"):
+        assert secret not in shown
 
 
 async def test_reads_go_on_from_the_standby_while_the_primary_is_down(pair):
