@@ -85,7 +85,7 @@ async def test_it_serves_the_api_on_loopback(database_url, tmp_path):
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
             answer = await http.get("/api/queues")
-            assert answer.status_code == 200 and answer.json() == {"queues": []}
+            assert answer.status_code == 200 and answer.json() == {"queues": [], "replica": None}
             assert (await http.get("/api/openapi.json")).json()["info"]["title"]
     finally:
         await _stop(proc)
@@ -100,7 +100,7 @@ async def test_it_serves_under_a_base_path_behind_a_token(database_url, tmp_path
             assert (await http.get("/api/queues")).status_code == 403
             bearer = {"Authorization": f"Bearer {TOKEN}"}
             answer = await http.get("/api/queues", headers=bearer)
-            assert answer.status_code == 200 and answer.json() == {"queues": []}
+            assert answer.status_code == 200 and answer.json() == {"queues": [], "replica": None}
     finally:
         logged = await _stop(proc)
     assert "GET /queues/api/queues" in logged  # the access log, which names no token
