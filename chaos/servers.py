@@ -3,7 +3,9 @@ port on 127.0.0.1, started and stopped (gently or not) by a chaos run or a test 
 must break a server without touching the shared one.
 
 PostgreSQL runs from the installed version's binaries as the `postgres` user, MariaDB's
-server as the `mysql` user (both as themselves when not run as root).
+server as the `mysql` user (both as themselves when not run as root). Each has a
+replicated pair too: `ReplicatedPostgres` (a primary and a streaming standby) and
+`ReplicatedMariaDB` (a primary and a GTID replica).
 """
 
 from __future__ import annotations

@@ -126,6 +126,21 @@ async def test_the_collector_reports_the_replica_lag_beside_the_figures(pair):
     assert depth == 2
     assert lag is not None and not math.isnan(lag) and lag >= 0
 
+    # built beside a broker: reads through the broker's tables, from the replica
+    broker = SqlaBroker(pair.primary.url, logger=None)
+    registry = CollectorRegistry()
+    collector = QueueStateCollector(
+        broker, read_url=pair.standby.url, queues=["standby-metrics"], interval=3600,
+        registry=registry,
+    )
+    async with broker, collector:
+        assert collector.admin.reads_from_replica
+        assert registry.get_sample_value("faststream_sqla_replica_lag_seconds", {}) >= 0
+    # without read_url there is no replica to report
+    registry = CollectorRegistry()
+    async with QueueStateCollector(pair.primary.url, interval=3600, registry=registry):
+        assert registry.get_sample_value("faststream_sqla_replica_lag_seconds", {}) is None
+
 
 async def test_the_dashboard_reads_from_the_replica_with_a_lag_banner(pair):
     await publish(pair, "standby-dashboard", 1)
