@@ -193,7 +193,9 @@ async def main(args: argparse.Namespace) -> None:
 
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database", default="postgresql", choices=["postgresql", "mysql", "sqlite"])
+    parser.add_argument(
+        "--database", default="postgresql", choices=["postgresql", "mysql", "sqlite"]
+    )
     parser.add_argument("--n", type=int, default=2000, help="messages a drain")
     parser.add_argument(
         "--processes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4, 8, 16]

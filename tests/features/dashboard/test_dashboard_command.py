@@ -121,7 +121,9 @@ async def test_it_reads_from_the_read_url_and_shows_its_lag(database_url, dialec
 
 async def test_it_refuses_a_read_url_of_another_kind_of_database_in_one_line(database_url):
     other = "sqlite+aiosqlite:///x.db" if "sqlite" not in database_url else "mysql+asyncmy://u@h/d"
-    done = await run_script(database_url, "dashboard", "--read-url", other, "--port", str(free_port()))
+    done = await run_script(
+        database_url, "dashboard", "--read-url", other, "--port", str(free_port())
+    )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "same kind of database" in lines[0], lines

@@ -19,7 +19,11 @@ from faststream_sqla.connecting import create_engine
 from faststream_sqla.migrations import upgrade_schema
 from tests.support.cli import cli
 
-pytestmark = [pytest.mark.slow, pytest.mark.databases("mysql"), pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.databases("mysql"),
+    pytest.mark.asyncio(loop_scope="module"),
+]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

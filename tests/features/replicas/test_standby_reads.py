@@ -107,7 +107,9 @@ async def test_the_cli_takes_the_replica_from_its_environment_variable(pair, mon
 
 
 async def test_a_change_command_takes_no_read_url(pair):
-    result = await cli(pair.primary.url, "queue", "pause", "q", "--read-url", pair.standby.url, code=2)
+    result = await cli(
+        pair.primary.url, "queue", "pause", "q", "--read-url", pair.standby.url, code=2
+    )
     assert "--read-url" in result.output
 
 
