@@ -175,6 +175,10 @@ def with_admin(
         # The command made this engine: it gets the settings of an engine the broker owns
         # (on SQLite, write transactions that take the write lock when they begin).
         admin.driver.configure_engine(engine, owned=True)
+        if read_url is not None and (missing := missing_sqlite_file(admin.read_engine.url)):
+            # connecting would create an empty file there
+            msg = f"no SQLite database at {missing} (the file does not exist): check --read-url"
+            raise InvalidOptionError(msg)
         try:
             if read_url is not None:
                 lag = await _on_replica(read_url, admin.replica_lag())

@@ -61,3 +61,16 @@ async def test_an_admin_without_read_url_reads_the_primary_and_reports_no_replic
     async with QueueAdmin(database_url) as admin:
         assert not admin.reads_from_replica
         assert await admin.replica_lag() is None
+
+
+
+@pytest.mark.parametrize("dialect_name", ["sqlite"])  # a SQLite file: only SQLite has one
+async def test_the_cli_refuses_a_read_url_naming_a_sqlite_file_that_does_not_exist(
+    database_url, tmp_path
+):
+    missing = tmp_path / "replica.db"
+    result = await cli(
+        database_url, "queues", "--read-url", f"sqlite+aiosqlite:///{missing}", code=2
+    )
+    assert "no SQLite database at" in result.output
+    assert not missing.exists()  # connecting would have made an empty one
