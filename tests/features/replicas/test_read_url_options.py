@@ -10,7 +10,7 @@ from faststream_sqla import ReplicaMismatchError
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.dashboard import create_app
 from faststream_sqla.prometheus import QueueStateCollector
-from tests.support.cli import cli
+from tests.support.cli import cli, invoke
 
 #: a URL of another kind of database than each test database, never connected to
 OTHER_KIND = {
@@ -74,3 +74,20 @@ async def test_the_cli_refuses_a_read_url_naming_a_sqlite_file_that_does_not_exi
     )
     assert "no SQLite database at" in result.output
     assert not missing.exists()  # connecting would have made an empty one
+
+
+READ_COMMANDS = [
+    "queues", "messages", "inspect", "workers", "dlq list", "dlq summary", "queue paused",
+    "breaker status", "channel list", "schedule list", "topic list", "topic route", "dashboard",
+]
+CHANGE_COMMANDS = [
+    "purge", "replay", "dlq redrive", "queue pause", "queue resume", "queue limit",
+    "breaker reset", "channel set", "channel pause", "schedule pause", "schedule delete",
+    "topic bind", "topic unbind", "archive prune", "archive partition", "archive maintain",
+]
+
+
+@pytest.mark.parametrize("command", READ_COMMANDS + CHANGE_COMMANDS)
+async def test_the_commands_that_only_read_take_a_read_url_and_the_others_do_not(command):
+    result = await invoke(*command.split(), "--help")
+    assert ("--read-url" in result.output) == (command in READ_COMMANDS), result.output
