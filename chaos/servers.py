@@ -3,7 +3,9 @@ port on 127.0.0.1, started and stopped (gently or not) by a chaos run or a test 
 must break a server without touching the shared one.
 
 PostgreSQL runs from the installed version's binaries as the `postgres` user, MariaDB's
-server as the `mysql` user (both as themselves when not run as root).
+server as the `mysql` user (both as themselves when not run as root). Each has a
+replicated pair too: `ReplicatedPostgres` (a primary and a streaming standby) and
+`ReplicatedMariaDB` (a primary and a GTID replica).
 """
 
 from __future__ import annotations
@@ -206,9 +208,11 @@ class ReplicatedPostgres:
 
 class ThrowawayMariaDB:
     """The same for MariaDB: `await server.stop()` sends SIGTERM (a clean shutdown),
-    `await server.stop(kill=True)` SIGKILL (a crash, recovered at the next start)."""
+    `await server.stop(kill=True)` SIGKILL (a crash, recovered at the next start).
+    `options` are server options given at start (`--name=value`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, options: list[str] | None = None) -> None:
+        self.options = list(options or [])
         self.port = free_port()
         self.home = _home("mysql")
         self.data = self.home / "data"
@@ -225,7 +229,7 @@ class ThrowawayMariaDB:
             # clear that server's temporary tables as its own leftovers at start
             f"--tmpdir={self.home}",
             "--skip-grant-tables", "--innodb-flush-log-at-trx-commit=2",
-            "--max-allowed-packet=64M",
+            "--max-allowed-packet=64M", *self.options,
         ])
         self.proc = await asyncio.create_subprocess_exec(*argv, stdout=log, stderr=log)
         await _until_answers(self.port)
@@ -257,6 +261,62 @@ class ThrowawayMariaDB:
         with contextlib.suppress(Exception):
             await self.stop(kill=True)
         shutil.rmtree(self.home, ignore_errors=True)
+
+    async def sql(self, statement: str) -> str:
+        """Run `statement` with the `mariadb` client; its tab-separated output."""
+        proc = await asyncio.create_subprocess_exec(
+            "mariadb", "--no-defaults", "-h", "127.0.0.1", f"--port={self.port}", "-uroot",
+            "--batch", "-e", statement,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), START_TIMEOUT)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{statement} failed:\n{out.decode(errors='replace')}")
+        return out.decode()
+
+
+class ReplicatedMariaDB:
+    """A throwaway MariaDB primary (binary log on, server id 1) and a replica of it
+    (server id 2, read-only) that follows it by GTID (`CHANGE MASTER TO`, then `START
+    SLAVE`). `primary.url` and `replica.url` name their `test` databases. Promoting the
+    replica is an operator's job (docs/production.md), so nothing here does it."""
+
+    def __init__(self) -> None:
+        self.primary = ThrowawayMariaDB(
+            ["--server-id=1", "--log-bin=primary-bin", "--binlog-format=ROW"]
+        )
+        self.replica = ThrowawayMariaDB(["--server-id=2", "--read-only"])
+
+    async def __aenter__(self) -> ReplicatedMariaDB:
+        await self.primary.__aenter__()
+        try:
+            await self.replica.__aenter__()
+            # from the primary's first binary log on (an empty replica's GTID position):
+            # CREATE DATABASE test replays as the no-op it is here
+            await self.replica.sql(
+                "CHANGE MASTER TO MASTER_HOST='127.0.0.1', "
+                f"MASTER_PORT={self.primary.port}, MASTER_USER='root', "
+                "MASTER_USE_GTID=slave_pos; START SLAVE"
+            )
+            await self.until_caught_up()
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
+
+    async def until_caught_up(self) -> None:
+        """Wait until the replica has applied all the primary has written so far: the
+        replica's MASTER_GTID_WAIT returns once its position reaches the primary's."""
+        position = (await self.primary.sql("SELECT @@gtid_binlog_pos")).splitlines()[1:]
+        waited = await self.replica.sql(
+            f"SELECT MASTER_GTID_WAIT('{''.join(position)}', {START_TIMEOUT})"
+        )
+        if waited.splitlines()[1] != "0":
+            raise TimeoutError(f"the replica did not catch up within {START_TIMEOUT}s")
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.replica.__aexit__()
+        await self.primary.__aexit__()
 
 
 @contextlib.asynccontextmanager

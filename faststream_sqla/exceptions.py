@@ -20,6 +20,11 @@ class InvalidOptionError(SqlaBrokerError, ValueError):
     """An option was given a value it cannot take."""
 
 
+class ReplicaMismatchError(InvalidOptionError):
+    """A `read_url` names another kind of database than the URL it reads for: a replica
+    holds the same kind of database as its primary."""
+
+
 #: an error message echoes at most this many characters of a value it names
 SHOWN_CHARACTERS = 100
 

@@ -22,6 +22,7 @@ from faststream_sqla.drivers.base import TERMINAL, reading
 from faststream_sqla.drivers.postgresql import partitions
 from faststream_sqla.exceptions import (
     InvalidOptionError,
+    ReplicaMismatchError,
     UnknownMessageError,
     UnknownQueueError,
     require_whole,
@@ -57,6 +58,7 @@ from .models import (
     Progress,
     QueueLimits,
     QueueStats,
+    ReplicaLag,
     ScheduleInfo,
     WorkerInfo,
 )
@@ -88,6 +90,11 @@ class QueueAdmin:
         exact_up_to: counts stop at this many (default 5,000, at most 10,000,000) and
             are then reported as "at least" (`Count.exact` is False), so their cost
             does not grow with the tables.
+        read_url: a replica of the same database (a URL, or an `AsyncEngine` kept
+            open) for every call that only reads; `replica_lag()` says how far behind
+            it is. Every change still goes to `engine`, the primary, and so do the
+            reads a change makes. A replica of another kind of database is a
+            ReplicaMismatchError.
     """
 
     def __init__(
@@ -97,15 +104,28 @@ class QueueAdmin:
         message_table: str = DEFAULT_MESSAGE_TABLE,
         archive_table: str = DEFAULT_ARCHIVE_TABLE,
         exact_up_to: int = DEFAULT_EXACT_UP_TO,
+        read_url: AsyncEngine | str | sa.URL | None = None,
     ) -> None:
         require_whole("exact_up_to", exact_up_to, 10_000_000)
         self._owned = not isinstance(engine, AsyncEngine)
         self.engine = engine if isinstance(engine, AsyncEngine) else create_engine(engine)
+        #: where the calls that only read go: the replica, else the primary
+        self.read_engine = self.engine
+        self._owns_reads = False
+        if read_url is not None:
+            self._owns_reads = not isinstance(read_url, AsyncEngine)
+            self.read_engine = (
+                read_url if isinstance(read_url, AsyncEngine) else create_engine(read_url)
+            )
+            _same_kind(self.engine, self.read_engine)
         self.exact_up_to = exact_up_to
         names = TableNames(message_table, archive_table)
         self.driver: Driver = driver_for(self.engine, QueueTables(names))
         self.driver.configure_engine(self.engine, owned=self._owned)
-        self._checked = False
+        if self.read_engine is not self.engine:
+            self.driver.configure_engine(self.read_engine, owned=self._owns_reads)
+        #: the engines whose schema was checked
+        self._checked: set[AsyncEngine] = set()
         self._prepared = False
         self._first_call = asyncio.Lock()  # concurrent first calls check the schema once
 
@@ -127,16 +147,33 @@ class QueueAdmin:
     async def close(self) -> None:
         if self._owned:
             await self.engine.dispose()
+        if self._owns_reads:
+            await self.read_engine.dispose()
+
+    @property
+    def reads_from_replica(self) -> bool:
+        """Whether the calls that only read go to a replica (`read_url`)."""
+        return self.read_engine is not self.engine
+
+    async def replica_lag(self) -> ReplicaLag | None:
+        """How far the replica the reads go to is behind its primary; None when they
+        go to the primary (no `read_url`)."""
+        if not self.reads_from_replica:
+            return None
+        async with reading(self.read_engine) as conn:
+            return ReplicaLag(await self.driver.replica_lag(conn))
 
     async def _prepare(self, *, writes: bool = False) -> None:
-        """The schema checked, once; before the first write, the driver's own start-up
-        reads too (MySQL's insert settings), which reads alone do not need."""
-        if self._checked and (self._prepared or not writes):
+        """The schema checked, once per engine: the replica's before its first read,
+        the primary's before the first change; before the first change, the driver's
+        own start-up reads too (MySQL's insert settings), which reads do not need."""
+        engine = self.engine if writes else self.read_engine
+        if engine in self._checked and (self._prepared or not writes):
             return
         async with self._first_call:
-            if not self._checked:
-                await check_schema(self.engine, self.tables)
-                self._checked = True
+            if engine not in self._checked:
+                await check_schema(engine, self.tables)
+                self._checked.add(engine)
             if writes and not self._prepared:
                 await self.driver.prepare(self.engine)
                 self._prepared = True
@@ -146,7 +183,7 @@ class QueueAdmin:
     async def queue_names(self) -> list[str]:
         """Every queue with a queued or archived message."""
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             return await queue_reads.queue_names(conn, self.tables)
 
     async def queues(
@@ -155,7 +192,7 @@ class QueueAdmin:
         """Figures per queue (all queues, or `names`). A name no message ever had is an
         UnknownQueueError, or zeros with `unknown_as_empty` (a monitor's fixed list)."""
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             if names is None:
                 names = await queue_reads.queue_names(conn, self.tables)
             else:
@@ -172,7 +209,7 @@ class QueueAdmin:
     async def inspect(self, message_id: int) -> MessageDetails:
         """One message, queued or archived."""
         await self._prepare()
-        found = await messages.find_message(self.driver, self.engine, _id(message_id))
+        found = await messages.find_message(self.driver, self.read_engine, _id(message_id))
         if found is None:
             raise UnknownMessageError(f"no message {message_id} in the queue or the archive")
         return found
@@ -206,7 +243,7 @@ class QueueAdmin:
         require_whole("limit", limit, MAX_PAGE)
         messages.message_cursor(after)  # a bad token fails before the database is asked
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             await self._known_queue(conn, queue)
             return await messages.message_page(
                 conn, self.tables, queue, chosen, limit=limit, after=after
@@ -231,7 +268,7 @@ class QueueAdmin:
         dead_letters.time_range(since, until)
         error = _optional_text("error", error)
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             names = await self._queues_or_one(conn, queue)
             return await dead_letters.dead_letter_page(
                 conn,
@@ -247,7 +284,7 @@ class QueueAdmin:
     async def dead_letter_summary(self, *, queue: str | None = None) -> list[DeadLetterSummary]:
         """Per queue with dead letters: how many, oldest, newest, most common errors."""
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             names = await self._queues_or_one(conn, queue)
             found = [
                 await dead_letters.dead_letter_summary(conn, self.tables, name, self.exact_up_to)
@@ -258,7 +295,7 @@ class QueueAdmin:
     async def paused_queues(self) -> list[str]:
         """The queues whose claims are paused (`pause_queue`)."""
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             return await controls.paused_queues(conn, self.tables)
 
     async def breakers(self, queue: str | None = None) -> list[BreakerStatus]:
@@ -267,7 +304,7 @@ class QueueAdmin:
         if queue is not None:
             validate_queue_name(queue)
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             return await controls.breaker_statuses(conn, self.tables, queue, RECENT_TRANSITIONS)
 
     async def breaker_history(
@@ -279,7 +316,7 @@ class QueueAdmin:
         require_whole("limit", limit, MAX_PAGE)
         own = WHOLE_QUEUE if channel is None else limits.channel_name(channel)
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             return await controls.breaker_history(conn, self.tables, queue, limit, own)
 
     # -- changing --------------------------------------------------------------------
@@ -423,12 +460,14 @@ class QueueAdmin:
 
     async def _count_moves(self, chosen: _Chosen) -> Count:
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             names = await self._queues_or_one(conn, chosen.queue)
         ranges = dead_letters.move_ranges_of(
             names, chosen.states, chosen.since, chosen.until, chosen.error
         )
-        return await dead_letters.count_moves(self.engine, self.tables, ranges, self.exact_up_to)
+        return await dead_letters.count_moves(
+            self.read_engine, self.tables, ranges, self.exact_up_to
+        )
 
     async def _move(
         self, chosen: _Chosen, progress: Progress | None, batch_size: int
@@ -509,7 +548,7 @@ class QueueAdmin:
         The counts are exact: one GROUP BY over the queue's live messages of a channel."""
         validate_queue_name(queue)
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             return await limits.channel_statuses(conn, self.tables, queue)
 
     async def queue_limits(self, queue: str) -> QueueLimits:
@@ -517,7 +556,7 @@ class QueueAdmin:
         (none, and running, for a queue nobody set)."""
         validate_queue_name(queue)
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             return await limits.queue_limits(conn, self.tables, queue)
 
     async def set_channel_limits(
@@ -584,7 +623,8 @@ class QueueAdmin:
         )
         await self._prepare(writes=True)
         await limits.set_limits(self.driver, self.engine, queue, WHOLE_QUEUE, change)
-        return await self.queue_limits(queue)
+        async with reading(self.engine) as conn:  # the primary: a replica may lag the change
+            return await limits.queue_limits(conn, self.tables, queue)
 
     async def pause_channel(self, queue: str, channel: str) -> bool:
         """Stop claims of one channel of `queue`, in every process, from the next claim
@@ -607,7 +647,7 @@ class QueueAdmin:
     async def schedules(self) -> list[ScheduleInfo]:
         """Every schedule, by name."""
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             return await schedules.schedules(conn, self.tables)
 
     async def pause_schedule(self, name: str) -> ScheduleInfo:
@@ -641,7 +681,7 @@ class QueueAdmin:
         stays listed for an hour after its last refresh. A graceful stop removes its row."""
         threshold = workers.checked_gone_after(gone_after)
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             return await workers.workers(conn, self.tables, threshold)
 
     # -- topics ----------------------------------------------------------------------
@@ -662,13 +702,13 @@ class QueueAdmin:
     async def bindings(self, *, queue: str | None = None) -> list[Binding]:
         """Every binding (only `queue`'s, if given), by pattern then queue."""
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             return await topics.bindings(conn, self.tables, queue=queue)
 
     async def route(self, topic: str) -> list[str]:
         """The queues a message published to `topic` now reaches, by name."""
         await self._prepare()
-        async with reading(self.engine) as conn:
+        async with reading(self.read_engine) as conn:
             return await topics.route(conn, self.driver, topic)
 
     # -- helpers ---------------------------------------------------------------------
@@ -717,6 +757,21 @@ def _one_choice(
     if ids is not None and error is not None:
         raise InvalidOptionError(f"a {action} by ids takes no error filter")
     _optional_text("error", error)
+
+
+#: the dialect names of one kind of database (SQLAlchemy calls MariaDB either)
+_KINDS = {"mariadb": "mysql"}
+
+
+def _same_kind(primary: AsyncEngine, replica: AsyncEngine) -> None:
+    kinds = [_KINDS.get(e.dialect.name, e.dialect.name) for e in (primary, replica)]
+    if kinds[0] != kinds[1]:
+        msg = (
+            f"read_url is a {replica.dialect.name} database, the primary a "
+            f"{primary.dialect.name} one: a replica holds the same kind of database as "
+            "its primary"
+        )
+        raise ReplicaMismatchError(msg)
 
 
 #: rows per transaction of a redrive, replay or prune, at most

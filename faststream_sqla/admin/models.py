@@ -29,6 +29,20 @@ class Count:
 
 
 @dataclass(frozen=True)
+class ReplicaLag:
+    """How far the replica an admin reads from (`read_url`) is behind its primary:
+    `seconds`, 0 when it has replayed all it received; None when it cannot tell (its
+    replication stopped, or a database without replicas)."""
+
+    seconds: float | None
+
+    def __str__(self) -> str:
+        if self.seconds is None:
+            return "read from replica, lag unknown (is its replication running?)"
+        return f"read from replica, {self.seconds:.0f} s behind"
+
+
+@dataclass(frozen=True)
 class QueueStats:
     queue: str
     #: due now: a claim may take them (new messages, and retries whose time came)

@@ -135,7 +135,7 @@ def channel_set(
     return None
 
 
-@admin_command(channel_app, "list")
+@admin_command(channel_app, "list", reads=True)
 def channel_list(admin: Admin, queue: ChannelQueue) -> None:
     """A queue's channels: messages ready, in flight and later, and their limits."""
 

@@ -20,7 +20,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from faststream_sqla.admin import QueueAdmin, to_json
 from faststream_sqla.connecting import create_engine, missing_sqlite_file
 from faststream_sqla.durations import integer
-from faststream_sqla.exceptions import InvalidOptionError, SqlaBrokerError, shown
+from faststream_sqla.exceptions import (
+    DatabaseUnreachableError,
+    InvalidOptionError,
+    SqlaBrokerError,
+    shown,
+)
 from faststream_sqla.schema import (
     DEFAULT_ARCHIVE_TABLE,
     DEFAULT_MESSAGE_TABLE,
@@ -48,6 +53,15 @@ Url = Annotated[
         "--url",
         envvar="FASTSTREAM_SQLA_URL",
         help="SQLAlchemy async URL, e.g. postgresql+asyncpg://user:pass@host/db",
+        show_default=False,
+    ),
+]
+ReadUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--read-url",
+        envvar="FASTSTREAM_SQLA_READ_URL",
+        help="A replica of the database to read from; changes still go to --url.",
         show_default=False,
     ),
 ]
@@ -145,17 +159,47 @@ def with_admin(
     message_table: str,
     archive_table: str,
     action: Callable[[QueueAdmin], Awaitable[T]],
+    *,
+    read_url: str | None = None,
+    json_output: bool = False,
 ) -> T:
+    """Run `action` on an admin of `url`; with `read_url`, its reads go to that replica
+    and the replica's lag is printed first (on stderr with --json, so stdout stays
+    JSON)."""
     names = names_of(message_table, archive_table)
 
     async def go(engine: AsyncEngine) -> T:
-        admin = QueueAdmin(engine, message_table=names.message, archive_table=names.archive)
+        admin = QueueAdmin(
+            engine, message_table=names.message, archive_table=names.archive, read_url=read_url
+        )
         # The command made this engine: it gets the settings of an engine the broker owns
         # (on SQLite, write transactions that take the write lock when they begin).
         admin.driver.configure_engine(engine, owned=True)
-        return await action(admin)
+        if read_url is not None and (missing := missing_sqlite_file(admin.read_engine.url)):
+            # connecting would create an empty file there
+            msg = f"no SQLite database at {missing} (the file does not exist): check --read-url"
+            raise InvalidOptionError(msg)
+        try:
+            if read_url is not None:
+                lag = await _on_replica(read_url, admin.replica_lag())
+                (err if json_output else out).print(escape(str(lag)), highlight=False)
+            return await action(admin)
+        finally:
+            await admin.close()
 
     return run(url, go)
+
+
+async def _on_replica(read_url: str, step: Awaitable[T]) -> T:
+    """`step`, its failure naming the replica rather than the primary."""
+    try:
+        return await step
+    except SqlaBrokerError:
+        raise
+    except Exception as e:
+        reason = e.orig if isinstance(e, sa.exc.DBAPIError) else e
+        msg = f"replica {masked(read_url)}: {type(reason).__name__}: {mask_passwords(str(reason))}"
+        raise DatabaseUnreachableError(msg) from None
 
 
 def print_json(value: Any) -> None:
@@ -171,9 +215,18 @@ class Admin:
     json_output: bool
     message_table: str
     archive_table: str
+    #: --read-url, on the commands that only read
+    read_url: str | None = None
 
     def __call__(self, action: Callable[[QueueAdmin], Awaitable[T]]) -> T:
-        return with_admin(self.url, self.message_table, self.archive_table, action)
+        return with_admin(
+            self.url,
+            self.message_table,
+            self.archive_table,
+            action,
+            read_url=self.read_url,
+            json_output=self.json_output,
+        )
 
     def printed_json_or_empty(self, found: Any, empty: str, items: Any = None) -> bool:
         """True when `found` is printed in full already: as JSON for --json, else as the
@@ -199,8 +252,10 @@ def _option(
     )
 
 
-#: the options an admin command takes before its own (--url) and after them
+#: the options an admin command takes before its own (--url, and --read-url on those
+#: that only read) and after them
 _FIRST = [_option("url", Url)]
+_READS = [_option("read_url", ReadUrl, None)]
 _LAST = [
     _option("json_output", Json, False),
     _option("message_table", MessageTable, DEFAULT_MESSAGE_TABLE),
@@ -209,21 +264,30 @@ _LAST = [
 
 
 def admin_command(
-    group: typer.Typer, name: str | None = None
+    group: typer.Typer, name: str | None = None, *, reads: bool = False
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register a command in `group` (named `name`, else as the function) that takes
-    --url first, then its own arguments and options, then --json, --message-table and
-    --archive-table; the function gets those four as one `Admin`, its first argument."""
+    --url first (and --read-url, for a command that only `reads`), then its own
+    arguments and options, then --json, --message-table and --archive-table; the
+    function gets those as one `Admin`, its first argument."""
 
     def register(command: Callable[..., None]) -> Callable[..., None]:
         own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
-        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in _FIRST + own + _LAST]
+        first = _FIRST + (_READS if reads else [])
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in first + own + _LAST]
 
         @functools.wraps(command)
         def wrapper(
-            *, url: str, json_output: bool, message_table: str, archive_table: str, **given: Any
+            *,
+            url: str,
+            json_output: bool,
+            message_table: str,
+            archive_table: str,
+            read_url: str | None = None,
+            **given: Any,
         ) -> None:
-            return command(Admin(url, json_output, message_table, archive_table), **given)
+            admin = Admin(url, json_output, message_table, archive_table, read_url)
+            return command(admin, **given)
 
         del wrapper.__wrapped__  # typer reads the signature below, not the function's
         wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

@@ -102,7 +102,7 @@ def resume(admin: Admin, queue: Name) -> None:
     return _set_paused(admin, queue, False)
 
 
-@admin_command(queue_app)
+@admin_command(queue_app, reads=True)
 def paused(admin: Admin) -> None:
     """The paused queues."""
     names = admin(lambda a: a.paused_queues())
@@ -115,7 +115,7 @@ def paused(admin: Admin) -> None:
     return None
 
 
-@admin_command(breaker_app)
+@admin_command(breaker_app, reads=True)
 def status(admin: Admin, queue: OptionalName = None) -> None:
     """State, consecutive failures, probe holder and recent transitions of the breakers
     (the queues', and their channels' own)."""

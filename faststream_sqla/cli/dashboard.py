@@ -16,6 +16,7 @@ from .common import (
     EXIT_USAGE,
     ArchiveTable,
     MessageTable,
+    ReadUrl,
     Url,
     app,
     fail,
@@ -63,10 +64,12 @@ def dashboard(
     ] = None,
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
+    read_url: ReadUrl = None,
 ) -> None:
     """Serve the dashboard: the queues, messages, dead letters, channels, breakers and
     schedules of one database, and its JSON API under /api. Without auth it listens
-    on a loopback address only."""
+    on a loopback address only. With --read-url the figures are read from that
+    replica, its lag shown above them; changes still go to --url."""
     try:
         import uvicorn
 
@@ -89,7 +92,9 @@ def dashboard(
         check_exposure(host, auth)
         mount = base_path_of(base_path)
         names = names_of(message_table, archive_table)
-        admin = QueueAdmin(url, message_table=names.message, archive_table=names.archive)
+        admin = QueueAdmin(
+            url, message_table=names.message, archive_table=names.archive, read_url=read_url
+        )
         served = under_base_path(create_app(admin, read_only=read_only, auth=auth), mount)
     except InvalidOptionError as e:
         raise fail(str(e), EXIT_USAGE) from None

@@ -163,7 +163,7 @@ def _flow(paused: bool, breaker: str) -> str:
     return ", ".join(held) or "-"
 
 
-@admin_command(app)
+@admin_command(app, reads=True)
 def queues(
     admin: Admin,
     queue: Annotated[list[str] | None, typer.Option(help="Only this queue (repeatable).")] = None,
@@ -223,7 +223,7 @@ def queues(
     return None
 
 
-@admin_command(app)
+@admin_command(app, reads=True)
 def messages(
     admin: Admin,
     queue: Annotated[str, typer.Argument(help="The queue whose messages to list.")],
@@ -259,7 +259,7 @@ def messages(
     return _print_page(table, page.next_page)
 
 
-@admin_command(app)
+@admin_command(app, reads=True)
 def inspect(
     admin: Admin,
     message_id: Annotated[
@@ -316,7 +316,7 @@ def inspect(
     return None
 
 
-@admin_command(app)
+@admin_command(app, reads=True)
 def workers(
     admin: Admin,
     gone_after: Annotated[
@@ -367,7 +367,7 @@ def workers(
     return None
 
 
-@admin_command(dlq, "list")
+@admin_command(dlq, "list", reads=True)
 def dlq_list(
     admin: Admin,
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
@@ -396,7 +396,7 @@ def dlq_list(
     return _print_page(table, page.next_page)
 
 
-@admin_command(dlq, "summary")
+@admin_command(dlq, "summary", reads=True)
 def dlq_summary(
     admin: Admin, queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None
 ) -> None:

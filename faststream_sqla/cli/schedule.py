@@ -27,7 +27,7 @@ def _timing(s: ScheduleInfo) -> str:
     return f"every {s.every_seconds:g}s"
 
 
-@admin_command(schedule_app, "list")
+@admin_command(schedule_app, "list", reads=True)
 def schedule_list(admin: Admin) -> None:
     """Every schedule: its queue, timing, state, next firing and ticks fired (--json
     adds the missed-tick policy, the last firing and the message)."""

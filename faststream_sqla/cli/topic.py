@@ -51,7 +51,7 @@ def topic_unbind(admin: Admin, pattern: Pattern, queue: Queue) -> None:
     return None
 
 
-@admin_command(topic_app, "list")
+@admin_command(topic_app, "list", reads=True)
 def topic_list(
     admin: Admin,
     queue: Annotated[
@@ -69,7 +69,7 @@ def topic_list(
     return None
 
 
-@admin_command(topic_app, "route")
+@admin_command(topic_app, "route", reads=True)
 def topic_route(
     admin: Admin,
     topic: Annotated[str, typer.Argument(metavar="TOPIC", help="A topic, without wildcards.")],

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.exceptions import InvalidOptionError, shown
+from faststream_sqla.urls import masked
 
 from .api import API_ROUTERS
 from .auth import BasicAuth, DashboardAuth, TokenAuth
@@ -35,12 +36,17 @@ def _version() -> str:
         return "unknown"
 
 
-def _admin(target: QueueAdmin | AsyncEngine | str | sa.URL) -> tuple[QueueAdmin, bool]:
+def _admin(
+    target: QueueAdmin | AsyncEngine | str | sa.URL, read_url: AsyncEngine | str | sa.URL | None
+) -> tuple[QueueAdmin, bool]:
     """The admin API to serve, and whether the app made it (and closes it)."""
     if isinstance(target, QueueAdmin):
+        if read_url is not None:
+            msg = "give read_url to the QueueAdmin passed to create_app, not to create_app"
+            raise InvalidOptionError(msg)
         return target, False
     if isinstance(target, AsyncEngine | str | sa.URL):
-        return QueueAdmin(target), True
+        return QueueAdmin(target, read_url=read_url), True
     msg = f"create_app takes a database URL, an AsyncEngine or a QueueAdmin, got {shown(target)}"
     raise InvalidOptionError(msg)
 
@@ -50,6 +56,7 @@ def create_app(
     *,
     read_only: bool = False,
     auth: DashboardAuth | None = None,
+    read_url: AsyncEngine | str | sa.URL | None = None,
 ) -> FastAPI:
     """The dashboard of the queues in one database, as an ASGI app.
 
@@ -60,11 +67,14 @@ def create_app(
         read_only: refuse every change (403) and hide the pages' actions.
         auth: a `TokenAuth` or `BasicAuth`; None serves anyone who can reach it (on a
             loopback address only, as `faststream-sqla dashboard` enforces).
+        read_url: a replica to read the figures from, with a URL or engine `target`
+            (`QueueAdmin`'s `read_url`); the pages show its lag, and every change
+            still goes to `target`, the primary.
     """
     if auth is not None and not isinstance(auth, TokenAuth | BasicAuth):
         raise InvalidOptionError(f"auth is a TokenAuth or a BasicAuth, got {shown(auth)}")
-    admin, owned = _admin(target)
-    database = admin.engine.url.render_as_string(hide_password=True)
+    admin, owned = _admin(target, read_url)
+    database = masked(admin.engine.url)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -22,6 +22,7 @@ from faststream_sqla.admin import (
     MoveResult,
     QueueLimits,
     QueueStats,
+    ReplicaLag,
     ScheduleInfo,
     WorkerInfo,
 )
@@ -85,12 +86,26 @@ class RateBody(BaseModel):
         return None if rate is None else cls(count=rate.count, period=rate.period, text=str(rate))
 
 
+class ReplicaBanner(BaseModel):
+    """Figures read from a replica (`read_url`): how far behind its primary it is, and
+    the line a page shows above them."""
+
+    lag_seconds: float | None = Field(description="null: the replica cannot tell")
+    text: str
+
+    @classmethod
+    def of(cls, lag: ReplicaLag | None) -> ReplicaBanner | None:
+        return None if lag is None else cls(lag_seconds=lag.seconds, text=str(lag))
+
+
 class Info(BaseModel):
-    """What this dashboard serves: the database (password masked), read-only or not."""
+    """What this dashboard serves: the database (password masked), read-only or not,
+    and the replica its figures are read from, if any."""
 
     database: str
     read_only: bool
     version: str
+    replica: ReplicaBanner | None = Field(description="null: figures read from the primary")
 
 
 # -- queues ---------------------------------------------------------------------------
@@ -138,6 +153,7 @@ class QueueOverview(BaseModel):
 
 class QueueList(BaseModel):
     queues: list[QueueOverview]
+    replica: ReplicaBanner | None = Field(description="null: figures read from the primary")
 
 
 class Changed(BaseModel):

@@ -308,6 +308,12 @@ class Driver(abc.ABC):
     async def prepare(self, engine: AsyncEngine) -> None:  # noqa: B027
         """Read server settings the statements depend on, once at connect."""
 
+    async def replica_lag(self, conn: AsyncConnection) -> float | None:
+        """How many seconds the server behind `conn` is behind its primary: 0 when it
+        has replayed all it received, or is not a replica; None when it cannot tell
+        (its replication stopped; SQLite, which has no replicas)."""
+        return None
+
     # -- operations -------------------------------------------------------------------
     @abc.abstractmethod
     async def claim(self, engine: AsyncEngine, queue: str, limit: int) -> list[ClaimedMessage]:

@@ -31,7 +31,7 @@ from faststream_sqla.schema import validate_queue_name
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from faststream_sqla.admin.models import BreakerStatus, QueueStats
+    from faststream_sqla.admin.models import BreakerStatus, QueueStats, ReplicaLag
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,9 @@ class QueueStateCollector(Collector):
     and when they were read (`_queue_state_read_timestamp_seconds`). Per circuit breaker
     that ever counted a failure, the queue's or a channel's (`channel` "" for the
     queue's): its state (`_circuit_breaker_state`, 1 for the current one of CLOSED,
-    OPEN, HALF_OPEN) and its consecutive failures (`_circuit_breaker_failures`).
+    OPEN, HALF_OPEN) and its consecutive failures (`_circuit_breaker_failures`). When
+    the admin reads from a replica (`read_url`): how far behind its primary it was at
+    the reading (`_replica_lag_seconds`, NaN when the replica cannot tell).
 
     Counts stop at the admin API's cap (`exact_up_to`, 5,000 by default): at the cap a
     figure means "at least this many". Start it inside the application's event loop
@@ -61,7 +63,8 @@ class QueueStateCollector(Collector):
     `source`: a `SqlaBroker` (read through its engine and tables once it is connected,
     so the collector can be built at import, next to the broker), a `QueueAdmin`, an
     `AsyncEngine` or a URL (then the collector owns its engine). `queues`: the queues to
-    report (default: every queue with messages).
+    report (default: every queue with messages). `read_url`: a replica to read from
+    (`QueueAdmin`'s `read_url`), with a source other than a `QueueAdmin`.
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class QueueStateCollector(Collector):
         interval: float = DEFAULT_INTERVAL,
         metrics_prefix: str = "faststream_sqla",
         registry: CollectorRegistry | None = None,
+        read_url: AsyncEngine | str | sa.URL | None = None,
     ) -> None:
         if (
             isinstance(interval, bool)
@@ -89,6 +93,10 @@ class QueueStateCollector(Collector):
                 f"{shown(metrics_prefix)}"
             )
             raise InvalidOptionError(msg)
+        if read_url is not None and isinstance(source, QueueAdmin):
+            msg = "give read_url to the QueueAdmin the collector reads through"
+            raise InvalidOptionError(msg)
+        self._read_url = read_url
         #: the broker whose engine the admin is made of at start, if given one
         self._broker = source if isinstance(source, SqlaBroker) else None
         self._owns_admin = not isinstance(source, QueueAdmin)
@@ -96,12 +104,13 @@ class QueueStateCollector(Collector):
         if isinstance(source, QueueAdmin):
             self._admin = source
         elif self._broker is None:
-            self._admin = QueueAdmin(cast("AsyncEngine | str | sa.URL", source))
+            self._admin = QueueAdmin(cast("AsyncEngine | str | sa.URL", source), read_url=read_url)
         self.queues = None if queues is None else [validate_queue_name(q) for q in queues]
         self.interval = float(interval)
         self.prefix = metrics_prefix
         self._stats: list[QueueStats] = []
         self._breakers: list[BreakerStatus] = []
+        self._lag: ReplicaLag | None = None
         #: time.time() of the last reading, and time.monotonic() to judge its age
         self._read_at: float | None = None
         self._read_monotonic = -math.inf
@@ -126,7 +135,10 @@ class QueueStateCollector(Collector):
             await broker.connect()  # no-op once the app started it; else connects it
             names = broker.tables.names
             self._admin = QueueAdmin(
-                broker.engine, message_table=names.message, archive_table=names.archive
+                broker.engine,
+                message_table=names.message,
+                archive_table=names.archive,
+                read_url=self._read_url,
             )
         self._loop = asyncio.get_running_loop()
         await self.refresh()
@@ -151,11 +163,14 @@ class QueueStateCollector(Collector):
         """Read the queues now. A failed reading keeps the previous one and is logged;
         the next scrape after `interval` tries again."""
         try:
+            # the lag first: the figures are at least as fresh as it says
+            lag = await self.admin.replica_lag()
             stats = await self.admin.queues(self.queues, unknown_as_empty=True)
             breakers = await self.admin.breakers()
         except Exception:
             log.warning("could not read the queues' state for Prometheus", exc_info=True)
         else:
+            self._lag = lag
             self._stats = stats
             wanted = None if self.queues is None else set(self.queues)
             self._breakers = [b for b in breakers if wanted is None or b.queue in wanted]
@@ -210,6 +225,11 @@ class QueueStateCollector(Collector):
                 "A circuit breaker's consecutive failures (channel '': the queue's)",
                 labels=("queue", "channel"),
             ),
+            GaugeMetricFamily(
+                f"{p}_replica_lag_seconds",
+                "How far behind its primary the replica these figures are read from was "
+                "(NaN: it cannot tell; absent: read from the primary)",
+            ),
         )
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
@@ -218,7 +238,7 @@ class QueueStateCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         self._refresh_if_stale()
-        depth, in_flight, failed, oldest, read_at, breaker, failures = self._families()
+        depth, in_flight, failed, oldest, read_at, breaker, failures, lag = self._families()
         for stats in self._stats:
             for state in DEPTH_STATES:
                 depth.add_metric((stats.queue, state), getattr(stats, state).value)
@@ -232,4 +252,6 @@ class QueueStateCollector(Collector):
             for state in BREAKER_STATES:
                 breaker.add_metric((status.queue, channel, state), float(status.state == state))
             failures.add_metric((status.queue, channel), status.consecutive_failures)
-        yield from (depth, in_flight, failed, oldest, read_at, breaker, failures)
+        if self._lag is not None:
+            lag.add_metric((), math.nan if self._lag.seconds is None else self._lag.seconds)
+        yield from (depth, in_flight, failed, oldest, read_at, breaker, failures, lag)

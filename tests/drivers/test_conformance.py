@@ -374,3 +374,11 @@ async def test_a_due_channel_breaker_lets_exactly_one_probe_through(engine, tabl
             sa.select(c.c.breaker_state).where(c.c.queue == "work", c.c.channel == "down")
         )
     assert state == BreakerState.HALF_OPEN.value
+
+
+async def test_a_server_that_replicates_nothing_is_0_behind_and_sqlite_cannot_tell(
+    engine, driver, dialect_name
+):
+    async with engine.connect() as conn:
+        lag = await driver.replica_lag(conn)
+    assert lag == (None if dialect_name == "sqlite" else 0.0)

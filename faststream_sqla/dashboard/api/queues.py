@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 
 from faststream_sqla.schema import BreakerState
 
-from ..models import Changed, Info, Purged, QueueList, QueueOverview
+from ..models import Changed, Info, Purged, QueueList, QueueOverview, ReplicaBanner
 from ..settings import settings_of
 from .common import CHANGES, Admin, QueueName
 
@@ -15,17 +15,23 @@ router = APIRouter(tags=["queues"])
 
 @router.get("/info")
 async def info(request: Request) -> Info:
-    """The database served (password masked) and whether changes are refused."""
+    """The database served (password masked), whether changes are refused, and the
+    replica the figures are read from with its lag (null: the primary)."""
     settings = settings_of(request)
     return Info(
-        database=settings.database, read_only=settings.read_only, version=request.app.version
+        database=settings.database,
+        read_only=settings.read_only,
+        version=request.app.version,
+        replica=ReplicaBanner.of(await settings.admin.replica_lag()),
     )
 
 
 @router.get("/queues")
 async def list_queues(admin: Admin) -> QueueList:
     """Every queue with a queued or archived message: counts by state (capped), handled
-    and failed in the last minute, the oldest ready message's age, paused, breaker."""
+    and failed in the last minute, the oldest ready message's age, paused, breaker; and
+    how far behind its primary the replica they are read from is (null: the primary)."""
+    lag = await admin.replica_lag()
     stats = await admin.queues()
     paused = set(await admin.paused_queues())
     breakers = {b.queue: b.state for b in await admin.breakers() if b.channel is None}
@@ -37,7 +43,8 @@ async def list_queues(admin: Admin) -> QueueList:
                 breaker=breakers.get(s.queue, BreakerState.CLOSED.value),
             )
             for s in stats
-        ]
+        ],
+        replica=ReplicaBanner.of(lag),
     )
 
 

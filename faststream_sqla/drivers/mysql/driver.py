@@ -262,6 +262,13 @@ class MySQLDriver(Driver):
         # JSON_CONTAINS takes the candidate as JSON text: an integer's text is that
         return sa.not_(sa.func.json_contains(sa.bindparam(name), sa.cast(column, sa.String())))
 
+    async def replica_lag(self, conn: AsyncConnection) -> float | None:
+        status = (await conn.execute(sa.text(self._sql(conn, "replica_status")))).mappings().first()
+        if status is None:
+            return 0.0  # not a replica: it is its own primary
+        behind = status["Seconds_Behind_Master"]
+        return None if behind is None else float(behind)
+
     async def prepare(self, engine: AsyncEngine) -> None:
         async with engine.connect() as conn:
             packet, autoinc = (

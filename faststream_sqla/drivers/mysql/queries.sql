@@ -81,3 +81,9 @@ SELECT id, queue, state IN ('PENDING', 'RETRYABLE') FROM {message} WHERE id > :a
 (SELECT m.id, m.queue, m.state IN ('PENDING', 'RETRYABLE') FROM JSON_TABLE(:missing, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g STRAIGHT_JOIN {message} AS m FORCE INDEX (PRIMARY) ON m.id = g.id)
 UNION ALL
 (SELECT id, queue, state IN ('PENDING', 'RETRYABLE') FROM {message} WHERE id > :after ORDER BY id LIMIT :most)
+
+-- name: replica_status
+-- A replica's state (no row on a server that replicates nothing): Seconds_Behind_Master
+-- is how far its SQL thread is behind, NULL while replication is stopped. SHOW SLAVE
+-- STATUS, not SHOW REPLICA STATUS: every MariaDB and MySQL version takes it.
+SHOW SLAVE STATUS

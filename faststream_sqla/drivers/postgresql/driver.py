@@ -430,6 +430,10 @@ archived AS (
             )
             return result.rowcount or 0
 
+    async def replica_lag(self, conn: AsyncConnection) -> float | None:
+        lag = await conn.scalar(sa.text(self._sql(conn, "replica_lag")))
+        return float(lag)
+
     async def prepare(self, engine: AsyncEngine) -> None:
         # Only the table's owner, the database's owner or a superuser may vacuum it
         # (PostgreSQL 17 adds the MAINTAIN privilege); anyone else's VACUUM is skipped

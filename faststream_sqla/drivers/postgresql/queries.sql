@@ -58,3 +58,10 @@ SELECT relkind::text FROM pg_class WHERE oid = to_regclass(:t)
 -- name: partitions_of
 -- The partitions of the table :t, by name (the archive's months and its default).
 SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(:t)
+
+-- name: replica_lag
+-- A standby's delay behind its primary, in seconds. The age of the last replayed
+-- transaction alone would grow while an idle primary writes nothing, so a standby
+-- that has replayed all the WAL it received is 0 behind; a primary is 0 behind too.
+-- greatest(): the two servers' clocks may differ by a little.
+SELECT CASE WHEN NOT pg_is_in_recovery() THEN 0 WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 ELSE greatest(0, coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)) END::float8

@@ -38,7 +38,7 @@ async def test_read_only_refuses_every_change(dashboard):
             answer = await http.request(method, path, params={"channel": "c"}, json={"ids": [1]})
             assert answer.status_code == 403, (method, path, answer.text)
             assert "read-only" in answer.json()["error"]
-        assert ok(await http.get("/api/queues")) == {"queues": []}
+        assert ok(await http.get("/api/queues")) == {"queues": [], "replica": None}
 
 
 async def test_a_token_is_asked_for_and_never_shown(dashboard):
@@ -48,7 +48,7 @@ async def test_a_token_is_asked_for_and_never_shown(dashboard):
         wrong = await http.get("/api/queues", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 403
         bearer = {"Authorization": f"Bearer {TOKEN}"}
-        assert ok(await http.get("/api/queues", headers=bearer)) == {"queues": []}
+        assert ok(await http.get("/api/queues", headers=bearer)) == {"queues": [], "replica": None}
         assert ok(await http.post("/api/queues/q/pause", headers=bearer)) == {"changed": True}
         assert TOKEN not in (await http.get("/api/openapi.json", headers=bearer)).text
 
@@ -57,7 +57,7 @@ async def test_the_session_cookie_changes_only_with_the_csrf_header(dashboard):
     auth = TokenAuth(TOKEN)
     async with dashboard(auth=auth) as http:
         http.cookies.set(SESSION_COOKIE, auth.session)
-        assert ok(await http.get("/api/queues")) == {"queues": []}
+        assert ok(await http.get("/api/queues")) == {"queues": [], "replica": None}
         refused = await http.post("/api/queues/q/pause")
         assert refused.status_code == 403 and CSRF_HEADER in refused.json()["error"]
         done = await http.post("/api/queues/q/pause", headers={CSRF_HEADER: auth.csrf_token})
@@ -72,7 +72,7 @@ async def test_basic_auth_challenges_and_accepts_its_credentials(dashboard):
         assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic")
         wrong = base64.b64encode(b"ops:nope").decode()
         assert (await http.get("/api/queues", headers={"Authorization": f"Basic {wrong}"})).status_code == 401
-        assert ok(await http.get("/api/queues", auth=("ops", "s3cret-pass"))) == {"queues": []}
+        assert ok(await http.get("/api/queues", auth=("ops", "s3cret-pass"))) == {"queues": [], "replica": None}
 
 
 async def test_a_change_from_another_sites_page_is_refused(api):

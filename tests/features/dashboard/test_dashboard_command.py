@@ -85,7 +85,7 @@ async def test_it_serves_the_api_on_loopback(database_url, tmp_path):
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
             answer = await http.get("/api/queues")
-            assert answer.status_code == 200 and answer.json() == {"queues": []}
+            assert answer.status_code == 200 and answer.json() == {"queues": [], "replica": None}
             assert (await http.get("/api/openapi.json")).json()["info"]["title"]
     finally:
         await _stop(proc)
@@ -100,8 +100,30 @@ async def test_it_serves_under_a_base_path_behind_a_token(database_url, tmp_path
             assert (await http.get("/api/queues")).status_code == 403
             bearer = {"Authorization": f"Bearer {TOKEN}"}
             answer = await http.get("/api/queues", headers=bearer)
-            assert answer.status_code == 200 and answer.json() == {"queues": []}
+            assert answer.status_code == 200 and answer.json() == {"queues": [], "replica": None}
     finally:
         logged = await _stop(proc)
     assert "GET /queues/api/queues" in logged  # the access log, which names no token
     assert TOKEN not in (tmp_path / "dashboard.log").read_text() + logged
+
+
+async def test_it_reads_from_the_read_url_and_shows_its_lag(database_url, dialect_name, tmp_path):
+    # the database itself as its own replica: 0 behind on a server, unknown on SQLite
+    proc, port = await _serve(database_url, tmp_path, "--read-url", database_url)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            info = (await http.get("/api/info")).json()
+    finally:
+        await _stop(proc)
+    assert info["replica"]["lag_seconds"] == (None if dialect_name == "sqlite" else 0.0)
+    assert info["replica"]["text"].startswith("read from replica, ")
+
+
+async def test_it_refuses_a_read_url_of_another_kind_of_database_in_one_line(database_url):
+    other = "sqlite+aiosqlite:///x.db" if "sqlite" not in database_url else "mysql+asyncmy://u@h/d"
+    done = await run_script(
+        database_url, "dashboard", "--read-url", other, "--port", str(free_port())
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "same kind of database" in lines[0], lines

@@ -54,3 +54,10 @@ async def test_the_cli_names_an_unreachable_multi_host_database_readably():
     url, hosts = multi_host_url()
     result = await cli(url, "queues", code=1)
     assert_readable(result.output.replace("\n", ""), hosts)
+
+
+def test_spark_executors_get_a_multi_host_url_as_written():
+    from faststream_sqla.spark._runner import executor_url
+
+    url, _ = multi_host_url()
+    assert executor_url(url) == url
