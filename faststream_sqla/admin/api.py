@@ -17,12 +17,11 @@ from typing_extensions import Self
 from faststream_sqla.channels.limits import Rate
 from faststream_sqla.channels.store import UNSET, _Unset
 from faststream_sqla.connecting import create_engine
-from faststream_sqla.drivers import Driver, driver_for, queue_reads
+from faststream_sqla.drivers import Driver, check_replica_kind, driver_for, queue_reads
 from faststream_sqla.drivers.base import TERMINAL, reading
 from faststream_sqla.drivers.postgresql import partitions
 from faststream_sqla.exceptions import (
     InvalidOptionError,
-    ReplicaMismatchError,
     UnknownMessageError,
     UnknownQueueError,
     require_whole,
@@ -117,7 +116,7 @@ class QueueAdmin:
             self.read_engine = (
                 read_url if isinstance(read_url, AsyncEngine) else create_engine(read_url)
             )
-            _same_kind(self.engine, self.read_engine)
+            check_replica_kind(self.engine, self.read_engine)
         self.exact_up_to = exact_up_to
         names = TableNames(message_table, archive_table)
         self.driver: Driver = driver_for(self.engine, QueueTables(names))
@@ -757,21 +756,6 @@ def _one_choice(
     if ids is not None and error is not None:
         raise InvalidOptionError(f"a {action} by ids takes no error filter")
     _optional_text("error", error)
-
-
-#: the dialect names of one kind of database (SQLAlchemy calls MariaDB either)
-_KINDS = {"mariadb": "mysql"}
-
-
-def _same_kind(primary: AsyncEngine, replica: AsyncEngine) -> None:
-    kinds = [_KINDS.get(e.dialect.name, e.dialect.name) for e in (primary, replica)]
-    if kinds[0] != kinds[1]:
-        msg = (
-            f"read_url is a {replica.dialect.name} database, the primary a "
-            f"{primary.dialect.name} one: a replica holds the same kind of database as "
-            "its primary"
-        )
-        raise ReplicaMismatchError(msg)
 
 
 #: rows per transaction of a redrive, replay or prune, at most
