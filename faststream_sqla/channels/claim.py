@@ -4,11 +4,15 @@ with the queue's channels taking turns.
 A claim reads (its database's statements: faststream_sqla.drivers.channel_claim and
 each database's own `channel_claim.py`), plans (plan.py, pure), then writes; the write
 applies only if the queue row's version is still the one read, else the claim reads
-again.
+again, after a short random pause so that the claims which collided do not collide
+again in step.
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .plan import Candidate, ProbeMissed, QueueRow, plan
@@ -24,6 +28,9 @@ if TYPE_CHECKING:
 
 #: reads a claim makes when other claims keep moving the queue's version meanwhile
 CONFLICT_RETRIES = 4
+#: the longest pause before a read again, in seconds; each pause is random up to
+#: this times the number of conflicts so far
+CONFLICT_PAUSE = 0.002
 
 
 async def write_planned(
@@ -69,20 +76,26 @@ async def claim_channelled(
     *,
     channel_breakers: bool = False,
     ahead: ReadAhead | None = None,
+    on_contended: Callable[[], None] | None = None,
 ) -> list[ClaimedMessage]:
     """Up to `limit` messages of `queue` within its limits and its channels';
     `channel_breakers`: the channels' own breakers hold them too (see `plan`). `ahead`:
     this claim's read, made while the workers were busy (read_ahead), used if it still
-    may be."""
+    may be. `on_contended` is called when other claims kept changing the queue until
+    this one gave up: its [] does not mean nothing was claimable."""
     if ahead is not None:
         rows = await ahead.claim(limit, channel_breakers=channel_breakers)
         if rows:
             return rows
-    for _ in range(CONFLICT_RETRIES):
+    for conflicts in range(CONFLICT_RETRIES):
+        if conflicts:
+            await asyncio.sleep(random.uniform(0, CONFLICT_PAUSE * conflicts))
         rows = await claim_once(driver, engine, queue, limit, channel_breakers=channel_breakers)
         if rows is not None:
             return rows
-    return []  # others kept claiming: the next round comes soon
+    if on_contended is not None:
+        on_contended()
+    return []
 
 
 __all__ = ["claim_channelled", "claim_once", "write_planned"]

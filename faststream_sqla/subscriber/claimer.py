@@ -23,6 +23,9 @@ class Claimer:
     def __init__(self, driver: Driver, engine: AsyncEngine, *, channel_breakers: bool) -> None:
         self.driver, self.engine = driver, engine
         self.channel_breakers = channel_breakers
+        #: the last channel claim gave up because other claims kept changing its
+        #: queue (the fetcher then tries again soon rather than at its next poll)
+        self.contended = False
 
     async def claim(
         self, queue: str, limit: int, *, channelled: bool, ahead: ReadAhead | None = None
@@ -31,6 +34,7 @@ class Claimer:
         has channels or limits (the controls say so); `ahead`: its channel read made
         ahead of this claim, if any (channels.read_ahead)."""
         if channelled:
+            self.contended = False
             return await claim_channelled(
                 self.driver,
                 self.engine,
@@ -38,5 +42,9 @@ class Claimer:
                 limit,
                 channel_breakers=self.channel_breakers,
                 ahead=ahead,
+                on_contended=self._contended,
             )
         return await self.driver.claim(self.engine, queue, limit)
+
+    def _contended(self) -> None:
+        self.contended = True

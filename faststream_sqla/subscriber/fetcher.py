@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 
 #: deliveries a worker makes between yields to the event loop (delivery.Delivery.work)
 DELIVERIES_PER_YIELD = 8
+#: the longest random pause, in seconds, before a channel claim that lost to other
+#: processes' claims tries again
+CONTENDED_PAUSE = 0.02
 
 
 class Fetcher:
@@ -192,6 +196,11 @@ class Fetcher:
                 self._resize()
             elif got < batch and self.on_short_claim is not None:
                 self.on_short_claim()
+            if self.channelled and got == 0 and self.claimer.contended:
+                # other processes' claims kept winning the race: what they left may be
+                # claimable, and the next wake-up may be a poll away
+                await wait_event(self.wake, random.uniform(0, CONTENDED_PAUSE))
+                continue
             # with channels, a claim that took anything may have left limits with room
             full = got > 0 if self.channelled else got >= batch
             if full and self.options.min_fetch_interval <= 0:
