@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import sqlalchemy as sa
 
 from faststream_sqla import Envelope, SqlaBroker
 from faststream_sqla.admin import QueueAdmin
-
 
 
 async def _statements_of(engine, call) -> list[tuple[str, object]]:

@@ -16,7 +16,6 @@ import sqlalchemy as sa
 from faststream_sqla import Envelope, SqlaBroker
 from faststream_sqla.channels import claim as channel_claim
 from faststream_sqla.schema import WHOLE_QUEUE
-
 from tests.conftest import on_servers
 from tests.support.helpers import Recorder
 
@@ -27,6 +26,7 @@ async def test_a_channel_claim_that_lost_every_race_claims_again_before_its_next
 ):
     broker = SqlaBroker(database_url)
     handled = Recorder()
+
     # no poll comes within the test's time: only a prompt retry can deliver the message
     @broker.subscriber("q", max_fetch_interval=3600)
     async def handle(body: str) -> None:
