@@ -22,11 +22,11 @@ from faststream_sqla.urls import masked
 from .api import API_ROUTERS
 from .auth import BasicAuth, DashboardAuth, TokenAuth
 from .errors import ERROR_RESPONSES, install_error_handlers
+from .pages import install_pages
 from .settings import DashboardSettings, authorised
 
-#: the package's static files (styles, htmx) and page templates
+#: the package's static files (styles, htmx, the pages' script)
 STATIC = Path(__file__).parent / "static"
-TEMPLATES = Path(__file__).parent / "templates"
 
 
 def _version() -> str:
@@ -96,5 +96,6 @@ def create_app(
         app.include_router(
             router, prefix="/api", dependencies=[Depends(authorised)], responses=ERROR_RESPONSES
         )
+    install_pages(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
