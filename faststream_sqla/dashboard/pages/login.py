@@ -42,7 +42,5 @@ async def login(request: Request) -> Response:
         return render(request, "login.html", 403, message="that is not this dashboard's token")
     home = _cookie_path(request)
     answer = RedirectResponse(home if home.endswith("/") else home + "/", status_code=303)
-    answer.set_cookie(
-        SESSION_COOKIE, auth.session, httponly=True, samesite="strict", path=home
-    )
+    answer.set_cookie(SESSION_COOKIE, auth.session, httponly=True, samesite="strict", path=home)
     return answer

@@ -4,6 +4,7 @@ API's read models into what a person reads."""
 
 from __future__ import annotations
 
+import hmac
 import json
 from datetime import datetime
 from pathlib import Path
@@ -13,7 +14,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from ..auth import TokenAuth
+from ..auth import SESSION_COOKIE, TokenAuth
 from ..models import Body, CountBody
 from ..settings import settings_of
 
@@ -27,7 +28,7 @@ def age(seconds: float | None) -> str:
     """3725 -> "1h 2m": the two largest units, enough to tell stuck from busy."""
     if seconds is None:
         return "-"
-    left, parts = int(seconds), []
+    left, parts = int(seconds), list[str]()
     for unit, size in _UNITS:
         if left >= size or (unit == "s" and not parts):
             parts.append(f"{left // size}{unit}")
@@ -105,12 +106,17 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
     path links start with."""
     settings = settings_of(request)
     auth = settings.auth
+    # the CSRF token only for a page seen with the session cookie (not the login page)
+    cookie = request.cookies.get(SESSION_COOKIE, "")
+    csrf_token = ""
+    if isinstance(auth, TokenAuth) and hmac.compare_digest(cookie, auth.session):
+        csrf_token = auth.csrf_token
     html = ENVIRONMENT.get_template(template).render(
         request=request,
         root=request.scope.get("root_path", "").rstrip("/"),
         database=settings.database,
         read_only=settings.read_only,
-        csrf_token=auth.csrf_token if isinstance(auth, TokenAuth) else "",
+        csrf_token=csrf_token,
         version=request.app.version,
         **context,
     )

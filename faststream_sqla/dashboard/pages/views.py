@@ -138,9 +138,7 @@ async def channels_page(request: Request, admin: Admin, queue: QueueFilter = Non
 @router.get("/breakers")
 async def breakers_page(request: Request, admin: Admin) -> Response:
     found = await breakers.list_breakers(admin)
-    return render(
-        request, "breakers.html", breakers=found.breakers, replica=await _banner(admin)
-    )
+    return render(request, "breakers.html", breakers=found.breakers, replica=await _banner(admin))
 
 
 @router.get("/schedules")
