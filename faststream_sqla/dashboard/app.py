@@ -22,7 +22,7 @@ from faststream_sqla.urls import masked
 from .api import API_ROUTERS
 from .auth import BasicAuth, DashboardAuth, TokenAuth
 from .errors import ERROR_RESPONSES, install_error_handlers
-from .pages import install_pages
+from .pages import error_page, install_pages
 from .settings import DashboardSettings, authorised
 
 #: the package's static files (styles, htmx, the pages' script)
@@ -91,7 +91,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.dashboard = DashboardSettings(admin, read_only, auth, database)
-    install_error_handlers(app)
+    install_error_handlers(app, page_answer=error_page)
     for router in API_ROUTERS:
         app.include_router(
             router, prefix="/api", dependencies=[Depends(authorised)], responses=ERROR_RESPONSES

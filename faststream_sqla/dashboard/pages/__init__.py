@@ -8,6 +8,7 @@ from starlette.responses import RedirectResponse, Response
 
 from . import login, views
 from .access import SignInFirst
+from .templating import error_page
 
 
 def install_pages(app: FastAPI) -> None:
@@ -20,4 +21,4 @@ def install_pages(app: FastAPI) -> None:
     app.include_router(views.router)
 
 
-__all__ = ["install_pages"]
+__all__ = ["error_page", "install_pages"]

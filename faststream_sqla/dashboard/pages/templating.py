@@ -121,3 +121,8 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
         **context,
     )
     return HTMLResponse(html, status_code=status)
+
+
+def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    """A page's error: the API's sentence (passwords already masked), as a page."""
+    return render(request, "error.html", status, code=status, message=message)

@@ -158,3 +158,29 @@ def test_cron_in_words_and_ages_as_people_read_them():
     assert cron_words("0 9 1-5 * *") == ""  # shown only as the expression
     assert cron_words(None) == ""
     assert (age(None), age(0), age(59.9), age(3725), age(90000)) == ("-", "0s", "59s", "1h 2m", "1d 1h")
+
+
+async def test_a_pages_error_is_a_page_and_the_apis_stays_json(dashboard):
+    async with dashboard() as http:
+        missing = await http.get("/messages/999999")
+        assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
+        assert "999999" in missing.text and "Back to the overview" in missing.text
+        bad = await http.get("/messages/0")
+        assert bad.status_code == 400 and "<h1>400</h1>" in bad.text
+        api = await http.get("/api/messages/999999")
+        assert api.status_code == 404 and "999999" in api.json()["error"]
+
+
+async def test_pages_mounted_under_a_path_link_under_it(engine):
+    import httpx
+    from fastapi import FastAPI
+
+    outer = FastAPI()
+    outer.mount("/queues", create_app(engine))
+    transport = httpx.ASGITransport(app=outer)
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+        page = await http.get("/queues/")
+        assert page.status_code == 200
+        assert 'href="/queues/static/dashboard.css"' in page.text and 'href="/queues/workers"' in page.text
+        assert (await http.get("/queues/static/htmx.min.js")).status_code == 200
+        assert (await http.get("/queues/workers")).status_code == 200
