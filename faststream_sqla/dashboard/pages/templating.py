@@ -55,6 +55,11 @@ def pretty_body(body: Body) -> str:
         return body.data
 
 
+def first_line(text: str | None) -> str:
+    """An error's first line, for a table (the page of the message shows it whole)."""
+    return (text or "").strip().split("\n", 1)[0]
+
+
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
@@ -95,7 +100,12 @@ ENVIRONMENT = Environment(
     lstrip_blocks=True,
 )
 ENVIRONMENT.filters.update(
-    age=age, count=count, when=when, pretty_body=pretty_body, pretty_json=pretty_json
+    age=age,
+    count=count,
+    first_line=first_line,
+    when=when,
+    pretty_body=pretty_body,
+    pretty_json=pretty_json,
 )
 ENVIRONMENT.filters["cron_words"] = cron_words
 

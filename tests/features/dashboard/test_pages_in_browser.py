@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 from playwright.async_api import Page, expect
 
-from faststream_sqla import SqlaBroker, SqlaMessage
+from faststream_sqla import Envelope, SqlaBroker, SqlaMessage
+from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.dashboard import TokenAuth, create_app
 
 from tests.support.helpers import FAST, Recorder, captured_logger, recording, wait_until
@@ -164,3 +165,22 @@ async def test_dead_letters_are_redriven_by_selection_and_by_filter_after_a_coun
             assert asked == ["Redrive the selected dead letters?", "Redrive 2 messages?"]
     # three new messages, ready to be claimed
     assert len(await driver.claim(engine, "billing", 10)) == 3
+
+
+@pytest.mark.parametrize("dialect_name", ["postgresql"])
+async def test_a_channels_limits_are_edited_from_the_channels_page(database_url):
+    async with SqlaBroker(database_url) as broker:
+        await broker.connect()
+        await broker.publish_batch(Envelope("a", channel="acme"), queue="orders")
+    async with QueueAdmin(database_url) as admin:
+        await admin.set_channel_limits("orders", "acme", rate="5/s")
+        with served(create_app(database_url)) as base:
+            async with chromium() as browser:
+                page = await browser.new_page()
+                await page.goto(f"{base}/channels?queue=orders")
+                await page.get_by_label("max concurrency of acme").fill("3")
+                await page.get_by_label("rate of acme").fill("")  # an emptied field removes it
+                await page.get_by_role("button", name="Save").click()
+                await expect(page.locator("#flash")).to_have_text("saved")
+        (acme,) = await admin.channels("orders")
+    assert (acme.max_concurrency, acme.rate) == (3, None)
