@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
@@ -93,6 +94,26 @@ def cron_words(expression: str | None) -> str:
     return ""
 
 
+SPARK_WIDTH, SPARK_HEIGHT = 120, 24
+
+
+def sparkline(points: list[CountBody]) -> Markup:
+    """The counts as an inline SVG line, scaled to the largest; built from numbers
+    only, so it is safe to put in the page as markup."""
+    values = [p.value for p in points]
+    top = max(values, default=0) or 1
+    step = SPARK_WIDTH / max(len(values) - 1, 1)
+    coords = " ".join(
+        f"{i * step:.1f},{SPARK_HEIGHT - 1 - (v / top) * (SPARK_HEIGHT - 2):.1f}"
+        for i, v in enumerate(values)
+    )
+    total = sum(values)
+    return Markup(
+        f'<svg class="sparkline" width="{SPARK_WIDTH}" height="{SPARK_HEIGHT}" role="img" '
+        f'aria-label="{total} archived in the last hour"><polyline points="{coords}"/></svg>'
+    )
+
+
 ENVIRONMENT = Environment(
     loader=FileSystemLoader(TEMPLATES),
     autoescape=select_autoescape(default=True, default_for_string=True),
@@ -108,6 +129,7 @@ ENVIRONMENT.filters.update(
     pretty_json=pretty_json,
 )
 ENVIRONMENT.filters["cron_words"] = cron_words
+ENVIRONMENT.filters["sparkline"] = sparkline
 
 
 def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:

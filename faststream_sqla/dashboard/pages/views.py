@@ -37,7 +37,11 @@ async def _banner(admin: Admin) -> ReplicaBanner | None:
 @router.get("/")
 async def overview(request: Request, admin: Admin) -> Response:
     listed = await queues.list_queues(admin)
-    return render(request, "overview.html", queues=listed.queues, replica=listed.replica)
+    # the last hour of each queue, for its sparkline
+    hours = {q.queue: await queues.queue_throughput(q.queue, admin) for q in listed.queues}
+    return render(
+        request, "overview.html", queues=listed.queues, hours=hours, replica=listed.replica
+    )
 
 
 @router.get("/queues/{queue}")

@@ -184,3 +184,14 @@ async def test_pages_mounted_under_a_path_link_under_it(engine):
         assert 'href="/queues/static/dashboard.css"' in page.text and 'href="/queues/workers"' in page.text
         assert (await http.get("/queues/static/htmx.min.js")).status_code == 200
         assert (await http.get("/queues/workers")).status_code == 200
+
+
+async def test_the_overview_draws_each_queues_last_hour(database_url, engine, tables, driver, dashboard):
+    await _fill(database_url, engine, tables, driver)
+    async with dashboard() as http:
+        hour = (await http.get("/api/queues/billing/throughput")).json()
+        assert hour["span_seconds"] == 300 and hour["archived"][-1] == {"value": 2, "exact": True}
+        assert (await http.get("/api/queues/billing/throughput", params={"spans": 0})).status_code == 400
+        page = (await http.get("/")).text
+    assert page.count('<svg class="sparkline"') == 2
+    assert 'aria-label="2 archived in the last hour"' in page
