@@ -2,11 +2,10 @@
 queue's depth and follows it live; a dead letter redriven from its page is handled by
 a running broker; a queue paused from its page is claimed no more; read-only pages
 show no action and the API refuses a change; a browser signs in with the token and
-its changes carry the CSRF token. One database per scenario."""
+its changes carry the CSRF token; a channel's limits are edited. On every database."""
 
 from __future__ import annotations
 
-import pytest
 from playwright.async_api import Page, expect
 
 from faststream_sqla import Envelope, SqlaBroker, SqlaMessage
@@ -27,7 +26,6 @@ def _accept_dialogs(page: Page) -> None:
     page.on("dialog", lambda dialog: dialog.accept())
 
 
-@pytest.mark.parametrize("dialect_name", ["sqlite"])
 async def test_the_overview_shows_a_queues_depth_and_follows_it(database_url):
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
@@ -42,7 +40,6 @@ async def test_the_overview_shows_a_queues_depth_and_follows_it(database_url):
                 await expect(ready).to_have_text("5", timeout=LIVE)
 
 
-@pytest.mark.parametrize("dialect_name", ["postgresql"])
 async def test_a_dead_letter_redriven_from_its_page_is_handled(database_url, engine, driver):
     async with SqlaBroker(database_url) as publisher:
         await publisher.connect()
@@ -67,7 +64,6 @@ async def test_a_dead_letter_redriven_from_its_page_is_handled(database_url, eng
                 await expect(page.get_by_text("Moved on to")).to_be_visible()
 
 
-@pytest.mark.parametrize("dialect_name", ["mysql"])
 async def test_a_queue_paused_from_its_page_is_claimed_no_more(database_url):
     logger, lines = captured_logger(f"pages-pause-{id(database_url)}")
     broker = SqlaBroker(database_url, logger=logger)
@@ -101,7 +97,6 @@ async def test_a_queue_paused_from_its_page_is_claimed_no_more(database_url):
         assert ("work", "held") not in got.calls
 
 
-@pytest.mark.parametrize("dialect_name", ["sqlite"])
 async def test_read_only_pages_show_no_action_and_the_api_refuses_a_change(database_url):
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
@@ -118,7 +113,6 @@ async def test_read_only_pages_show_no_action_and_the_api_refuses_a_change(datab
             assert "read-only" in (await refused.json())["error"]
 
 
-@pytest.mark.parametrize("dialect_name", ["sqlite"])
 async def test_a_browser_signs_in_with_the_token_and_changes_with_the_cookie(database_url):
     token = "a-token-long-enough-to-count"
     async with SqlaBroker(database_url) as broker:
@@ -138,7 +132,6 @@ async def test_a_browser_signs_in_with_the_token_and_changes_with_the_cookie(dat
             await expect(page.get_by_role("button", name="Resume")).to_be_visible(timeout=LIVE)
 
 
-@pytest.mark.parametrize("dialect_name", ["mysql"])
 async def test_dead_letters_are_redriven_by_selection_and_by_filter_after_a_count(
     database_url, engine, driver
 ):
@@ -167,7 +160,6 @@ async def test_dead_letters_are_redriven_by_selection_and_by_filter_after_a_coun
     assert len(await driver.claim(engine, "billing", 10)) == 3
 
 
-@pytest.mark.parametrize("dialect_name", ["postgresql"])
 async def test_a_channels_limits_are_edited_from_the_channels_page(database_url):
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
