@@ -9,6 +9,8 @@
   const numbers = new Set(["ids", "max_concurrency", "channel_max_concurrency"]);
   const lists = new Set(["ids", "states"]);
   const flags = new Set(["confirm", "all"]);
+  // the body each JSON request sent, for the confirmation that follows a preview
+  const lastBody = new WeakMap();
 
   window.liveUpdates = function () {
     const toggle = document.getElementById("live-updates");
@@ -110,8 +112,6 @@
     htmx.trigger(document.body, "refresh");
   });
 
-  // the body each JSON request sent, for the confirmation that follows a preview
-  const lastBody = new WeakMap();
   document.body.addEventListener("htmx:beforeSend", function (event) {
     const parameters = event.detail.requestConfig.formData;
     if (parameters) {

@@ -195,3 +195,13 @@ async def test_the_overview_draws_each_queues_last_hour(database_url, engine, ta
         page = (await http.get("/")).text
     assert page.count('<svg class="sparkline"') == 2
     assert 'aria-label="2 archived in the last hour"' in page
+
+
+async def test_a_basic_auth_dashboard_lets_the_browser_ask_for_credentials(dashboard):
+    from faststream_sqla.dashboard import BasicAuth
+
+    async with dashboard(auth=BasicAuth("ops", "s3cret-pass")) as http:
+        asked = await http.get("/")
+        assert asked.status_code == 401 and asked.headers["www-authenticate"].startswith("Basic")
+        assert asked.headers["content-type"].startswith("text/html")
+        assert (await http.get("/", auth=("ops", "s3cret-pass"))).status_code == 200
