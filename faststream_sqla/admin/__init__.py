@@ -22,6 +22,7 @@ from .models import (
     QueueStats,
     ReplicaLag,
     ScheduleInfo,
+    Throughput,
     WorkerInfo,
     to_json,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "QueueStats",
     "ReplicaLag",
     "ScheduleInfo",
+    "Throughput",
     "WorkerInfo",
     "to_json",
 ]

@@ -59,6 +59,7 @@ from .models import (
     QueueStats,
     ReplicaLag,
     ScheduleInfo,
+    Throughput,
     WorkerInfo,
 )
 
@@ -70,6 +71,8 @@ RateLike = Rate | str | tuple[int, float | timedelta]
 #: does not grow with it
 DEFAULT_EXACT_UP_TO = 5_000
 MAX_PAGE = 1000
+#: the most spans `throughput()` counts: each is one bounded count
+MAX_THROUGHPUT_SPANS = 120
 #: changes of state `breakers()` reports with each breaker
 RECENT_TRANSITIONS = 5
 #: states a replay takes by default: every final outcome
@@ -204,6 +207,21 @@ class QueueAdmin:
                 await queues.queue_stats(conn, self.tables, name, self.exact_up_to)
                 for name in names
             ]
+
+    async def throughput(
+        self, queue: str, *, spans: int = 12, span_seconds: int = 300
+    ) -> Throughput:
+        """How many of `queue`'s messages were archived in each of `spans` spans of
+        `span_seconds` (default: the last hour in five-minute spans), oldest first;
+        bounded counts over the archive's time index, as `queues()`'s figures."""
+        require_whole("spans", spans, MAX_THROUGHPUT_SPANS)
+        require_whole("span_seconds", span_seconds, 86_400)
+        validate_queue_name(queue)
+        await self._prepare()
+        async with reading(self.read_engine) as conn:
+            return await queues.queue_throughput(
+                conn, self.tables, queue, spans, span_seconds, self.exact_up_to
+            )
 
     async def inspect(self, message_id: int) -> MessageDetails:
         """One message, queued or archived."""

@@ -43,6 +43,16 @@ class ReplicaLag:
 
 
 @dataclass(frozen=True)
+class Throughput:
+    """A queue's messages archived (any final state) in each of `len(archived)` spans
+    of `span_seconds`, oldest first, the last ending now: a sparkline's points."""
+
+    queue: str
+    span_seconds: int
+    archived: list[Count]
+
+
+@dataclass(frozen=True)
 class QueueStats:
     queue: str
     #: due now: a claim may take them (new messages, and retries whose time came)

@@ -13,11 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.drivers.base import reading
 from faststream_sqla.drivers.queue_reads import QueueFiguresQuery, queue_figures
+from faststream_sqla.drivers.throughput_reads import ThroughputQuery, archived_per_span
 from faststream_sqla.schema import QueueTables
 
-from .models import Count, Progress, QueueStats
+from .models import Count, Progress, QueueStats, Throughput
 
-__all__ = ["queue_stats", "start_progress"]
+__all__ = ["queue_stats", "queue_throughput", "start_progress"]
 
 
 async def start_progress(
@@ -56,3 +57,11 @@ async def queue_stats(
         handled_last_minute=_count(figures.handled_last_minute, cap),
         failed_last_minute=_count(figures.failed_last_minute, cap),
     )
+
+
+async def queue_throughput(
+    conn: AsyncConnection, tables: QueueTables, queue: str, spans: int, span_seconds: int, cap: int
+) -> Throughput:
+    query = ThroughputQuery(tables, queue, spans, span_seconds, cap)
+    counts = await archived_per_span(conn, query)
+    return Throughput(queue, span_seconds, [_count(n, cap) for n in counts])

@@ -22,11 +22,11 @@ from faststream_sqla.urls import masked
 from .api import API_ROUTERS
 from .auth import BasicAuth, DashboardAuth, TokenAuth
 from .errors import ERROR_RESPONSES, install_error_handlers
+from .pages import error_page, install_pages
 from .settings import DashboardSettings, authorised
 
-#: the package's static files (styles, htmx) and page templates
+#: the package's static files (styles, htmx, the pages' script)
 STATIC = Path(__file__).parent / "static"
-TEMPLATES = Path(__file__).parent / "templates"
 
 
 def _version() -> str:
@@ -91,10 +91,11 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.dashboard = DashboardSettings(admin, read_only, auth, database)
-    install_error_handlers(app)
+    install_error_handlers(app, page_answer=error_page)
     for router in API_ROUTERS:
         app.include_router(
             router, prefix="/api", dependencies=[Depends(authorised)], responses=ERROR_RESPONSES
         )
+    install_pages(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

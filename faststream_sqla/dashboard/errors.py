@@ -1,16 +1,19 @@
 """How the dashboard answers a failure: JSON `{"error": "..."}` with the status that
 names its kind (400 bad input, 403 refused, 404 unknown, 409 conflict, 503 the
-database), passwords masked, never a traceback."""
+database), passwords masked, never a traceback; a page gets the same sentence on the
+pages' error page."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.responses import Response
 
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
@@ -45,8 +48,13 @@ class Refused(Exception):
         self.headers = headers
 
 
-def _answer(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": mask_passwords(message)}, status_code=status, headers=headers)
+#: how a page (any path outside /api) answers an error: the pages' own error page
+PageAnswer = Callable[[Request, int, str], Response]
+
+
+def _for_api(request: Request) -> bool:
+    root = request.scope.get("root_path", "").rstrip("/")
+    return request.url.path.startswith(f"{root}/api/") or request.url.path == f"{root}/api"
 
 
 def _status_of(error: Exception) -> int:
@@ -67,30 +75,43 @@ def _validation_message(error: RequestValidationError) -> str:
     return "; ".join(problems) or "invalid request"
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Every error of ours, of FastAPI's request checks and of the database as JSON."""
+def install_error_handlers(app: FastAPI, page_answer: PageAnswer | None = None) -> None:
+    """Every error of ours, of FastAPI's request checks and of the database as JSON
+    (or, for a page, as `page_answer` shows it)."""
 
-    async def refused(request: Request, error: Exception) -> JSONResponse:
+    def _answer(
+        request: Request, status: int, message: str, headers: dict[str, str] | None = None
+    ) -> Response:
+        message = mask_passwords(message)
+        if page_answer is not None and not _for_api(request):
+            answer = page_answer(request, status, message)
+            answer.headers.update(headers or {})
+            return answer
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+    async def refused(request: Request, error: Exception) -> Response:
         assert isinstance(error, Refused)
-        return _answer(error.status, str(error), error.headers)
+        return _answer(request, error.status, str(error), error.headers)
 
-    async def ours(request: Request, error: Exception) -> JSONResponse:
-        return _answer(_status_of(error), str(error))
+    async def ours(request: Request, error: Exception) -> Response:
+        return _answer(request, _status_of(error), str(error))
 
-    async def bad_request(request: Request, error: Exception) -> JSONResponse:
+    async def bad_request(request: Request, error: Exception) -> Response:
         assert isinstance(error, RequestValidationError)
-        return _answer(400, _validation_message(error))
+        return _answer(request, 400, _validation_message(error))
 
-    async def http_error(request: Request, error: Exception) -> JSONResponse:
+    async def http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)
-        return _answer(error.status_code, str(error.detail), getattr(error, "headers", None))
+        return _answer(
+            request, error.status_code, str(error.detail), getattr(error, "headers", None)
+        )
 
-    async def database(request: Request, error: Exception) -> JSONResponse:
+    async def database(request: Request, error: Exception) -> Response:
         # the driver's message can name the server; its password is masked, the
         # statement (bound values included) is left out
         reason = error.orig if isinstance(error, sa.exc.DBAPIError) else error
         logger.warning("dashboard: the database failed: %s", mask_passwords(repr(reason)))
-        return _answer(503, f"the database failed: {type(reason).__name__}: {reason}")
+        return _answer(request, 503, f"the database failed: {type(reason).__name__}: {reason}")
 
     app.add_exception_handler(Refused, refused)
     app.add_exception_handler(InvalidOptionError, ours)

@@ -24,6 +24,7 @@ from faststream_sqla.admin import (
     QueueStats,
     ReplicaLag,
     ScheduleInfo,
+    Throughput,
     WorkerInfo,
 )
 from faststream_sqla.channels.limits import Rate
@@ -154,6 +155,20 @@ class QueueOverview(BaseModel):
 class QueueList(BaseModel):
     queues: list[QueueOverview]
     replica: ReplicaBanner | None = Field(description="null: figures read from the primary")
+
+
+class ThroughputBody(BaseModel):
+    """A queue's messages archived in each span of `span_seconds`, oldest first, the
+    last span ending now."""
+
+    queue: str
+    span_seconds: int
+    archived: list[CountBody]
+
+    @classmethod
+    def of(cls, found: Throughput) -> ThroughputBody:
+        archived = [CountBody.of(c) for c in found.archived]
+        return cls(queue=found.queue, span_seconds=found.span_seconds, archived=archived)
 
 
 class Changed(BaseModel):

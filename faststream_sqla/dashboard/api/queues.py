@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
 
+from fastapi import APIRouter, Query, Request
+
+from faststream_sqla.admin.api import MAX_THROUGHPUT_SPANS
 from faststream_sqla.schema import BreakerState
 
-from ..models import Changed, Info, Purged, QueueList, QueueOverview, ReplicaBanner
+from ..models import (
+    Changed,
+    Info,
+    Purged,
+    QueueList,
+    QueueOverview,
+    ReplicaBanner,
+    ThroughputBody,
+)
 from ..settings import settings_of
 from .common import CHANGES, Admin, QueueName
 
@@ -46,6 +57,19 @@ async def list_queues(admin: Admin) -> QueueList:
         ],
         replica=ReplicaBanner.of(lag),
     )
+
+
+@router.get("/queues/{queue}/throughput")
+async def queue_throughput(
+    queue: QueueName,
+    admin: Admin,
+    spans: Annotated[int, Query(ge=1, le=MAX_THROUGHPUT_SPANS)] = 12,
+    span_seconds: Annotated[int, Query(ge=1, le=86_400)] = 300,
+) -> ThroughputBody:
+    """The queue's messages archived (any final state) in each of `spans` spans of
+    `span_seconds`, oldest first (default: the last hour in five-minute spans)."""
+    found = await admin.throughput(queue, spans=spans, span_seconds=span_seconds)
+    return ThroughputBody.of(found)
 
 
 @router.post("/queues/{queue}/pause", dependencies=CHANGES)

@@ -55,7 +55,7 @@ def test_no_request_gets_a_server_error_or_an_answer_off_the_document(database_u
     engine = create_async_engine(database_url, poolclass=NullPool)
     schema = schemathesis.openapi.from_asgi("/api/openapi.json", create_app(engine))
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 22  # every route, /api/workers included
+    assert len(operations) == 23  # every route, /api/workers and the throughput included
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 

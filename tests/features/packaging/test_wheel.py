@@ -29,6 +29,16 @@ def test_wheel_ships_migrations_that_upgrade_a_database(tmp_path: Path) -> None:
     assert "faststream_sqla/_alembic/versions/0001_initial.py" in names
     for database in ("postgresql", "mysql", "sqlite"):
         assert f"faststream_sqla/drivers/{database}/queries.sql" in names
+    # the dashboard's pages work offline: templates and every static file ship
+    for shipped in (
+        "templates/base.html",
+        "templates/overview.html",
+        "static/htmx.min.js",
+        "static/htmx.LICENSE.txt",
+        "static/dashboard.js",
+        "static/dashboard.css",
+    ):
+        assert f"faststream_sqla/dashboard/{shipped}" in names
 
     # Run from the unpacked wheel, away from the source tree.
     script = (

@@ -152,11 +152,15 @@ async def test_the_dashboard_reads_from_the_replica_with_a_lag_banner(pair):
         async with httpx.AsyncClient(transport=transport, base_url="http://dash") as http:
             info = (await http.get("/api/info")).json()
             listed = (await http.get("/api/queues")).json()
+            page = (await http.get("/")).text
             paused = await http.post("/api/queues/standby-dashboard/pause")
     assert info["replica"]["text"].startswith("read from replica, ")
     assert info["replica"]["lag_seconds"] >= 0
     assert listed["replica"]["lag_seconds"] >= 0
     assert "standby-dashboard" in [q["queue"] for q in listed["queues"]]
+    # every page carries the banner over the figures
+    assert '<div class="banner replica" role="status">Figures read from replica, ' in page
+    assert "standby-dashboard" in page
     assert paused.status_code == 200, paused.text
     async with QueueAdmin(pair.primary.url) as primary:
         assert "standby-dashboard" in await primary.paused_queues()

@@ -1,0 +1,160 @@
+"""How the pages are rendered: one Jinja2 environment over the package's templates,
+autoescaped (a message body is text, never markup), with the filters that turn the
+API's read models into what a person reads."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from ..auth import SESSION_COOKIE, TokenAuth
+from ..models import Body, CountBody
+from ..settings import settings_of
+
+TEMPLATES = Path(__file__).parent.parent / "templates"
+
+_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+_WEEKDAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
+
+
+def age(seconds: float | None) -> str:
+    """3725 -> "1h 2m": the two largest units, enough to tell stuck from busy."""
+    if seconds is None:
+        return "-"
+    left, parts = int(seconds), list[str]()
+    for unit, size in _UNITS:
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return " ".join(parts[:2])
+
+
+def count(value: CountBody) -> str:
+    """A capped count: "500+" when the admin API stopped counting."""
+    return f"{value.value}" if value.exact else f"{value.value}+"
+
+
+def when(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def pretty_body(body: Body) -> str:
+    """JSON indented, other text as it is, bytes as base64 (the API's encoding)."""
+    if body.encoding != "text":
+        return body.data
+    try:
+        return json.dumps(json.loads(body.data), indent=2, ensure_ascii=False)
+    except ValueError:
+        return body.data
+
+
+def first_line(text: str | None) -> str:
+    """An error's first line, for a table (the page of the message shows it whole)."""
+    return (text or "").strip().split("\n", 1)[0]
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def cron_words(expression: str | None) -> str:
+    """The common cron shapes in words ("every day at 06:00"); "" for the others,
+    which the page shows only as the expression."""
+    if not expression:
+        return ""
+    fields = expression.split()
+    if len(fields) != 5:
+        return ""
+    minute, hour, day, month, weekday = fields
+    if fields == ["*"] * 5:
+        return "every minute"
+    if minute.startswith("*/") and minute[2:].isdigit() and fields[1:] == ["*"] * 4:
+        return f"every {minute[2:]} minutes"
+    if not (minute.isdigit() and month == "*"):
+        return ""
+    if hour == "*" and day == "*" and weekday == "*":
+        return f"every hour at minute {int(minute)}"
+    if not hour.isdigit():
+        return ""
+    at = f"{int(hour):02d}:{int(minute):02d}"
+    if day == "*" and weekday == "*":
+        return f"every day at {at}"
+    if day == "*" and weekday.isdigit() and int(weekday) <= 7:
+        return f"every {_WEEKDAYS[int(weekday) % 7]} at {at}"
+    if day.isdigit() and weekday == "*":
+        return f"on day {int(day)} of every month at {at}"
+    return ""
+
+
+SPARK_WIDTH, SPARK_HEIGHT = 120, 24
+
+
+def sparkline(points: list[CountBody]) -> Markup:
+    """The counts as an inline SVG line, scaled to the largest; built from numbers
+    only, so it is safe to put in the page as markup."""
+    values = [p.value for p in points]
+    top = max(values, default=0) or 1
+    step = SPARK_WIDTH / max(len(values) - 1, 1)
+    coords = " ".join(
+        f"{i * step:.1f},{SPARK_HEIGHT - 1 - (v / top) * (SPARK_HEIGHT - 2):.1f}"
+        for i, v in enumerate(values)
+    )
+    total = sum(values)
+    return Markup(
+        f'<svg class="sparkline" width="{SPARK_WIDTH}" height="{SPARK_HEIGHT}" role="img" '
+        f'aria-label="{total} archived in the last hour"><polyline points="{coords}"/></svg>'
+    )
+
+
+ENVIRONMENT = Environment(
+    loader=FileSystemLoader(TEMPLATES),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+ENVIRONMENT.filters.update(
+    age=age,
+    count=count,
+    first_line=first_line,
+    when=when,
+    pretty_body=pretty_body,
+    pretty_json=pretty_json,
+)
+ENVIRONMENT.filters["cron_words"] = cron_words
+ENVIRONMENT.filters["sparkline"] = sparkline
+
+
+def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """`template` filled in with `context` and what every page shows: the database
+    (password masked), read-only, the CSRF token a cookie's changes carry, the base
+    path links start with."""
+    settings = settings_of(request)
+    auth = settings.auth
+    # the CSRF token only for a page seen with the session cookie (not the login page)
+    cookie = request.cookies.get(SESSION_COOKIE, "")
+    csrf_token = ""
+    if isinstance(auth, TokenAuth) and hmac.compare_digest(cookie, auth.session):
+        csrf_token = auth.csrf_token
+    html = ENVIRONMENT.get_template(template).render(
+        request=request,
+        root=request.scope.get("root_path", "").rstrip("/"),
+        database=settings.database,
+        read_only=settings.read_only,
+        csrf_token=csrf_token,
+        version=request.app.version,
+        **context,
+    )
+    return HTMLResponse(html, status_code=status)
+
+
+def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    """A page's error: the API's sentence (passwords already masked), as a page."""
+    return render(request, "error.html", status, code=status, message=message)
