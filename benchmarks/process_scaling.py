@@ -16,6 +16,9 @@ every share is within 2x of the mean); the channel claim's version conflicts (a 
 whose write found the channels changed by another process, and read again) per
 claim; and the messages claimed more than once (`claims_count` > 1 in the archive).
 
+``FSQLA_WORKER_NETNS=ns1,ns2`` runs the workers in those network namespaces in turn
+(``ip netns exec``, as root); point ``FSQLA_PG_URL`` at a server address they reach.
+
 Timed figures from a machine shared with other work are noisy: compare the counts of
 one run with each other, and rerun before believing a rate.
 """
@@ -107,9 +110,13 @@ async def drain(url: str, kind: str, n: int, processes: int, work_ms: float) -> 
             "url": url, "queue": queue, "work_ms": work_ms,
             "ready": str(folder / f"ready-{i}"), "out": str(folder / f"out-{i}.json"),
         }
+        # FSQLA_WORKER_NETNS="ns1,ns2": the workers run in these network namespaces in
+        # turn (`ip netns exec`), reaching the database over their own veth link
+        spaces = [n for n in os.environ.get("FSQLA_WORKER_NETNS", "").split(",") if n]
+        prefix = ["ip", "netns", "exec", spaces[i % len(spaces)]] if spaces else []
         procs.append(await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "benchmarks.process_scaling", "--worker", json.dumps(args),
-            cwd=str(REPO),
+            *prefix, sys.executable, "-m", "benchmarks.process_scaling", "--worker",
+            json.dumps(args), cwd=str(REPO),
         ))
     engine = create_async_engine(url)
     try:
