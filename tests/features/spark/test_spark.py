@@ -454,3 +454,20 @@ def test_the_cli_works_without_pyspark(tmp_path):
     assert report.returncode == 1
     assert "pip install 'faststream-sqla[spark]'" in report.stderr
     assert "Traceback" not in report.stderr
+
+
+@pytest.mark.parametrize("dialect_name", ["postgresql"], indirect=True)
+async def test_a_multi_host_url_publishes_and_reads_through_spark(spark, database_url, engine):
+    # the first host has no server: each executor's connection moves on to the second
+    # (the one a failover would leave writable), as the broker's do
+    from chaos.servers import free_port
+
+    real = sa.make_url(database_url)
+    hosts = f"host=127.0.0.1:{free_port()}&host={real.host}:{real.port or 5432}"
+    multi = f"postgresql+asyncpg://{real.username}@/{real.database}?{hosts}"
+    multi += "&target_session_attrs=read-write"
+    df = spark.range(0, 50).withColumnRenamed("id", "n")
+
+    assert await in_thread(publish_dataframe, df, multi, "multi") == 50
+    read = await in_thread(read_queue, spark, multi, queues=["multi"])
+    assert await in_thread(read.count) == 50
