@@ -457,10 +457,13 @@ def test_the_cli_works_without_pyspark(tmp_path):
 
 
 @pytest.mark.parametrize("dialect_name", ["postgresql"], indirect=True)
-async def test_a_multi_host_url_publishes_and_reads_through_spark(spark, database_url, engine):
+async def test_a_multi_host_url_publishes_and_reads_through_spark(database_url):
     # the first host has no server: each executor's connection moves on to the second
     # (the one a failover would leave writable), as the broker's do
     from chaos.servers import free_port
+
+    # the module's session, or a new one if the report command's tests stopped it
+    spark = spark_session("local[2,4]", app_name="faststream-sqla-tests", shuffle_partitions=2)
 
     real = sa.make_url(database_url)
     hosts = f"host=127.0.0.1:{free_port()}&host={real.host}:{real.port or 5432}"
