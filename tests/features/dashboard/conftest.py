@@ -12,8 +12,10 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla import MessageState
+from faststream_sqla.clock import utc_now
 from faststream_sqla.dashboard import create_app
 from faststream_sqla.lifecycle import settled_unhandled
+from faststream_sqla.schema import WHOLE_QUEUE, BreakerState
 
 Client = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
@@ -46,6 +48,22 @@ async def fail(driver, engine, queue: str, n: int, error: str = "ValueError: bad
     outcomes = [settled_unhandled(m, MessageState.FAILED, error) for m in claimed]
     assert await driver.write_outcomes(engine, outcomes) == n
     return [m.id for m in claimed]
+
+
+async def open_breaker(engine: AsyncEngine, tables: Any, queue: str) -> None:
+    """`queue`'s circuit breaker open, after 3 failures, for another minute."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            tables.controls.insert().values(
+                queue=queue,
+                channel=WHOLE_QUEUE,
+                updated_at=utc_now(),
+                breaker_state=BreakerState.OPEN.value,
+                breaker_failures=3,
+                breaker_changed_at=utc_now(),
+                breaker_reopens_at=utc_now(60),
+            )
+        )
 
 
 def ok(response: httpx.Response, status: int = 200) -> Any:

@@ -5,10 +5,8 @@ and resumed."""
 from __future__ import annotations
 
 from faststream_sqla import Envelope, SqlaBroker
-from faststream_sqla.clock import utc_now
-from faststream_sqla.schema import WHOLE_QUEUE, BreakerState
 
-from .conftest import ok
+from .conftest import ok, open_breaker
 
 
 async def test_channel_limits_are_set_read_and_removed(database_url, api):
@@ -44,18 +42,7 @@ async def test_channel_limits_are_set_read_and_removed(database_url, api):
 
 
 async def test_an_open_breaker_is_listed_and_reset(engine, tables, api):
-    async with engine.begin() as conn:
-        await conn.execute(
-            tables.controls.insert().values(
-                queue="q",
-                channel=WHOLE_QUEUE,
-                updated_at=utc_now(),
-                breaker_state=BreakerState.OPEN.value,
-                breaker_failures=3,
-                breaker_changed_at=utc_now(),
-                breaker_reopens_at=utc_now(60),
-            )
-        )
+    await open_breaker(engine, tables, "q")
     (breaker,) = ok(await api.get("/api/breakers"))["breakers"]
     assert (breaker["queue"], breaker["state"], breaker["consecutive_failures"]) == ("q", "OPEN", 3)
     assert ok(await api.post("/api/queues/q/breaker/reset")) == {"changed": True}

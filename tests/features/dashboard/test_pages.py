@@ -10,13 +10,11 @@ import re
 import sqlalchemy as sa
 
 from faststream_sqla import Envelope, SqlaBroker
-from faststream_sqla.clock import utc_now
 from faststream_sqla.dashboard import TokenAuth, create_app
 from faststream_sqla.dashboard.auth import SESSION_COOKIE
 from faststream_sqla.dashboard.pages.templating import age, cron_words
-from faststream_sqla.schema import WHOLE_QUEUE, BreakerState
 
-from .conftest import fail
+from .conftest import fail, open_breaker
 
 SCRIPT = "<script>alert(1)</script>"
 TOKEN = "a-token-long-enough-to-count"
@@ -43,18 +41,7 @@ async def _fill(database_url, engine, tables, driver) -> list[int]:
         await broker.publish_batch(Envelope(SCRIPT, channel="acme"), Envelope("b"), queue="orders")
         await broker.publish_batch("x", "y", queue="billing")
     dead = await fail(driver, engine, "billing", 2)
-    async with engine.begin() as conn:
-        await conn.execute(
-            tables.controls.insert().values(
-                queue="billing",
-                channel=WHOLE_QUEUE,
-                updated_at=utc_now(),
-                breaker_state=BreakerState.OPEN.value,
-                breaker_failures=3,
-                breaker_changed_at=utc_now(),
-                breaker_reopens_at=utc_now(60),
-            )
-        )
+    await open_breaker(engine, tables, "billing")
     return dead
 
 
