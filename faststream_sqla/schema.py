@@ -98,6 +98,9 @@ class TableNames:
             breaker_events_table_name(self.message),
             workers_table_name(self.message),
             bindings_table_name(self.message),
+            endpoints_table_name(self.message),
+            endpoint_topics_table_name(self.message),
+            attempts_table_name(self.message),
         ):
             if self.archive == derived:
                 msg = (
@@ -161,6 +164,12 @@ class QueueTables:
     workers: sa.Table = field(init=False)
     #: which topic patterns reach which queues (build_bindings_table)
     bindings: sa.Table = field(init=False)
+    #: the HTTP endpoints webhooks are delivered to (build_endpoints_table)
+    endpoints: sa.Table = field(init=False)
+    #: which topic patterns reach which endpoints (build_endpoint_topics_table)
+    endpoint_topics: sa.Table = field(init=False)
+    #: every HTTP attempt of a webhook delivery (build_attempts_table)
+    attempts: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:
         self.metadata = sa.MetaData()
@@ -175,6 +184,9 @@ class QueueTables:
         self.breaker_events = build_breaker_events_table(self.metadata, self.names.message)
         self.workers = build_workers_table(self.metadata, self.names.message)
         self.bindings = build_bindings_table(self.metadata, self.names.message)
+        self.endpoints = build_endpoints_table(self.metadata, self.names.message)
+        self.endpoint_topics = build_endpoint_topics_table(self.metadata, self.names.message)
+        self.attempts = build_attempts_table(self.metadata, self.names.message)
 
     @property
     def key_index(self) -> sa.Table:
@@ -662,6 +674,92 @@ def build_bindings_table(metadata: sa.MetaData, message: str) -> sa.Table:
     return table
 
 
+def endpoints_table_name(message: str) -> str:
+    return f"{message}_endpoints"
+
+
+def endpoint_topics_table_name(message: str) -> str:
+    return f"{message}_endpoint_topics"
+
+
+def attempts_table_name(message: str) -> str:
+    return f"{message}_webhook_attempts"
+
+
+#: the queue that holds every webhook delivery; each endpoint's deliveries are its
+#: channel of that name, so its limits and breaker are the channel machinery's
+DELIVERY_QUEUE = "faststream_sqla.webhooks"
+#: the longest endpoint URL, and the longest text of a secret (`whsec_` + base64)
+MAX_URL_LENGTH, MAX_SECRET_LENGTH = 2048, 255
+#: how much of a response body an attempt keeps, in characters
+KEPT_RESPONSE_LENGTH = 4096
+
+
+def build_endpoints_table(metadata: sa.MetaData, message: str) -> sa.Table:
+    """One row per HTTP endpoint (faststream_sqla.webhooks), found by name: the
+    name is also its channel of `DELIVERY_QUEUE`, where its limits and breaker live
+    (the controls table). A secret being rotated out stays valid, and is signed with
+    too, until `previous_secret_until`."""
+    return sa.Table(
+        endpoints_table_name(message),
+        metadata,
+        sa.Column("name", sa.String(MAX_KEY_LENGTH), primary_key=True),
+        sa.Column("url", sa.String(MAX_URL_LENGTH), nullable=False),
+        sa.Column("secret", sa.String(MAX_SECRET_LENGTH), nullable=False),
+        sa.Column("previous_secret", sa.String(MAX_SECRET_LENGTH)),
+        sa.Column("previous_secret_until", Timestamp),
+        sa.Column("timeout", sa.Float(), nullable=False),
+        # extra request headers, a JSON object of strings
+        sa.Column("headers", sa.JSON()),
+        sa.Column("allow_private", sa.Boolean(), nullable=False, server_default=sa.false()),
+        # set while disabled (by an operator, or by a 410 response): no new deliveries,
+        # and its channel is paused so the pending ones wait
+        sa.Column("disabled_at", Timestamp),
+        sa.Column("disabled_reason", sa.Text()),
+        sa.Column("created_at", Timestamp, nullable=False),
+        sa.Column("updated_at", Timestamp, nullable=False),
+    )
+
+
+def build_endpoint_topics_table(metadata: sa.MetaData, message: str) -> sa.Table:
+    """Which endpoints a topic reaches: the bindings table's shape, with an endpoint
+    in place of a queue. A publish to a topic reads both in one statement."""
+    table = sa.Table(
+        endpoint_topics_table_name(message),
+        metadata,
+        sa.Column("pattern", sa.String(MAX_TOPIC_LENGTH), primary_key=True),
+        sa.Column("endpoint", sa.String(MAX_KEY_LENGTH), primary_key=True),
+        sa.Column("root", sa.String(MAX_TOPIC_LENGTH), nullable=False),
+        sa.Column("created_at", Timestamp, nullable=False),
+    )
+    sa.Index(f"ix_{message}_endpoint_topic", table.c.root)
+    return table
+
+
+def build_attempts_table(metadata: sa.MetaData, message: str) -> sa.Table:
+    """One row per HTTP request of a webhook delivery: its response status (NULL when
+    none came: a timeout or a connection error, told by `error`), its latency and the
+    start of the response body. Read per message (inspect) and per endpoint (the
+    dashboard), newest first."""
+    table = sa.Table(
+        attempts_table_name(message),
+        metadata,
+        sa.Column("id", Id, primary_key=True, autoincrement=True),
+        sa.Column("message_id", sa.BigInteger(), nullable=False),
+        sa.Column("endpoint", sa.String(MAX_KEY_LENGTH), nullable=False),
+        # the delivery's deliveries_count when it was made
+        sa.Column("attempt", sa.Integer(), nullable=False),
+        sa.Column("at", Timestamp, nullable=False),
+        sa.Column("status", sa.Integer()),
+        sa.Column("latency", sa.Float(), nullable=False),
+        sa.Column("error", sa.Text()),
+        sa.Column("response_body", sa.Text()),
+    )
+    sa.Index(f"ix_{message}_attempt_msg", table.c.message_id, table.c.id)
+    sa.Index(f"ix_{message}_attempt_ep", table.c.endpoint, table.c.id)
+    return table
+
+
 def build_archive_table(metadata: sa.MetaData, name: str) -> sa.Table:
     table = sa.Table(
         name,
@@ -699,15 +797,19 @@ def validate_queue_name(name: object) -> str:
 
 __all__ = [
     "CHANNEL_READY",
+    "DELIVERY_QUEUE",
     "MYSQL_FAMILY",
     "NOT_READY",
     "BreakerState",
     "MessageState",
     "QueueTables",
     "TableNames",
+    "attempts_table_name",
     "bindings_table_name",
     "breaker_events_table_name",
     "controls_table_name",
+    "endpoint_topics_table_name",
+    "endpoints_table_name",
     "keys_table_name",
     "schedule_table_name",
     "utc_now",

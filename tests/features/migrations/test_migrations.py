@@ -78,7 +78,7 @@ def test_script_location_holds_the_scripts() -> None:
     location = Path(script_location())
     assert (location / "env.py").is_file()
     assert (location / "versions" / "0001_initial.py").is_file()
-    assert HEAD_REVISION == "0016"
+    assert HEAD_REVISION == "0017"
 
 
 async def test_upgrade_creates_tables_at_head(engine: AsyncEngine) -> None:
