@@ -712,6 +712,9 @@ def build_endpoints_table(metadata: sa.MetaData, message: str) -> sa.Table:
         # extra request headers, a JSON object of strings
         sa.Column("headers", sa.JSON()),
         sa.Column("allow_private", sa.Boolean(), nullable=False, server_default=sa.false()),
+        # the seconds to wait before each retry, a JSON list (its length is the number
+        # of retries); NULL: the default schedule (faststream_sqla.webhooks)
+        sa.Column("retry_schedule", sa.JSON()),
         # set while disabled (by an operator, or by a 410 response): no new deliveries,
         # and its channel is paused so the pending ones wait
         sa.Column("disabled_at", Timestamp),

@@ -63,6 +63,7 @@ def upgrade() -> None:
         sa.Column("timeout", sa.Float(), nullable=False),
         sa.Column("headers", sa.JSON()),
         sa.Column("allow_private", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("retry_schedule", sa.JSON()),
         sa.Column("disabled_at", timestamp),
         sa.Column("disabled_reason", sa.Text()),
         sa.Column("created_at", timestamp, nullable=False),
