@@ -89,12 +89,9 @@ async def _create_database(driver: str) -> None:
     # a fresh schema per session: migrations may have changed since the last run
     engine = create_async_engine(server_database_url(driver))
     async with engine.begin() as conn:
-        for table in (
-            "message_keys", "message_controls", "message_schedule", "message_breaker_events",
-            "message_workers", "message", "message_archive",
-            "message_bindings", "message", "message_archive",
-            "faststream_sqla_version", "handled",
-        ):
+        # every table of the schema (the keys table is MySQL's shape only), by name
+        ours = [t.name for t in QueueTables(dialect="mysql").metadata.sorted_tables]
+        for table in (*ours, "faststream_sqla_version", "handled"):
             q = engine.dialect.identifier_preparer.quote(table)
             await conn.exec_driver_sql(f"DROP TABLE IF EXISTS {q}")
     await upgrade_schema(engine)

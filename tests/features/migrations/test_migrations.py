@@ -63,14 +63,9 @@ async def custom_engine(engine: AsyncEngine) -> AsyncIterator[AsyncEngine]:
     """The test database; the CUSTOM tables and their version table are dropped after."""
     yield engine
     async with engine.begin() as conn:
-        for name in (
-            f"{CUSTOM.message}_schedule", f"{CUSTOM.message}_breaker_events",
-            f"{CUSTOM.message}_workers",
-            f"{CUSTOM.message}_controls", f"{CUSTOM.message}_keys",  # _keys: MySQL's
-            f"{CUSTOM.message}_bindings", f"{CUSTOM.message}_controls", f"{CUSTOM.message}_keys",  # _keys: MySQL's
-            CUSTOM.archive, CUSTOM.message,
-            version_table_for(CUSTOM),
-        ):
+        # every table of the schema under the CUSTOM names (the keys table: MySQL's)
+        custom = [t.name for t in reversed(QueueTables(CUSTOM, "mysql").metadata.sorted_tables)]
+        for name in (*custom, version_table_for(CUSTOM)):
             await conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
 
 
@@ -184,12 +179,7 @@ async def test_custom_table_names(custom_engine: AsyncEngine) -> None:
     engine = custom_engine
     kw = {"message_table": CUSTOM.message, "archive_table": CUSTOM.archive}
     await upgrade_schema(engine, **kw)
-    custom_tables = {
-        CUSTOM.message, CUSTOM.archive, f"{CUSTOM.message}_schedule",
-        f"{CUSTOM.message}_controls", f"{CUSTOM.message}_breaker_events",
-        f"{CUSTOM.message}_workers",
-        f"{CUSTOM.message}_bindings",
-    }
+    custom_tables = {t.name for t in QueueTables(CUSTOM).metadata.sorted_tables}
     assert custom_tables <= await _table_names(engine)
     assert await current_revision(engine, **kw) == HEAD_REVISION
     await check_schema(engine, QueueTables(CUSTOM))
