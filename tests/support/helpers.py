@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -305,9 +306,32 @@ async def due_channel_breaker(
         )
 
 
-async def holds_a_transaction(engine, dialect_name: str, database_url: str) -> bool:
-    """Whether another client of this test's database is inside a transaction (or, on
-    SQLite, holds the write lock): a process stopped there would block everyone else."""
+def client_ports(pid: int) -> set[int]:
+    """The local TCP ports of process `pid`'s sockets: how a database server names the
+    connections of one client process (its sockets' inodes, found in /proc/net/tcp*)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+async def holds_a_transaction(
+    engine, dialect_name: str, database_url: str, *, pid: int | None = None
+) -> bool:
+    """Whether another client of this test's database (only process `pid`'s connections,
+    if given) is inside a transaction (or, on SQLite, whether anyone holds the write
+    lock): a process stopped there would block everyone else."""
     if dialect_name == "sqlite":
         probe = sqlite3.connect(sa.make_url(database_url).database, timeout=0)
         try:
@@ -323,14 +347,24 @@ async def holds_a_transaction(engine, dialect_name: str, database_url: str) -> b
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND pid <> pg_backend_pid() AND (state = 'active' OR xact_start IS NOT NULL)"
         )
+        port = "client_port"
     else:
         sql = (
             "SELECT count(*) FROM information_schema.innodb_trx t "
             "JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id "
             "WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()"
         )
+        port = "CAST(SUBSTRING_INDEX(p.host, ':', -1) AS UNSIGNED)"
+    params: dict[str, Any] = {}
+    statement = sa.text(sql)
+    if pid is not None:
+        # another test's leftover client in the same database must not count
+        statement = sa.text(f"{sql} AND {port} IN :ports").bindparams(
+            sa.bindparam("ports", expanding=True)
+        )
+        params["ports"] = sorted(client_ports(pid)) or [0]
     async with engine.connect() as conn:
-        return bool(await conn.scalar(sa.text(sql)))
+        return bool(await conn.scalar(statement, params))
 
 
 # -- the console script, as a shell runs it ------------------------------------------

@@ -77,7 +77,7 @@ async def _stop_between_statements(proc, engine, dialect_name: str, database_url
     again until so)."""
 
     async def between_statements() -> bool:
-        return not await holds_a_transaction(engine, dialect_name, database_url)
+        return not await holds_a_transaction(engine, dialect_name, database_url, pid=proc.pid)
 
     async def stopped_quietly() -> bool:
         # Running, it finishes what it began (on a busy host stopping it again at once
