@@ -367,6 +367,28 @@ async def holds_a_transaction(
         return bool(await conn.scalar(statement, params))
 
 
+async def open_transactions(engine, dialect_name: str) -> list[tuple[Any, ...]]:
+    """Who is inside a transaction in this test's database, and doing what: what a
+    test that waited in vain for none reports."""
+    if dialect_name == "sqlite":
+        return []
+    if dialect_name == "postgresql":
+        sql = (
+            "SELECT pid, client_port, state, xact_start, left(query, 200) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND (state = 'active' OR xact_start IS NOT NULL)"
+        )
+    else:
+        sql = (
+            "SELECT p.id, p.host, t.trx_started, t.trx_state, LEFT(t.trx_query, 200) "
+            "FROM information_schema.innodb_trx t "
+            "JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id "
+            "WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()"
+        )
+    async with engine.connect() as conn:
+        return [tuple(row) for row in await conn.execute(sa.text(sql))]
+
+
 # -- the console script, as a shell runs it ------------------------------------------
 
 SCRIPT = Path(sys.executable).parent / "faststream-sqla"

@@ -14,7 +14,15 @@ import pytest
 import sqlalchemy as sa
 
 from faststream_sqla import MessageState, SqlaBroker, SqlaMessage
-from tests.support.helpers import FAST, Recorder, holds_a_transaction, recording, rows, wait_until
+from tests.support.helpers import (
+    FAST,
+    Recorder,
+    holds_a_transaction,
+    open_transactions,
+    recording,
+    rows,
+    wait_until,
+)
 from tests.support.processes import (
     WORKERS,
     exit_code,
@@ -90,7 +98,14 @@ async def _stop_between_statements(proc, engine, dialect_name: str, database_url
         proc.send_signal(signal.SIGCONT)
         return False
 
-    await wait_until(stopped_quietly)
+    try:
+        await wait_until(stopped_quietly)
+    except TimeoutError:
+        proc.send_signal(signal.SIGCONT)
+        raise TimeoutError(
+            f"worker {proc.pid} never stood between statements; open transactions: "
+            f"{await open_transactions(engine, dialect_name)}"
+        ) from None
 
 
 async def test_worker_stopped_past_its_lease_loses_the_message_and_carries_on(
