@@ -27,6 +27,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from faststream_sqla.schema import QueueTables
+
 PG_SERVER = os.environ.get("FSQLA_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432")
 MYSQL_SERVER = os.environ.get("FSQLA_MYSQL_URL", "mysql+asyncmy://root@127.0.0.1:3306")
 _PREFIX = os.environ.get("FSQLA_DB_PREFIX", "fsqla")
@@ -116,10 +118,10 @@ async def ensure_server_databases(database: str) -> None:
         await create_database(database, name)
 
 
-#: MySQL and MariaDB also have message_keys (dropped first, though nothing refers to it)
+#: every table of our schema (MySQL's shape, which adds message_keys), dependants first,
+#: then the version table: read from the schema, so a new table is never left behind
 OUR_TABLES = (
-    "message_keys", "message_controls", "message_schedule", "message_breaker_events",
-    "message_workers", "message_bindings", "message", "message_archive",
+    *(t.name for t in reversed(QueueTables(dialect="mysql").metadata.sorted_tables)),
     "faststream_sqla_version",
 )
 

@@ -3,8 +3,8 @@ each breaker's state), of the breakers' history, and of archive retention.
 
 Every database runs the same statements here: the database's clock comes from
 clock.utc_now, and SQLite, which has no row locks, ignores FOR UPDATE (its writer lock
-orders the writers instead). Workers read the controls through `paused_among`,
-`channelled_among` and `controls_among`; subscriber.breaker decides what a breaker does
+orders the writers instead). Workers read the controls through `claim_controls`
+(with breakers, `controls_among` too); subscriber.breaker decides what a breaker does
 and `change_breaker`, `take_probe`, `keep_probe` and `hand_back_probe` write it; the
 admin API reads and changes the rest and turns the rows into its result models.
 """
@@ -37,53 +37,63 @@ CHANNELS_PER_STATEMENT = IDS_PER_STATEMENT
 # -- pausing and limits ------------------------------------------------------------------
 
 
-async def paused_among(
+@dataclass(frozen=True)
+class ClaimControls:
+    """What decides how a subscriber claims its queues: which are paused, and which
+    the channel claim serves (faststream_sqla.channels)."""
+
+    paused: frozenset[str]
+    channelled: frozenset[str]
+
+
+async def claim_controls(
     conn: AsyncConnection, tables: QueueTables, queues: Sequence[str]
-) -> set[str]:
-    """Which of `queues` are paused: one primary-key lookup per queue."""
+) -> ClaimControls:
+    """Which of `queues` are paused, and which the channel claim serves: those with a
+    limit or a paused channel in this table, and those with messages of a channel
+    waiting. One statement over the queues' control rows (grouped, so a queue with many
+    channels returns one row), then one index probe per queue not yet channelled:
+    what every subscriber reads every CONTROL_INTERVAL, so idle processes cost little."""
     c = tables.controls
-    result = await conn.execute(
-        sa.select(c.c.queue).where(
-            c.c.queue.in_(list(queues)), c.c.channel == WHOLE_QUEUE, c.c.paused
-        )
+    paused = sa.and_(c.c.channel == WHOLE_QUEUE, c.c.paused)
+    # a setting, not the claims' own state (rate windows, rotation): with every limit
+    # removed the queue goes back to the plain claim
+    setting = sa.or_(
+        sa.and_(c.c.channel != WHOLE_QUEUE, c.c.paused),
+        c.c.max_concurrency.isnot(None),
+        c.c.rate_count.isnot(None),
+        c.c.channel_max_concurrency.isnot(None),
+        c.c.channel_rate_count.isnot(None),
     )
-    return set(result.scalars())
+    result = await conn.execute(
+        sa.select(
+            c.c.queue,
+            sa.func.max(sa.case((paused, 1), else_=0)),
+            sa.func.max(sa.case((setting, 1), else_=0)),
+        )
+        .where(c.c.queue.in_(list(queues)))
+        .group_by(c.c.queue)
+    )
+    paused_found, channelled_found = set(), set()
+    for queue, is_paused, has_setting in result:
+        if is_paused:
+            paused_found.add(queue)
+        if has_setting:
+            channelled_found.add(queue)
+    source, waiting = channelled_range(tables)
+    for queue in queues:
+        if queue not in channelled_found and await conn.scalar(
+            sa.select(sa.exists().where(source.c.queue == queue, *waiting))
+        ):
+            channelled_found.add(queue)
+    return ClaimControls(frozenset(paused_found), frozenset(channelled_found))
 
 
 async def channelled_among(
     conn: AsyncConnection, tables: QueueTables, queues: Sequence[str]
 ) -> set[str]:
-    """Which of `queues` the channel claim serves (faststream_sqla.channels): those with
-    a limit or a paused channel in this table, and those with messages of a channel
-    waiting (one index probe per queue)."""
-    c = tables.controls
-    found = set(
-        (
-            await conn.execute(
-                sa.select(c.c.queue)
-                .where(
-                    c.c.queue.in_(list(queues)),
-                    # a setting, not the claims' own state (rate windows, rotation):
-                    # with every limit removed the queue goes back to the plain claim
-                    sa.or_(
-                        sa.and_(c.c.channel != WHOLE_QUEUE, c.c.paused),
-                        c.c.max_concurrency.isnot(None),
-                        c.c.rate_count.isnot(None),
-                        c.c.channel_max_concurrency.isnot(None),
-                        c.c.channel_rate_count.isnot(None),
-                    ),
-                )
-                .distinct()
-            )
-        ).scalars()
-    )
-    source, waiting = channelled_range(tables)
-    for queue in queues:
-        if queue not in found and await conn.scalar(
-            sa.select(sa.exists().where(source.c.queue == queue, *waiting))
-        ):
-            found.add(queue)
-    return found
+    """Which of `queues` the channel claim serves (`claim_controls`)."""
+    return set((await claim_controls(conn, tables, queues)).channelled)
 
 
 async def paused_queues(conn: AsyncConnection, tables: QueueTables) -> list[str]:

@@ -101,8 +101,8 @@ class Pull:
             return seen[1], seen[2]
         driver, engine = self.broker_config().driver, self.broker_config().engine
         async with reading(engine) as conn:
-            paused = bool(await controls.paused_among(conn, driver.tables, [queue]))
-            channelled = bool(await controls.channelled_among(conn, driver.tables, [queue]))
+            found = await controls.claim_controls(conn, driver.tables, [queue])
+        paused, channelled = queue in found.paused, queue in found.channelled
         self._controls[queue] = (now, paused, channelled)
         return paused, channelled
 

@@ -132,23 +132,32 @@ class ControlWatcher(StoppableLoop):
         self.breakers = breakers
 
     async def read_once(self) -> None:
-        await self._read_channelled()
-        if self.breakers is not None:
-            await self._read_with_breakers(self.breakers)
+        # one transaction, and without breakers one statement (plus a probe per plain
+        # queue): every idle process runs this every CONTROL_INTERVAL
+        breakers = self.breakers
+        silent_after = breakers.silent_after if breakers is not None else 0.0
+        versions = breakers.versions() if breakers is not None else None
+
+        async def read() -> tuple[controls.ClaimControls, dict[str, controls.ControlReading]]:
+            async with reading(self.engine) as conn:
+                found = await controls.claim_controls(conn, self.driver.tables, self.queues)
+                if breakers is None:
+                    return found, {}
+                readings = await controls.controls_among(
+                    conn, self.driver.tables, self.queues, silent_after
+                )
+                return found, readings
+
+        found, readings = await with_retries(self.driver, read)
+        self._take_channelled(found.channelled)
+        if breakers is None:
+            self._take_paused(found.paused)
             return
+        assert versions is not None
+        self._take_paused(frozenset(q for q, reading_ in readings.items() if reading_.paused))
+        await breakers.observe(readings, versions)
 
-        async def read() -> set[str]:
-            async with reading(self.engine) as conn:
-                return await controls.paused_among(conn, self.driver.tables, self.queues)
-
-        self._take_paused(frozenset(await with_retries(self.driver, read)))
-
-    async def _read_channelled(self) -> None:
-        async def read() -> set[str]:
-            async with reading(self.engine) as conn:
-                return await controls.channelled_among(conn, self.driver.tables, self.queues)
-
-        channelled = frozenset(await with_retries(self.driver, read))
+    def _take_channelled(self, channelled: frozenset[str]) -> None:
         before = self.fetcher.channelled
         if channelled != before:
             self.fetcher.channelled = channelled
@@ -159,19 +168,6 @@ class ControlWatcher(StoppableLoop):
                     "for idle workers only",
                 )
             self.wake.set()
-
-    async def _read_with_breakers(self, breakers: Breakers) -> None:
-        versions = breakers.versions()
-
-        async def read() -> dict[str, controls.ControlReading]:
-            async with reading(self.engine) as conn:
-                return await controls.controls_among(
-                    conn, self.driver.tables, self.queues, breakers.silent_after
-                )
-
-        readings = await with_retries(self.driver, read)
-        self._take_paused(frozenset(q for q, found in readings.items() if found.paused))
-        await breakers.observe(readings, versions)
 
     def _take_paused(self, paused: frozenset[str]) -> None:
         before = self.fetcher.paused
