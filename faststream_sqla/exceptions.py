@@ -106,6 +106,25 @@ class UnknownScheduleError(SqlaBrokerError, LookupError):
     """No schedule of that name."""
 
 
+class InvalidEndpointError(InvalidOptionError):
+    """An endpoint's name, URL, headers, timeout or retry schedule is not allowed, or
+    its host resolves to a private address without `allow_private`; nothing was
+    written."""
+
+
+class UnknownEndpointError(SqlaBrokerError, LookupError):
+    """No endpoint of that name."""
+
+
+class EndpointExistsError(SqlaBrokerError, ValueError):
+    """An endpoint of that name exists already; nothing was written."""
+
+
+class WebhookVerificationError(SqlaBrokerError, ValueError):
+    """A received webhook's signature headers are missing, stale or match no secret
+    (faststream_sqla.webhooks.verify)."""
+
+
 class QueueFullError(SqlaBrokerError):
     """A publish would take a queue past its `max_queue_size`; nothing was written."""
 

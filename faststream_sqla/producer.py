@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -38,9 +40,10 @@ from faststream_sqla.schema import (
     MAX_CORRELATION_ID_LENGTH,
     MAX_PRIORITY,
     MIN_PRIORITY,
+    WEBHOOK_ID_HEADER,
     validate_queue_name,
 )
-from faststream_sqla.topics import checked_topic, route
+from faststream_sqla.topics import checked_topic, route_targets
 from faststream_sqla.urls import masked
 
 if TYPE_CHECKING:
@@ -479,14 +482,17 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         waiting: list[int] = []
 
         async def write(conn: AsyncConnection) -> list[int]:
-            candidates = await bindings.candidate_bindings(
+            candidates = await bindings.candidate_targets(
                 conn, driver.tables, topic, driver.latest_rows
             )
-            queues[:] = route(candidates, topic)
-            if not queues:
+            targets = route_targets(candidates, topic)
+            queues[:] = sorted({queue for queue, _ in targets})
+            if not targets:
                 return []
-            copies = fan_out(rows, queues, topic)
-            return await self._write(conn, copies, dict.fromkeys(queues, len(rows)), waiting)
+            counts: dict[str, int] = {}
+            for queue, _ in targets:
+                counts[queue] = counts.get(queue, 0) + len(rows)
+            return await self._write(conn, fan_out(rows, targets, topic), counts, waiting)
 
         release_waiting = self._releaser(waiting)
 
@@ -587,26 +593,49 @@ class SqlaProducer(ProducerProto[SqlaPublishCommand]):
         )
 
 
-def fan_out(rows: Sequence[NewMessage], queues: Sequence[str], topic: str) -> list[NewMessage]:
-    """A copy of every row for each queue, queue by queue: the order of the ids a
-    publish to a topic returns. Positional: this runs per copy."""
-    return [
-        NewMessage(
-            queue,
-            r.headers,
-            r.headers_json,
-            r.payload,
-            r.correlation_id,
-            r.publish_at,
-            r.publish_delay,
-            r.expires_at,
-            r.priority,
-            r.ordering_key,
-            r.idempotency_key,
-            r.channel,
-            None,
-            topic,
-        )
-        for queue in queues
-        for r in rows
-    ]
+def fan_out(
+    rows: Sequence[NewMessage], targets: Sequence[tuple[str, str | None]], topic: str
+) -> list[NewMessage]:
+    """A copy of every row for each (queue, channel) target, target by target: the
+    order of the ids a publish to a topic returns. A target with a channel is an
+    endpoint's: the copy takes that channel, and a `webhook-id` header made here, kept
+    by every retry, replay and redrive (the receiver's idempotency key). Positional:
+    this runs per copy."""
+    copies = []
+    for queue, endpoint in targets:
+        for r in rows:
+            headers, headers_json, channel = r.headers, r.headers_json, r.channel
+            ordering_key, idempotency_key = r.ordering_key, r.idempotency_key
+            if endpoint is not None:
+                headers = {**r.headers, WEBHOOK_ID_HEADER: f"msg_{uuid.uuid4().hex}"}
+                headers_json, channel = json.dumps(headers), endpoint
+                # the endpoints share one queue: a key holds per endpoint, as per queue
+                ordering_key = _per_endpoint(ordering_key, endpoint)
+                idempotency_key = _per_endpoint(idempotency_key, endpoint)
+            copies.append(
+                NewMessage(
+                    queue,
+                    headers,
+                    headers_json,
+                    r.payload,
+                    r.correlation_id,
+                    r.publish_at,
+                    r.publish_delay,
+                    r.expires_at,
+                    r.priority,
+                    ordering_key,
+                    idempotency_key,
+                    channel,
+                    None,
+                    topic,
+                )
+            )
+    return copies
+
+
+def _per_endpoint(key: str | None, endpoint: str) -> str | None:
+    """A publisher's ordering or idempotency key as it holds for one endpoint's
+    deliveries: the same key and endpoint always give the same text, of fixed length."""
+    if key is None:
+        return None
+    return "ep:" + hashlib.sha256(f"{endpoint}\n{key}".encode()).hexdigest()

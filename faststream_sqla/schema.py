@@ -689,6 +689,8 @@ def attempts_table_name(message: str) -> str:
 #: the queue that holds every webhook delivery; each endpoint's deliveries are its
 #: channel of that name, so its limits and breaker are the channel machinery's
 DELIVERY_QUEUE = "faststream_sqla.webhooks"
+#: the header of a delivery that names it to its receiver, the same on every attempt
+WEBHOOK_ID_HEADER = "webhook-id"
 #: the longest endpoint URL, and the longest text of a secret (`whsec_` + base64)
 MAX_URL_LENGTH, MAX_SECRET_LENGTH = 2048, 255
 #: how much of a response body an attempt keeps, in characters

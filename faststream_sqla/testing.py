@@ -93,7 +93,8 @@ class FakeProducer(SqlaProducer):
         if cmd.topic is not None:
             # the subscribers' own topics= stand for the bindings table
             bound = [pair for sub in _subscribers(self.brokers) for pair in sub.bindings]
-            rows = fan_out(rows, route(bound, cmd.topic), cmd.topic)
+            targets = [(queue, None) for queue in route(bound, cmd.topic)]
+            rows = fan_out(rows, targets, cmd.topic)
         ids = []
         for row in rows:
             now = datetime.now(timezone.utc).replace(tzinfo=None)  # stored times are naive UTC

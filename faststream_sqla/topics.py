@@ -131,6 +131,27 @@ def route(bindings: Iterable[tuple[str, str]], topic: str) -> list[str]:
     return sorted({queue for pattern, queue in bindings if matches(pattern, topic)})
 
 
+def route_targets(
+    candidates: Iterable[tuple[str, str, str | None]], topic: str
+) -> list[tuple[str, str | None]]:
+    """Where a publish to `topic` writes, from (pattern, queue, channel) candidates:
+    each bound queue once (channel None), sorted by name, then each endpoint once (its
+    delivery queue and its name as the channel), sorted by name: the order of the ids
+    the publish returns."""
+    queues = sorted(
+        {q for pattern, q, channel in candidates if channel is None and matches(pattern, topic)}
+    )
+    endpoints = sorted(
+        {
+            (q, channel)
+            for pattern, q, channel in candidates
+            if channel is not None and matches(pattern, topic)
+        },
+        key=lambda target: target[1],
+    )
+    return [(q, None) for q in queues] + [(q, c) for q, c in endpoints]
+
+
 __all__ = [
     "MAX_TOPIC_LENGTH",
     "checked_pattern",
@@ -138,5 +159,6 @@ __all__ = [
     "matches",
     "pattern_root",
     "route",
+    "route_targets",
     "topic_root",
 ]

@@ -153,14 +153,10 @@ async def database_url(
     # asked for here, not as a parameter: a SQLite test needs no server
     url = request.getfixturevalue("server_databases")[dialect_name]
     engine = create_async_engine(url)
-    tables = QueueTables()
+    tables = QueueTables(dialect=engine.dialect.name)
     async with engine.begin() as conn:
-        live = tables.for_dialect(engine.dialect.name).live
-        for table in (
-            *live, tables.archive, tables.controls, tables.schedule, tables.breaker_events,
-            tables.workers,
-            tables.bindings,
-        ):
+        # every table of the schema, dependants first
+        for table in reversed(tables.metadata.sorted_tables):
             await conn.execute(table.delete())
     await engine.dispose()
     yield url

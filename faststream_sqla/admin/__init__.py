@@ -4,6 +4,7 @@ from faststream_sqla.drivers.postgresql.partitions import PartitionReport
 
 from .api import QueueAdmin
 from .models import (
+    Attempt,
     Binding,
     BreakerStatus,
     BreakerTransition,
@@ -12,11 +13,13 @@ from .models import (
     DeadLetter,
     DeadLetterPage,
     DeadLetterSummary,
+    Endpoint,
     ErrorCount,
     LiveMessage,
     MessageDetails,
     MessagePage,
     MoveResult,
+    NewSecret,
     Progress,
     QueueLimits,
     QueueStats,
@@ -28,6 +31,7 @@ from .models import (
 )
 
 __all__ = [
+    "Attempt",
     "Binding",
     "BreakerStatus",
     "BreakerTransition",
@@ -36,11 +40,13 @@ __all__ = [
     "DeadLetter",
     "DeadLetterPage",
     "DeadLetterSummary",
+    "Endpoint",
     "ErrorCount",
     "LiveMessage",
     "MessageDetails",
     "MessagePage",
     "MoveResult",
+    "NewSecret",
     "PartitionReport",
     "Progress",
     "QueueAdmin",

@@ -5,7 +5,7 @@ it never prints or exits."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -21,7 +21,9 @@ from faststream_sqla.drivers import Driver, check_replica_kind, driver_for, queu
 from faststream_sqla.drivers.base import TERMINAL, reading
 from faststream_sqla.drivers.postgresql import partitions
 from faststream_sqla.exceptions import (
+    InvalidEndpointError,
     InvalidOptionError,
+    UnknownEndpointError,
     UnknownMessageError,
     UnknownQueueError,
     require_whole,
@@ -41,9 +43,11 @@ from faststream_sqla.schema import (
 
 from . import archive, controls, dead_letters, messages, queues, schedules, topics, workers
 from . import channels as limits
+from . import endpoints as webhook_endpoints
 from .archive import PRUNE_BATCH
 from .dead_letters import MOVE_BATCH
 from .models import (
+    Attempt,
     Binding,
     BreakerStatus,
     BreakerTransition,
@@ -51,9 +55,11 @@ from .models import (
     Count,
     DeadLetterPage,
     DeadLetterSummary,
+    Endpoint,
     MessageDetails,
     MessagePage,
     MoveResult,
+    NewSecret,
     Progress,
     QueueLimits,
     QueueStats,
@@ -727,6 +733,118 @@ class QueueAdmin:
         await self._prepare()
         async with reading(self.read_engine) as conn:
             return await topics.route(conn, self.driver, topic)
+
+    # -- webhook endpoints (docs/webhooks.md) -------------------------------------------
+
+    async def add_endpoint(
+        self,
+        name: str,
+        url: str,
+        *,
+        topics: Sequence[str] = (),
+        secret: str | None = None,
+        max_concurrency: int | None = None,
+        rate: RateLike | None = None,
+        timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
+        allow_private: bool = False,
+        retry_schedule: Sequence[float] | None = None,
+    ) -> NewSecret:
+        """Add an HTTP endpoint that receives every message published to a topic one
+        of `topics` matches, signed (Standard Webhooks) with `secret`, or with a new one
+        when None. Returns the secret: the only time it is shown in full.
+
+        Args:
+            name: the endpoint's name; also its channel of the delivery queue.
+            url: http:// or https://, no credentials in it (send them in `headers`).
+            topics: topic patterns, as for queues (`*` one word, `#` zero or more).
+            secret: `whsec_` and the base64 of 24 to 64 bytes.
+            max_concurrency: its deliveries in flight at once, across every process.
+            rate: its deliveries per period ("5/s", "100/min", ...).
+            timeout: seconds a request may take (0.1 to 300).
+            headers: extra request headers (not `webhook-*`, not hop-by-hop).
+            allow_private: deliver to a host that resolves to a private, loopback or
+                link-local address (refused otherwise).
+            retry_schedule: seconds before each retry (at most 30, each at most a
+                day); None: from 5 s to 10 h over seven retries.
+        Raises InvalidEndpointError (bad values, a private address) or
+        EndpointExistsError before anything is written."""
+        await self._prepare(writes=True)
+        return await webhook_endpoints.add_endpoint(
+            self.driver, self.engine, name, url, topics=topics, secret=secret,
+            max_concurrency=max_concurrency, rate=rate, timeout=timeout, headers=headers,
+            allow_private=allow_private, retry_schedule=retry_schedule,
+        )  # fmt: skip
+
+    async def endpoints(self) -> list[Endpoint]:
+        """Every endpoint, by name; secrets shown by their first characters only."""
+        await self._prepare()
+        async with reading(self.read_engine) as conn:
+            return await webhook_endpoints.endpoints(conn, self.tables)
+
+    async def endpoint(self, name: str) -> Endpoint:
+        """One endpoint; UnknownEndpointError when there is none of that name."""
+        await self._prepare()
+        async with reading(self.read_engine) as conn:
+            found = await webhook_endpoints.endpoints(
+                conn, self.tables, [webhook_endpoints.checked_name(name)]
+            )
+        if not found:
+            raise UnknownEndpointError(f"no endpoint {shown(name)}")
+        return found[0]
+
+    async def disable_endpoint(self, name: str, reason: str = "disabled by an operator") -> bool:
+        """Stop delivering to `name`: it gets no new deliveries and its pending ones
+        wait (its channel is paused) until `enable_endpoint`. Whether it was enabled."""
+        await self._prepare(writes=True)
+        if not isinstance(reason, str) or not reason:
+            raise InvalidEndpointError("reason must be a non-empty str")
+        return await webhook_endpoints.set_endpoint_disabled(
+            self.driver, self.engine, name, reason[:1000]
+        )
+
+    async def enable_endpoint(self, name: str) -> bool:
+        """Deliver to `name` again, its waiting deliveries first; whether it was
+        disabled."""
+        await self._prepare(writes=True)
+        return await webhook_endpoints.set_endpoint_disabled(self.driver, self.engine, name, None)
+
+    async def remove_endpoint(self, name: str) -> int:
+        """Delete endpoint `name`, its topics and its waiting deliveries; how many
+        deliveries went (one in flight is dead-lettered when it finds no endpoint)."""
+        await self._prepare(writes=True)
+        return await webhook_endpoints.remove_endpoint(self.driver, self.engine, name)
+
+    async def rotate_secret(
+        self,
+        name: str,
+        *,
+        secret: str | None = None,
+        grace: timedelta = webhook_endpoints.DEFAULT_GRACE,
+    ) -> NewSecret:
+        """Give endpoint `name` a new secret (`secret`, or a new one); for `grace` the
+        old one stays valid and deliveries carry both signatures, so the receiver can
+        switch at any moment within it. Returns the new secret."""
+        await self._prepare(writes=True)
+        return await webhook_endpoints.rotate_secret(self.driver, self.engine, name, secret, grace)
+
+    async def subscribe_endpoint(self, name: str, pattern: str) -> bool:
+        """Send endpoint `name` the messages of topics `pattern` matches too; whether
+        the pattern is new to it."""
+        await self._prepare(writes=True)
+        return await webhook_endpoints.subscribe(self.driver, self.engine, name, pattern)
+
+    async def unsubscribe_endpoint(self, name: str, pattern: str) -> bool:
+        """Stop sending endpoint `name` the topics of `pattern`; whether it had it."""
+        await self._prepare(writes=True)
+        return await webhook_endpoints.unsubscribe(self.driver, self.engine, name, pattern)
+
+    async def attempts(self, message_id: int) -> list[Attempt]:
+        """The HTTP attempts of webhook delivery `message_id`, oldest first (the latest
+        100)."""
+        await self._prepare()
+        async with reading(self.read_engine) as conn:
+            return await webhook_endpoints.attempts(conn, self.tables, _id(message_id))
 
     # -- helpers ---------------------------------------------------------------------
 

@@ -202,6 +202,54 @@ class Binding:
 
 
 @dataclass(frozen=True)
+class Endpoint:
+    """An HTTP endpoint that receives webhooks (docs/webhooks.md). `secret_hint` is the
+    start of its secret, enough to tell two apart; the secret itself is shown only when
+    it is made (`NewSecret`). Its limits and breaker are those of its channel of the
+    delivery queue (`QueueAdmin.channels`)."""
+
+    name: str
+    url: str
+    topics: tuple[str, ...]
+    secret_hint: str
+    rotating: bool  # a previous secret is still valid, and signed with too
+    timeout: float
+    headers: dict[str, str]
+    allow_private: bool
+    retry_schedule: tuple[float, ...]
+    disabled_at: datetime | None
+    disabled_reason: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewSecret:
+    """An endpoint's secret, returned once when it is made: give it to the receiver."""
+
+    endpoint: str
+    secret: str = field(repr=False)
+
+    def __str__(self) -> str:
+        return f"secret of endpoint {self.endpoint!r}"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One HTTP request of a webhook delivery: its response status (None when no
+    response came: `error` says why), latency in seconds, and the response body's
+    first 4 KiB."""
+
+    message_id: int
+    endpoint: str
+    attempt: int
+    at: datetime
+    status: int | None
+    latency: float
+    error: str | None
+    response_body: str | None
+
+
+@dataclass(frozen=True)
 class ScheduleInfo:
     """One interval or cron schedule (docs/schedules.md)."""
 

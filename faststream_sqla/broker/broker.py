@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast, overload
 
@@ -263,6 +263,8 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
         #: the cross-process wake-up source while running (PostgreSQL's LISTEN, the
         #: MariaDB and SQLite watchers), else None
         self.notifications: NotificationListener | None = None
+        #: what `at_stop` registered, run after the subscribers' final flushes
+        self._stop_hooks: list[Callable[[], Awaitable[None]]] = []
         #: fires the declared schedules while running, None when there are none
         self.schedule_runner: ScheduleRunner | None = None
 
@@ -423,6 +425,8 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             self.schedule_runner = None
         self.config.vacuum.close()
         await super().stop(exc_type, exc_val, exc_tb)  # subscribers' final flushes too
+        for hook in self._stop_hooks:
+            await hook()
         await self.config.workers.stop()
         await self.config.vacuum.stop()
         await self.config.health.close()
@@ -434,6 +438,12 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
                 await self._connection.dispose()
             self._connection = None
             self.config.disconnect()
+
+    def at_stop(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run `hook` at every stop, once the subscribers have stopped and written
+        their outcomes, while the database is still connected (what a component built
+        on the broker's subscribers, such as webhook delivery, closes or writes last)."""
+        self._stop_hooks.append(hook)
 
     @override
     async def ping(self, timeout: float | None = None) -> bool:

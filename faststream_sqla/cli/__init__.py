@@ -1,6 +1,6 @@
 """`faststream-sqla` command line: the schema (`db`), the running queues and the limits
-of their channels, publishing, the schedules and the
-topics' bindings."""
+of their channels, publishing, the schedules, the
+topics' bindings, and the webhook endpoints and their delivery."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from . import (  # noqa: F401 - each registers its commands
     control,
     dashboard,
     db,
+    endpoint,
     operate,
     publish,
     report,
     schedule,
     topic,
+    webhooks,
 )
 from .common import app
 

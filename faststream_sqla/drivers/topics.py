@@ -17,7 +17,7 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from faststream_sqla.clock import utc_now
-from faststream_sqla.schema import MYSQL_FAMILY, QueueTables
+from faststream_sqla.schema import DELIVERY_QUEUE, MYSQL_FAMILY, QueueTables
 from faststream_sqla.topics import pattern_root, topic_root
 
 
@@ -101,3 +101,34 @@ async def candidate_bindings(
     stmt = sa.select(b.c.pattern, b.c.queue).where(b.c.root.in_([topic_root(topic), ""]))
     result = await conn.execute(latest(stmt))
     return [(pattern, queue) for pattern, queue in result]
+
+
+async def candidate_targets(
+    conn: AsyncConnection,
+    tables: QueueTables,
+    topic: str,
+    latest: Callable[[sa.Select], sa.Select],
+) -> list[tuple[str, str, str | None]]:
+    """`candidate_bindings` and the topics of the enabled endpoints, in one statement:
+    (pattern, queue, channel) with channel None for a bound queue, and the endpoint's
+    name (its channel of the delivery queue) for an endpoint."""
+    b, t, e = tables.bindings, tables.endpoint_topics, tables.endpoints
+    roots = [topic_root(topic), ""]
+    queues = sa.select(b.c.pattern, b.c.queue, sa.null().label("channel")).where(
+        b.c.root.in_(roots)
+    )
+    endpoints = (
+        sa.select(
+            t.c.pattern,
+            sa.literal(DELIVERY_QUEUE, type_=b.c.queue.type).label("queue"),
+            t.c.endpoint.label("channel"),
+        )
+        .join(e, e.c.name == t.c.endpoint)
+        .where(t.c.root.in_(roots), e.c.disabled_at.is_(None))
+    )
+    parts = [latest(queues), latest(endpoints)]
+    if conn.dialect.name != "sqlite":
+        # a locking read inside a UNION needs its parentheses (SQLite takes none)
+        parts = [part.self_group() for part in parts]  # type: ignore[misc]
+    result = await conn.execute(sa.union_all(*parts))
+    return [(pattern, queue, channel) for pattern, queue, channel in result]

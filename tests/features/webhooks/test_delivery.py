@@ -1,0 +1,198 @@
+"""Webhook delivery to real HTTP receivers on 127.0.0.1, on every database: signed
+requests, each response's rule (retry, wait, dead-letter, disable), timeouts, secret
+rotation, and every attempt recorded."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from datetime import timedelta
+
+import sqlalchemy as sa
+
+from faststream_sqla import MessageState
+from faststream_sqla.admin import QueueAdmin
+from faststream_sqla.schema import DELIVERY_QUEUE
+from faststream_sqla.webhooks import WebhookDelivery, verify
+from tests.support.helpers import rows, wait_until
+from tests.support.receiver import Reply, receiving
+
+FAST_RETRIES = [0.1, 0.1, 0.1]
+
+
+async def _endpoint(database_url: str, url: str, **options) -> str:
+    async with QueueAdmin(database_url) as admin:
+        made = await admin.add_endpoint(
+            "hook", url, topics=["orders.#"], allow_private=True,
+            retry_schedule=options.pop("retry_schedule", FAST_RETRIES), **options,
+        )  # fmt: skip
+    return made.secret
+
+
+def _deliverer(make_broker):
+    broker = make_broker()
+    WebhookDelivery(broker, max_workers=4, endpoint_refresh=0)
+    return broker
+
+
+async def _archived(engine, tables, count: int = 1) -> list[sa.RowMapping]:
+    a = tables.archive
+
+    async def done() -> bool:
+        return len(await rows(engine, a, a.c.queue == DELIVERY_QUEUE)) >= count
+
+    await wait_until(done)
+    return await rows(engine, a, a.c.queue == DELIVERY_QUEUE)
+
+
+async def test_a_delivery_is_signed_and_verifies_with_the_helper_and_by_hand(
+    make_broker, database_url, engine, tables
+) -> None:
+    with receiving() as (receiver, url):
+        secret = await _endpoint(database_url, url)
+        broker = _deliverer(make_broker)
+        async with broker:
+            await broker.start()
+            (message_id,) = await broker.publish({"order": 7}, topic="orders.created")
+            (done,) = await _archived(engine, tables)
+    assert (done["id"], done["state"]) == (message_id, MessageState.COMPLETED)
+    (request,) = receiver.requests
+    verify(secret, request.headers, request.body)
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{request.headers['webhook-id']}.{request.headers['webhook-timestamp']}.".encode()
+    mac = base64.b64encode(hmac.new(key, signed + request.body, hashlib.sha256).digest())
+    assert request.headers["webhook-signature"] == "v1," + mac.decode()
+    assert request.body == b'{"order": 7}' or request.body == b'{"order":7}'
+    assert request.headers["content-type"] == "application/json"
+
+
+async def test_a_500_then_200_is_delivered_on_the_second_attempt_and_both_are_recorded(
+    make_broker, database_url, engine, tables
+) -> None:
+    with receiving(Reply(500, body="try later")) as (receiver, url):
+        await _endpoint(database_url, url)
+        broker = _deliverer(make_broker)
+        async with broker:
+            await broker.start()
+            (message_id,) = await broker.publish("x", topic="orders.paid")
+            (done,) = await _archived(engine, tables)
+            async with QueueAdmin(database_url) as admin:
+
+                async def both_recorded() -> bool:
+                    return len(await admin.attempts(message_id)) == 2
+
+                await wait_until(both_recorded)
+                attempts = await admin.attempts(message_id)
+    assert done["state"] == MessageState.COMPLETED and done["attempts_count"] == 2
+    assert [(a.attempt, a.status, a.response_body) for a in attempts] == [
+        (1, 500, "try later"), (2, 200, ""),
+    ]  # fmt: skip
+    ids = receiver.webhook_ids()
+    assert len(ids) == 2 and ids[0] == ids[1]  # the receiver's idempotency key holds
+
+
+async def test_a_429_with_retry_after_is_not_retried_sooner(
+    make_broker, database_url, engine, tables
+) -> None:
+    with receiving(Reply(429, {"Retry-After": "2"})) as (receiver, url):
+        await _endpoint(database_url, url)
+        broker = _deliverer(make_broker)
+        async with broker:
+            await broker.start()
+            await broker.publish("x", topic="orders.paid")
+            (done,) = await _archived(engine, tables)
+    assert done["state"] == MessageState.COMPLETED
+    first, second = receiver.requests
+    assert second.at - first.at >= 2.0
+
+
+async def test_a_400_dead_letters_after_one_attempt(
+    make_broker, database_url, engine, tables
+) -> None:
+    with receiving(Reply(400, body="bad payload")) as (receiver, url):
+        await _endpoint(database_url, url)
+        broker = _deliverer(make_broker)
+        async with broker:
+            await broker.start()
+            await broker.publish("x", topic="orders.paid")
+            (dead,) = await _archived(engine, tables)
+    assert dead["state"] == MessageState.FAILED and dead["attempts_count"] == 1
+    assert "HTTP 400" in dead["last_error"] and "bad payload" in dead["last_error"]
+    assert len(receiver.requests) == 1
+
+
+async def test_retries_past_the_schedule_dead_letter(
+    make_broker, database_url, engine, tables
+) -> None:
+    with receiving(*[Reply(503)] * 5) as (receiver, url):
+        await _endpoint(database_url, url, retry_schedule=[0.1])
+        broker = _deliverer(make_broker)
+        async with broker:
+            await broker.start()
+            await broker.publish("x", topic="orders.paid")
+            (dead,) = await _archived(engine, tables)
+    assert dead["state"] == MessageState.FAILED and dead["attempts_count"] == 2
+    assert "the last its retry schedule allows" in dead["last_error"]
+
+
+async def test_a_410_disables_the_endpoint_and_keeps_its_deliveries(
+    make_broker, database_url, engine, tables
+) -> None:
+    with receiving(Reply(410)) as (receiver, url):
+        await _endpoint(database_url, url, max_concurrency=1)
+        broker = _deliverer(make_broker)
+        async with broker:
+            await broker.start()
+            ids = [(await broker.publish(n, topic="orders.paid"))[0] for n in range(3)]
+            async with QueueAdmin(database_url) as admin:
+
+                async def disabled() -> bool:
+                    return (await admin.endpoint("hook")).disabled_at is not None
+
+                await wait_until(disabled)
+                endpoint = await admin.endpoint("hook")
+                (channel,) = await admin.channels(DELIVERY_QUEUE)
+    assert "410" in endpoint.disabled_reason and channel.paused
+    m = tables.message
+    kept = await rows(engine, m, m.c.queue == DELIVERY_QUEUE)
+    assert sorted(r["id"] for r in kept) == ids
+    assert len(receiver.requests) == 1
+
+
+async def test_a_timeout_is_retried(make_broker, database_url, engine, tables) -> None:
+    with receiving(Reply(wait=3.0)) as (receiver, url):
+        await _endpoint(database_url, url, timeout=0.5)
+        broker = _deliverer(make_broker)
+        async with broker:
+            await broker.start()
+            (message_id,) = await broker.publish("x", topic="orders.paid")
+            (done,) = await _archived(engine, tables)
+            async with QueueAdmin(database_url) as admin:
+
+                async def both_recorded() -> bool:
+                    return len(await admin.attempts(message_id)) == 2
+
+                await wait_until(both_recorded)
+                first, second = await admin.attempts(message_id)
+    assert done["state"] == MessageState.COMPLETED
+    assert first.status is None and "timed out" in (first.error or "")
+    assert second.status == 200
+
+
+async def test_during_a_secret_rotation_either_secret_verifies(
+    make_broker, database_url, engine, tables
+) -> None:
+    with receiving() as (receiver, url):
+        old = await _endpoint(database_url, url)
+        async with QueueAdmin(database_url) as admin:
+            new = (await admin.rotate_secret("hook", grace=timedelta(hours=1))).secret
+        broker = _deliverer(make_broker)
+        async with broker:
+            await broker.start()
+            await broker.publish("x", topic="orders.paid")
+            await _archived(engine, tables)
+    (request,) = receiver.requests
+    verify(old, request.headers, request.body)
+    verify(new, request.headers, request.body)
+    assert len(request.headers["webhook-signature"].split()) == 2

@@ -1,0 +1,84 @@
+"""A publish to a topic writes one delivery per matching endpoint, beside the queues'
+copies, in the same transaction; on every database."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from faststream_sqla.admin import QueueAdmin
+from faststream_sqla.schema import DELIVERY_QUEUE
+from tests.support.helpers import rows
+
+PUBLIC = "https://93.184.215.14/hook"
+
+
+async def _deliveries(engine, tables) -> list[sa.RowMapping]:
+    m = tables.message
+    return await rows(engine, m, m.c.queue == DELIVERY_QUEUE)
+
+
+async def test_a_topic_reaches_each_matching_endpoint_once_after_the_queues(
+    make_broker, database_url, engine, tables
+) -> None:
+    async with QueueAdmin(database_url) as admin:
+        await admin.bind("orders.*", "billing")
+        await admin.add_endpoint("shop", PUBLIC, topics=["orders.*", "orders.#"])
+        await admin.add_endpoint("crm", PUBLIC, topics=["#.created"])
+        await admin.add_endpoint("ledger", PUBLIC, topics=["payments.#"])
+    broker = make_broker()
+    async with broker:
+        await broker.connect()
+        ids = await broker.publish({"order": 1}, topic="orders.created")
+    stored = {r["id"]: r for r in await rows(engine, tables.message)}
+    # the queue's copy, then the endpoints' deliveries by endpoint name
+    assert [(stored[i]["queue"], stored[i]["channel"]) for i in ids] == [
+        ("billing", None), (DELIVERY_QUEUE, "crm"), (DELIVERY_QUEUE, "shop"),
+    ]  # fmt: skip
+    webhook_ids = [stored[i]["headers"]["webhook-id"] for i in ids[1:]]
+    assert len(set(webhook_ids)) == 2 and all(w.startswith("msg_") for w in webhook_ids)
+    assert all(stored[i]["topic"] == "orders.created" for i in ids)
+
+
+async def test_a_rolled_back_outbox_publish_leaves_no_delivery(
+    make_broker, database_url, engine, tables
+) -> None:
+    async with QueueAdmin(database_url) as admin:
+        await admin.add_endpoint("shop", PUBLIC, topics=["orders.#"])
+    broker = make_broker()
+    async with broker:
+        await broker.connect()
+        async with AsyncSession(engine) as session:
+            ids = await broker.publish("x", topic="orders.created", connection=session)
+            assert len(ids) == 1
+            await session.rollback()
+    assert await _deliveries(engine, tables) == []
+
+
+async def test_a_disabled_endpoint_gets_no_new_deliveries(
+    make_broker, database_url, engine, tables
+) -> None:
+    async with QueueAdmin(database_url) as admin:
+        await admin.add_endpoint("shop", PUBLIC, topics=["orders.#"])
+        await admin.add_endpoint("crm", PUBLIC, topics=["orders.#"])
+        await admin.disable_endpoint("crm")
+    broker = make_broker()
+    async with broker:
+        await broker.connect()
+        await broker.publish("x", topic="orders.created")
+    assert [r["channel"] for r in await _deliveries(engine, tables)] == ["shop"]
+
+
+async def test_an_idempotency_key_deduplicates_per_endpoint(
+    make_broker, database_url, engine, tables
+) -> None:
+    async with QueueAdmin(database_url) as admin:
+        await admin.add_endpoint("shop", PUBLIC, topics=["orders.#"])
+        await admin.add_endpoint("crm", PUBLIC, topics=["orders.#"])
+    broker = make_broker()
+    async with broker:
+        await broker.connect()
+        first = await broker.publish("x", topic="orders.created", idempotency_key="order-1")
+        again = await broker.publish("x", topic="orders.created", idempotency_key="order-1")
+    assert first == again and len(first) == 2
+    assert sorted(r["channel"] for r in await _deliveries(engine, tables)) == ["crm", "shop"]

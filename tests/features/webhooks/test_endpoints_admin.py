@@ -1,0 +1,110 @@
+"""Endpoints through the admin API, on every database: added with their topics, limits
+and a secret shown once; listed with a hint of the secret only; disabled, enabled,
+rotated, removed; bad values and private addresses refused before anything is
+written."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pytest
+
+from faststream_sqla.admin import QueueAdmin
+from faststream_sqla.exceptions import (
+    EndpointExistsError,
+    InvalidEndpointError,
+    UnknownEndpointError,
+)
+from faststream_sqla.schema import DELIVERY_QUEUE
+
+PUBLIC = "https://93.184.215.14/hook"  # an address on the public internet, never called
+
+
+async def test_an_endpoint_is_added_with_its_topics_limits_and_a_secret_shown_once(
+    database_url, caplog
+) -> None:
+    # ours at every level (a driver's own DEBUG log shows bound values: docs/webhooks.md)
+    caplog.set_level(logging.DEBUG, logger="faststream_sqla")
+    async with QueueAdmin(database_url) as admin:
+        made = await admin.add_endpoint(
+            "billing", PUBLIC, topics=["orders.*", "invoices.#"], max_concurrency=3,
+            rate="5/s", headers={"Authorization": "Bearer t"},
+        )  # fmt: skip
+        assert made.secret.startswith("whsec_") and len(made.secret) > 30
+        (listed,) = await admin.endpoints()
+        assert (listed.name, listed.url, listed.topics) == (
+            "billing", PUBLIC, ("invoices.#", "orders.*")
+        )
+        assert listed.secret_hint == made.secret[:10] + "…"
+        assert listed.headers == {"Authorization": "Bearer t"}
+        assert listed.retry_schedule[0] == 5.0 and listed.disabled_at is None
+        # its limits are its channel's on the delivery queue
+        (channel,) = await admin.channels(DELIVERY_QUEUE)
+        assert (channel.name, channel.max_concurrency, str(channel.rate)) == (
+            "billing", 3, "5/s"
+        )
+    assert made.secret not in repr(made) and made.secret not in str(made)
+    assert made.secret not in repr(listed) and made.secret not in caplog.text
+
+
+async def test_a_taken_name_bad_values_and_private_hosts_are_refused_before_any_write(
+    database_url,
+) -> None:
+    async with QueueAdmin(database_url) as admin:
+        await admin.add_endpoint("a", PUBLIC)
+        with pytest.raises(EndpointExistsError, match="exists already"):
+            await admin.add_endpoint("a", PUBLIC)
+        for bad, match in [
+            ({"url": "ftp://x.example/h"}, "http:// or https://"),
+            ({"url": "https://user:pw@93.184.215.14/h"}, "must not hold a user"),
+            ({"timeout": 0}, "timeout must be"),
+            ({"headers": {"webhook-id": "x"}}, "set by the delivery"),
+            ({"retry_schedule": [-1]}, "each retry delay"),
+            ({"topics": ["orders..x"]}, "empty word"),
+            ({"secret": "not-a-secret"}, "must be a str starting with"),
+            ({"max_concurrency": 0}, "max_concurrency"),
+            ({"url": "http://127.0.0.1:9/h"}, "private or local address"),
+            ({"url": "http://localhost:9/h"}, "private or local address"),
+            ({"url": "http://10.1.2.3/h"}, "private or local address"),
+            ({"url": "http://[::1]:9/h"}, "private or local address"),
+        ]:
+            kwargs = {"url": PUBLIC, **bad}
+            with pytest.raises((InvalidEndpointError, ValueError), match=match):
+                await admin.add_endpoint("b", kwargs.pop("url"), **kwargs)
+        assert [e.name for e in await admin.endpoints()] == ["a"]
+        # allowed when the endpoint says so
+        await admin.add_endpoint("local", "http://127.0.0.1:9/h", allow_private=True)
+        assert [e.name for e in await admin.endpoints()] == ["a", "local"]
+
+
+async def test_disable_enable_rotate_and_remove(database_url) -> None:
+    async with QueueAdmin(database_url) as admin:
+        first = await admin.add_endpoint("e", PUBLIC, topics=["t.#"])
+        assert await admin.disable_endpoint("e", "maintenance") is True
+        assert await admin.disable_endpoint("e") is False
+        found = await admin.endpoint("e")
+        assert found.disabled_reason == "maintenance" and found.disabled_at is not None
+        (channel,) = await admin.channels(DELIVERY_QUEUE)
+        assert channel.paused  # its pending deliveries wait
+        assert await admin.enable_endpoint("e") is True
+        assert (await admin.endpoint("e")).disabled_at is None
+        assert not (await admin.channels(DELIVERY_QUEUE))[0].paused
+
+        rotated = await admin.rotate_secret("e", grace=timedelta(hours=1))
+        assert rotated.secret != first.secret
+        after = await admin.endpoint("e")
+        assert after.rotating and after.secret_hint == rotated.secret[:10] + "…"
+
+        assert await admin.subscribe_endpoint("e", "u.*") is True
+        assert await admin.unsubscribe_endpoint("e", "t.#") is True
+        assert (await admin.endpoint("e")).topics == ("u.*",)
+
+        assert await admin.remove_endpoint("e") == 0
+        assert await admin.endpoints() == []
+        for action in (
+            admin.endpoint("e"), admin.enable_endpoint("e"), admin.remove_endpoint("e"),
+            admin.rotate_secret("e"),
+        ):  # fmt: skip
+            with pytest.raises(UnknownEndpointError, match="no endpoint"):
+                await action
