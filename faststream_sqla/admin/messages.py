@@ -16,8 +16,9 @@ from faststream_sqla.drivers.claimed_rows import load_headers
 from faststream_sqla.drivers.purge import Purge, count_waiting, purge_waiting
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.message import decode_saved_state
-from faststream_sqla.schema import MessageState, QueueTables
+from faststream_sqla.schema import DELIVERY_QUEUE, MessageState, QueueTables
 
+from .endpoints import attempts as webhook_attempts
 from .models import LiveMessage, MessageDetails, MessagePage, Progress
 from .queues import start_progress
 from .workers import holders
@@ -38,6 +39,9 @@ async def find_message(
         held_by = None
         if not row.archived and state == MessageState.PROCESSING:
             held_by = (await holders(conn, driver.tables, [row.id])).get(row.id)
+        tried = []
+        if row.queue == DELIVERY_QUEUE:
+            tried = await webhook_attempts(conn, driver.tables, row.id)
     return MessageDetails(
         id=row.id,
         queue=row.queue,
@@ -65,6 +69,7 @@ async def find_message(
         held_by=held_by,
         topic=row.topic,
         saved_state=decode_saved_state(row.saved_state),
+        webhook_attempts=tried,
     )
 
 

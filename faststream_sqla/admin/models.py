@@ -74,6 +74,22 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """One HTTP request of a webhook delivery: its response status (None when no
+    response came: `error` says why), latency in seconds, and the response body's
+    first 4 KiB."""
+
+    message_id: int
+    endpoint: str
+    attempt: int
+    at: datetime
+    status: int | None
+    latency: float
+    error: str | None
+    response_body: str | None
+
+
+@dataclass(frozen=True)
 class MessageDetails:
     """One message, live (`archived` False) or archived."""
 
@@ -113,6 +129,8 @@ class MessageDetails:
     #: live messages only: what a handler saved when it deferred it (SqlaMessage.defer),
     #: as it gave it (JSON values decoded, bytes as bytes); None when nothing was saved
     saved_state: Any = None
+    #: a webhook delivery's HTTP attempts, oldest first (docs/webhooks.md)
+    webhook_attempts: list[Attempt] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -231,22 +249,6 @@ class NewSecret:
 
     def __str__(self) -> str:
         return f"secret of endpoint {self.endpoint!r}"
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One HTTP request of a webhook delivery: its response status (None when no
-    response came: `error` says why), latency in seconds, and the response body's
-    first 4 KiB."""
-
-    message_id: int
-    endpoint: str
-    attempt: int
-    at: datetime
-    status: int | None
-    latency: float
-    error: str | None
-    response_body: str | None
 
 
 @dataclass(frozen=True)

@@ -300,6 +300,13 @@ def inspect(
         ]
         if found.held_by is not None:
             rows.append(("held by", f"worker {found.held_by}"))
+    for a in found.webhook_attempts:
+        answer = f"HTTP {a.status}" if a.status is not None else (a.error or "no response")
+        first_line = (a.response_body or "").splitlines()[0][:80] if a.response_body else ""
+        rows.append(
+            (f"webhook attempt {a.attempt}", f"{_time(a.at)}: {answer}, {a.latency * 1000:.0f} ms"
+             + (f": {first_line}" if first_line else ""))
+        )  # fmt: skip
     if found.redriven_from is not None:
         rows.append(("moved back from", f"archived message {found.redriven_from}"))
     if found.redriven_to is not None:

@@ -220,6 +220,17 @@ class SavedState(BaseModel):
     body: Body | None = None
 
 
+class WebhookAttempt(BaseModel):
+    """One HTTP request of a webhook delivery."""
+
+    attempt: int
+    at: datetime
+    status: int | None = Field(description="None when no response came: see error")
+    latency: float = Field(description="seconds")
+    error: str | None
+    response_body: str | None = Field(description="its first 4 KiB")
+
+
 class MessageDetail(BaseModel):
     """One message, live or archived, in full."""
 
@@ -251,11 +262,21 @@ class MessageDetail(BaseModel):
         default=None, description="PROCESSING only: the worker whose last refresh listed it"
     )
     topic: str | None = Field(default=None, description="the topic it was published to")
+    webhook_attempts: list[WebhookAttempt] = Field(
+        default_factory=list, description="a webhook delivery's HTTP attempts, oldest first"
+    )
 
     @classmethod
     def of(cls, found: MessageDetails) -> MessageDetail:
         fields = dict(found.__dict__)
         payload, state = fields.pop("payload"), fields.pop("saved_state")
+        fields["webhook_attempts"] = [
+            WebhookAttempt(
+                attempt=a.attempt, at=a.at, status=a.status, latency=a.latency,
+                error=a.error, response_body=a.response_body,
+            )
+            for a in found.webhook_attempts
+        ]  # fmt: skip
         saved = None
         if isinstance(state, bytes):
             saved = SavedState(body=Body.of(state))

@@ -27,6 +27,7 @@ FILLERS = {
     "older_than": "30d",
     "pattern": "orders.*",
     "topic": "orders.created",
+    "endpoint_url": "http://127.0.0.1:9/hook",
 }
 #: optional ones without which a command refuses to run at all
 NEEDED = {"ids": "1", "max_concurrency": "2"}

@@ -4,6 +4,7 @@ rotation, and every attempt recorded."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -196,3 +197,42 @@ async def test_during_a_secret_rotation_either_secret_verifies(
     verify(old, request.headers, request.body)
     verify(new, request.headers, request.body)
     assert len(request.headers["webhook-signature"].split()) == 2
+
+
+async def test_attempts_show_in_inspect_the_api_and_the_page_escaped(
+    make_broker, database_url, engine, tables
+) -> None:
+    import httpx
+
+    from typer.testing import CliRunner
+
+    from faststream_sqla.cli import app as cli_app
+    from faststream_sqla.dashboard import create_app
+
+    with receiving(Reply(500, body="<script>alert(1)</script>")) as (receiver, url):
+        await _endpoint(database_url, url)
+        broker = _deliverer(make_broker)
+        async with broker:
+            await broker.start()
+            (message_id,) = await broker.publish("x", topic="orders.paid")
+            await _archived(engine, tables)
+            async with QueueAdmin(database_url) as admin:
+
+                async def both_recorded() -> bool:
+                    return len(await admin.attempts(message_id)) == 2
+
+                await wait_until(both_recorded)
+    # (its last error, from the retried attempt, holds a traceback: the plain runner)
+    args = ["inspect", str(message_id), "--url", database_url]
+    shown = (await asyncio.to_thread(CliRunner().invoke, cli_app, args)).stdout
+    assert "webhook attempt 1" in shown and "HTTP 500" in shown and "HTTP 200" in shown
+    app = create_app(engine)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as http:
+            detail = (await http.get(f"/api/messages/{message_id}")).json()
+            page = (await http.get(f"/messages/{message_id}")).text
+    assert [(a["attempt"], a["status"]) for a in detail["webhook_attempts"]] == [
+        (1, 500), (2, 200),
+    ]  # fmt: skip
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page

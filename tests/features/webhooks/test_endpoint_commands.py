@@ -1,0 +1,43 @@
+"""`faststream-sqla endpoint ...` on every database: the secret is printed by `add` and
+`rotate-secret` only, `list` shows its first characters, and mistakes are one line."""
+
+from __future__ import annotations
+
+import json
+
+from faststream_sqla.admin import QueueAdmin
+from tests.support.cli import cli
+from tests.support.helpers import run_script
+
+
+async def test_add_prints_the_secret_once_and_list_shows_only_its_start(database_url) -> None:
+    added = await cli(
+        database_url, "endpoint", "add", "shop", "http://127.0.0.1:9/hook", "--topic",
+        "orders.#", "--allow-private", "--max-concurrency", "2", "--json",
+    )  # fmt: skip
+    secret = json.loads(added.stdout)["secret"]
+    assert secret.startswith("whsec_")
+    listed = await cli(database_url, "endpoint", "list")
+    assert "shop" in listed.stdout and "orders.#" in listed.stdout
+    assert secret not in listed.stdout and secret[:10] in listed.stdout
+    rotated = json.loads(
+        (await cli(database_url, "endpoint", "rotate-secret", "shop", "--grace", "1h", "--json")).stdout
+    )
+    assert rotated["secret"] != secret and rotated["grace_seconds"] == 3600
+    await cli(database_url, "endpoint", "disable", "shop", "--reason", "maintenance")
+    (shown,) = json.loads((await cli(database_url, "endpoint", "list", "--json")).stdout)
+    assert shown["disabled_reason"] == "maintenance" and rotated["secret"] not in str(shown)
+    await cli(database_url, "endpoint", "enable", "shop")
+    await cli(database_url, "endpoint", "subscribe", "shop", "refunds.*")
+    async with QueueAdmin(database_url) as admin:
+        assert (await admin.endpoint("shop")).topics == ("orders.#", "refunds.*")
+    removed = await cli(database_url, "endpoint", "remove", "shop")
+    assert "Removed endpoint shop" in removed.stdout
+
+
+async def test_mistakes_are_one_line_naming_the_fix(database_url) -> None:
+    private = await run_script(database_url, "endpoint", "add", "x", "http://127.0.0.1:9/h")
+    assert private.returncode == 2
+    assert "allow_private" in private.stderr and "Traceback" not in private.stderr
+    missing = await cli(database_url, "endpoint", "enable", "nobody", code=1)
+    assert "no endpoint 'nobody'" in missing.output
