@@ -52,15 +52,9 @@ async def fresh_tables(url: str) -> None:
     tables = QueueTables(TABLES, engine.dialect.name)
     try:
         async with engine.begin() as conn:
-            names = [
-                *(t.name for t in tables.live),
-                tables.archive.name,
-                tables.controls.name,
-                tables.schedule.name,
-                tables.breaker_events.name,
-                tables.bindings.name,
-                version_table_for(TABLES),
-            ]
+            # every table of the schema, dependants first, then the version table
+            names = [t.name for t in reversed(tables.metadata.sorted_tables)]
+            names.append(version_table_for(TABLES))
             for name in names:
                 q = engine.dialect.identifier_preparer.quote(name)
                 await conn.exec_driver_sql(f"DROP TABLE IF EXISTS {q}")

@@ -157,7 +157,7 @@ class WebhookDelivery:
             permanent_exceptions=(DeliveryRefused,),
             circuit_breaker_threshold=breaker_threshold,
             circuit_breaker_cooldown=breaker_cooldown,
-            circuit_breaker_per_channel=True,
+            circuit_breaker_per_channel=breaker_threshold is not None,
             release_stuck_timeout=release_stuck_timeout,
             release_stuck_interval=min(10.0, release_stuck_timeout / 3),
         )
