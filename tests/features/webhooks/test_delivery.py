@@ -236,3 +236,24 @@ async def test_attempts_show_in_inspect_the_api_and_the_page_escaped(
         (1, 500), (2, 200),
     ]  # fmt: skip
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
+
+
+async def test_a_redriven_dead_delivery_is_delivered_again_with_its_webhook_id(
+    make_broker, database_url, engine, tables
+) -> None:
+    with receiving(Reply(400)) as (receiver, url):
+        await _endpoint(database_url, url)
+        broker = _deliverer(make_broker)
+        async with broker:
+            await broker.start()
+            (message_id,) = await broker.publish("x", topic="orders.paid")
+            (dead,) = await _archived(engine, tables)
+            assert dead["state"] == MessageState.FAILED  # the 400
+            async with QueueAdmin(database_url) as admin:
+                moved = await admin.redrive(ids=[message_id])
+            new_id = moved.moved[message_id]
+            done = {r["id"]: r for r in await _archived(engine, tables, count=2)}
+    assert done[message_id]["redriven_to"] == new_id
+    assert done[new_id]["state"] == MessageState.COMPLETED
+    first, second = receiver.webhook_ids()
+    assert first == second
