@@ -6,8 +6,10 @@ from faststream_sqla.broker.logging import MessageLogFields
 from faststream_sqla.broker.router import SqlaPublisherArgs, SqlaRoute, SqlaRouter
 from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
+    EndpointExistsError,
     HandlerTimeoutError,
     IdempotencyConflictError,
+    InvalidEndpointError,
     InvalidOptionError,
     InvalidQueueNameError,
     InvalidTopicError,
@@ -21,9 +23,11 @@ from faststream_sqla.exceptions import (
     SchemaMissingError,
     SchemaOutdatedError,
     SqlaBrokerError,
+    UnknownEndpointError,
     UnknownMessageError,
     UnknownQueueError,
     UnknownScheduleError,
+    WebhookVerificationError,
 )
 from faststream_sqla.migrations import upgrade_schema
 from faststream_sqla.options import Envelope
@@ -39,9 +43,11 @@ _install_short_startup_errors()
 
 __all__ = (
     "DatabaseUnreachableError",
+    "EndpointExistsError",
     "Envelope",
     "HandlerTimeoutError",
     "IdempotencyConflictError",
+    "InvalidEndpointError",
     "InvalidOptionError",
     "InvalidQueueNameError",
     "InvalidTopicError",
@@ -66,8 +72,10 @@ __all__ = (
     "SqlaRoute",
     "SqlaRouter",
     "TestSqlaBroker",
+    "UnknownEndpointError",
     "UnknownMessageError",
     "UnknownQueueError",
     "UnknownScheduleError",
+    "WebhookVerificationError",
     "upgrade_schema",
 )

@@ -37,6 +37,17 @@ def _deliverer(make_broker):
     return broker
 
 
+async def _attempts(database_url: str, message_id: int, count: int) -> list:
+    """The delivery's attempts, once `count` are recorded (they are written in batches)."""
+    async with QueueAdmin(database_url) as admin:
+
+        async def recorded() -> bool:
+            return len(await admin.attempts(message_id)) >= count
+
+        await wait_until(recorded)
+        return await admin.attempts(message_id)
+
+
 async def _archived(engine, tables, count: int = 1) -> list[sa.RowMapping]:
     a = tables.archive
 
@@ -78,13 +89,7 @@ async def test_a_500_then_200_is_delivered_on_the_second_attempt_and_both_are_re
             await broker.start()
             (message_id,) = await broker.publish("x", topic="orders.paid")
             (done,) = await _archived(engine, tables)
-            async with QueueAdmin(database_url) as admin:
-
-                async def both_recorded() -> bool:
-                    return len(await admin.attempts(message_id)) == 2
-
-                await wait_until(both_recorded)
-                attempts = await admin.attempts(message_id)
+            attempts = await _attempts(database_url, message_id, 2)
     assert done["state"] == MessageState.COMPLETED and done["attempts_count"] == 2
     assert [(a.attempt, a.status, a.response_body) for a in attempts] == [
         (1, 500, "try later"), (2, 200, ""),
@@ -169,13 +174,7 @@ async def test_a_timeout_is_retried(make_broker, database_url, engine, tables) -
             await broker.start()
             (message_id,) = await broker.publish("x", topic="orders.paid")
             (done,) = await _archived(engine, tables)
-            async with QueueAdmin(database_url) as admin:
-
-                async def both_recorded() -> bool:
-                    return len(await admin.attempts(message_id)) == 2
-
-                await wait_until(both_recorded)
-                first, second = await admin.attempts(message_id)
+            first, second = await _attempts(database_url, message_id, 2)
     assert done["state"] == MessageState.COMPLETED
     assert first.status is None and "timed out" in (first.error or "")
     assert second.status == 200
@@ -216,12 +215,7 @@ async def test_attempts_show_in_inspect_the_api_and_the_page_escaped(
             await broker.start()
             (message_id,) = await broker.publish("x", topic="orders.paid")
             await _archived(engine, tables)
-            async with QueueAdmin(database_url) as admin:
-
-                async def both_recorded() -> bool:
-                    return len(await admin.attempts(message_id)) == 2
-
-                await wait_until(both_recorded)
+            await _attempts(database_url, message_id, 2)
     # (its last error, from the retried attempt, holds a traceback: the plain runner)
     args = ["inspect", str(message_id), "--url", database_url]
     shown = (await asyncio.to_thread(CliRunner().invoke, cli_app, args)).stdout
