@@ -195,9 +195,16 @@ class WebhookDelivery:
         text: str | None = None
         retry_after: str | None = None
         try:
-            response = await client.post(
-                endpoint.url, content=body, headers=headers, timeout=endpoint.timeout
-            )
+            # streamed, so an endpoint answering gigabytes costs no more than what is kept
+            async with client.stream(
+                "POST", endpoint.url, content=body, headers=headers, timeout=endpoint.timeout
+            ) as response:
+                status, retry_after = response.status_code, response.headers.get("retry-after")
+                kept = bytearray()
+                async for chunk in response.aiter_bytes():
+                    kept += chunk
+                    if len(kept) >= KEPT_RESPONSE_LENGTH:
+                        break
         except Exception as e:
             import httpx
 
@@ -205,9 +212,9 @@ class WebhookDelivery:
                 error = f"timed out after {endpoint.timeout:g} s ({type(e).__name__})"
             else:
                 error = f"{type(e).__name__}: {e}"[:1000]
+            status = None  # a body cut off mid-way is a failed attempt, retried
         else:
-            status, retry_after = response.status_code, response.headers.get("retry-after")
-            text = response.text[:KEPT_RESPONSE_LENGTH]
+            text = kept[:KEPT_RESPONSE_LENGTH].decode(response.encoding or "utf-8", "replace")
         latency = time.monotonic() - started
         self._record(store.AttemptRow(raw.id, name, attempt, at, status, latency, error, text))
         verdict = decide(status, retry_after)

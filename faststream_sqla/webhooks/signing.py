@@ -9,10 +9,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import time
 from collections.abc import Mapping, Sequence
 
-from faststream_sqla.exceptions import WebhookVerificationError
+from faststream_sqla.exceptions import InvalidOptionError, WebhookVerificationError, shown
 
 ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER = (
     "webhook-id",
@@ -22,6 +23,8 @@ ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER = (
 SECRET_PREFIX = "whsec_"
 #: seconds a receiver accepts between a webhook's timestamp and its own clock
 DEFAULT_TOLERANCE = 300
+#: the widest tolerance verify takes: a day, beyond which the timestamp protects nothing
+MAX_TOLERANCE = 24 * 3600
 
 
 def _key(secret: str) -> bytes:
@@ -65,6 +68,15 @@ def verify(
     `tolerance` seconds of now (either way), and one of its `v1` signatures is the
     body's under `secret`. Raises WebhookVerificationError naming what failed;
     returns None when the webhook is genuine."""
+    # a NaN tolerance would compare false and so accept any timestamp: refuse it
+    if (
+        isinstance(tolerance, bool)
+        or not isinstance(tolerance, (int, float))
+        or not math.isfinite(tolerance)
+        or not 0 <= tolerance <= MAX_TOLERANCE
+    ):
+        msg = f"tolerance must be 0 to {MAX_TOLERANCE:,} seconds, got {shown(tolerance)}"
+        raise InvalidOptionError(msg)
     lowered = {str(name).lower(): value for name, value in headers.items()}
     missing = [h for h in (ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER) if h not in lowered]
     if missing:

@@ -251,3 +251,24 @@ async def test_a_redriven_dead_delivery_is_delivered_again_with_its_webhook_id(
     assert done[new_id]["state"] == MessageState.COMPLETED
     first, second = receiver.webhook_ids()
     assert first == second
+
+
+async def test_a_large_response_body_is_recorded_as_its_first_4_kib(
+    make_broker, database_url, engine, tables
+) -> None:
+    with receiving(Reply(200, body="é" * 100_000)) as (_, url):
+        await _endpoint(database_url, url)
+        broker = _deliverer(make_broker)
+        async with broker:
+            await broker.start()
+            (message_id,) = await broker.publish("x", topic="orders.paid")
+            await _archived(engine, tables)
+            async with QueueAdmin(database_url) as admin:
+
+                async def recorded() -> bool:
+                    return len(await admin.attempts(message_id)) == 1
+
+                await wait_until(recorded)
+                (attempt,) = await admin.attempts(message_id)
+    assert attempt.status == 200
+    assert attempt.response_body == "é" * 2048  # 4 KiB of a two-byte character

@@ -77,3 +77,12 @@ def test_verify_under_another_secret_fails():
     headers = signed_headers([SECRET], "msg_7", b"body")
     with pytest.raises(WebhookVerificationError):
         verify(OTHER, headers, b"body")
+
+
+@pytest.mark.parametrize("tolerance", [float("nan"), float("inf"), -1, 86401, True, "300"])
+def test_verify_refuses_a_tolerance_that_would_not_bound_the_timestamp(tolerance):
+    from faststream_sqla.exceptions import InvalidOptionError
+
+    headers = signed_headers([SECRET], "msg_1", b"body", timestamp=1)
+    with pytest.raises(InvalidOptionError, match="tolerance must be 0 to 86,400 seconds"):
+        verify(SECRET, headers, b"body", tolerance=tolerance)
