@@ -52,7 +52,8 @@ def endpoint_model(row: store.EndpointRow) -> Endpoint:
         secret_hint=secret_hint(row.secret),
         rotating=row.previous_secret is not None,
         timeout=row.timeout,
-        headers=dict(row.headers or {}),
+        # names only: a value is often a credential (the URL may hold none)
+        header_names=tuple(sorted(row.headers or {})),
         allow_private=row.allow_private,
         retry_schedule=tuple(
             DEFAULT_RETRY_SCHEDULE if row.retry_schedule is None else row.retry_schedule

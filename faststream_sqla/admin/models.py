@@ -223,8 +223,9 @@ class Binding:
 class Endpoint:
     """An HTTP endpoint that receives webhooks (docs/webhooks.md). `secret_hint` is the
     start of its secret, enough to tell two apart; the secret itself is shown only when
-    it is made (`NewSecret`). Its limits and breaker are those of its channel of the
-    delivery queue (`QueueAdmin.channels`)."""
+    it is made (`NewSecret`). Of its extra request headers only the names are shown:
+    their values often hold a credential. Its limits and breaker are those of its
+    channel of the delivery queue (`QueueAdmin.channels`)."""
 
     name: str
     url: str
@@ -232,7 +233,7 @@ class Endpoint:
     secret_hint: str
     rotating: bool  # a previous secret is still valid, and signed with too
     timeout: float
-    headers: dict[str, str]
+    header_names: tuple[str, ...]
     allow_private: bool
     retry_schedule: tuple[float, ...]
     disabled_at: datetime | None

@@ -13,13 +13,15 @@ from tests.support.helpers import run_script
 async def test_add_prints_the_secret_once_and_list_shows_only_its_start(database_url) -> None:
     added = await cli(
         database_url, "endpoint", "add", "shop", "http://127.0.0.1:9/hook", "--topic",
-        "orders.#", "--allow-private", "--max-concurrency", "2", "--json",
+        "orders.#", "--allow-private", "--max-concurrency", "2", "--header",
+        "Authorization=Bearer partner-token", "--json",
     )  # fmt: skip
     secret = json.loads(added.stdout)["secret"]
     assert secret.startswith("whsec_")
     listed = await cli(database_url, "endpoint", "list")
     assert "shop" in listed.stdout and "orders.#" in listed.stdout
     assert secret not in listed.stdout and secret[:10] in listed.stdout
+    assert "partner-token" not in listed.stdout
     rotated = json.loads(
         (await cli(database_url, "endpoint", "rotate-secret", "shop", "--grace", "1h", "--json")).stdout
     )
@@ -27,6 +29,7 @@ async def test_add_prints_the_secret_once_and_list_shows_only_its_start(database
     await cli(database_url, "endpoint", "disable", "shop", "--reason", "maintenance")
     (shown,) = json.loads((await cli(database_url, "endpoint", "list", "--json")).stdout)
     assert shown["disabled_reason"] == "maintenance" and rotated["secret"] not in str(shown)
+    assert shown["header_names"] == ["Authorization"] and "partner-token" not in str(shown)
     await cli(database_url, "endpoint", "enable", "shop")
     await cli(database_url, "endpoint", "subscribe", "shop", "refunds.*")
     async with QueueAdmin(database_url) as admin:
