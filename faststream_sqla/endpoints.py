@@ -180,12 +180,33 @@ def secret_hint(secret: str) -> str:
     return secret[:HINT_LENGTH] + "…"
 
 
+#: IPv6 prefixes whose last or middle bits are an IPv4 address a gateway or tunnel may
+#: reach: NAT64's well-known prefix, IPv4-compatible addresses and 6to4
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in _NAT64 or ip in _IPV4_COMPATIBLE:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def is_public(address: str) -> bool:
     """Whether an IP address is on the public internet (not private, loopback,
-    link-local, multicast, reserved or unspecified, nor mapped from one)."""
+    link-local, multicast, reserved or unspecified, nor an IPv6 address that carries
+    one of those: mapped, NAT64, IPv4-compatible or 6to4)."""
     ip: Any = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(ip)
+        if embedded is not None and not is_public(str(embedded)):
+            return False
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
     return ip.is_global and not ip.is_multicast
 
 

@@ -1,0 +1,34 @@
+"""Which resolved addresses an endpoint may be delivered to without allow_private:
+only those on the public internet, also when an IPv6 address carries a private IPv4
+one (mapped, NAT64, IPv4-compatible, 6to4), which a gateway or tunnel could reach."""
+
+from __future__ import annotations
+
+import pytest
+
+from faststream_sqla.endpoints import is_public
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1", "127.1.2.3", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254",
+        "100.64.0.1", "0.0.0.0", "255.255.255.255", "224.0.0.1", "198.18.0.1",
+        "::1", "::", "fe80::1%eth0", "fc00::1", "ff02::1",
+        "::ffff:127.0.0.1", "::ffff:169.254.169.254",
+        "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe",  # NAT64 of loopback, of the metadata address
+        "::7f00:1", "::a00:1",  # IPv4-compatible
+        "2002:7f00:1::1", "2002:a00:1::1",  # 6to4
+    ],
+)  # fmt: skip
+def test_a_private_or_local_address_is_refused(address: str) -> None:
+    assert not is_public(address)
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["93.184.215.14", "2606:4700::1111", "::ffff:93.184.215.14", "64:ff9b::5db8:d70e",
+     "2002:5db8:d70e::1"],
+)  # fmt: skip
+def test_a_public_address_is_allowed(address: str) -> None:
+    assert is_public(address)
