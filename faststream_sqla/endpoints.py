@@ -210,28 +210,37 @@ def is_public(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-async def check_address(url: str, *, allow_private: bool) -> None:
-    """Refuse an endpoint whose host resolves to a private address (or does not
-    resolve), unless `allow_private`: a webhook must not become a way into the network
-    the broker runs in. Checked when the endpoint is added, and again before each
-    delivery (a name may resolve elsewhere later)."""
-    if allow_private:
-        return
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+async def public_addresses(host: str, port: int) -> list[str]:
+    """The addresses `host` resolves to, in the resolver's order, when every one is
+    public; InvalidEndpointError naming the others (or the failure to resolve)."""
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as e:
         msg = f"endpoint host {shown(host)} does not resolve: {e.strerror or e}"
         raise InvalidEndpointError(msg) from None
-    private = sorted({str(info[4][0]) for info in infos if not is_public(str(info[4][0]))})
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    private = sorted(address for address in addresses if not is_public(address))
     if private:
         msg = (
             f"endpoint host {shown(host)} resolves to a private or local address "
             f"({', '.join(private)}); pass allow_private=True to deliver there"
         )
         raise InvalidEndpointError(msg)
+    return addresses
+
+
+async def check_address(url: str, *, allow_private: bool) -> None:
+    """Refuse an endpoint whose host resolves to a private address (or does not
+    resolve), unless `allow_private`: a webhook must not become a way into the network
+    the broker runs in. Checked when the endpoint is added, whenever a delivering
+    process reads it, and at each connection (webhooks.guard: a name may resolve
+    elsewhere by then)."""
+    if allow_private:
+        return
+    parts = urlsplit(url)
+    await public_addresses(
+        parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    )
 
 
 __all__ = [
@@ -245,5 +254,6 @@ __all__ = [
     "checked_url",
     "is_public",
     "new_secret",
+    "public_addresses",
     "secret_hint",
 ]

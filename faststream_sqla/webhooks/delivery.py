@@ -143,7 +143,8 @@ class WebhookDelivery:
         self.broker = broker
         self.max_workers = max_workers
         self.endpoint_refresh = float(endpoint_refresh)
-        self._client: httpx.AsyncClient | None = None
+        # by allow_private: only the endpoints that allow it skip the connect-time check
+        self._clients: dict[bool, httpx.AsyncClient] = {}
         self._endpoints: dict[str, tuple[float, store.EndpointRow | None]] = {}
         self._attempts: list[store.AttemptRow] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -188,12 +189,13 @@ class WebhookDelivery:
             "content-type": str(raw.headers.get("content-type") or "application/json"),
             **signed_headers(secrets, webhook_id, body),
         }
-        client = self._http()
+        client = self._http(endpoint.allow_private)
         started, at = time.monotonic(), _utc_naive()
         status: int | None = None
         error: str | None = None
         text: str | None = None
         retry_after: str | None = None
+        refused = False
         try:
             # streamed, so an endpoint answering gigabytes costs no more than what is kept
             async with client.stream(
@@ -210,6 +212,9 @@ class WebhookDelivery:
 
             if isinstance(e, httpx.TimeoutException):
                 error = f"timed out after {endpoint.timeout:g} s ({type(e).__name__})"
+            elif isinstance(e, InvalidEndpointError):
+                # the host resolved to a private address at connect time
+                error, refused = str(e), True
             else:
                 error = f"{type(e).__name__}: {e}"[:1000]
             status = None  # a body cut off mid-way is a failed attempt, retried
@@ -217,6 +222,9 @@ class WebhookDelivery:
             text = kept[:KEPT_RESPONSE_LENGTH].decode(response.encoding or "utf-8", "replace")
         latency = time.monotonic() - started
         self._record(store.AttemptRow(raw.id, name, attempt, at, status, latency, error, text))
+        if refused:
+            self._endpoints.pop(name, None)
+            raise DeliveryRefused(error)
         verdict = decide(status, retry_after)
         what = error if status is None else f"HTTP {status}"
         if verdict == "delivered":
@@ -269,17 +277,22 @@ class WebhookDelivery:
             self._gone_logged.add(name)
             log.warning("endpoint %r answered 410 Gone: disabled, its deliveries kept", name)
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
+    def _http(self, allow_private: bool) -> httpx.AsyncClient:
+        client = self._clients.get(allow_private)
+        if client is None:
             import httpx
 
-            self._client = httpx.AsyncClient(
-                follow_redirects=False,
-                limits=httpx.Limits(
-                    max_connections=self.max_workers, max_keepalive_connections=self.max_workers
-                ),
+            from .guard import PublicOnlyTransport
+
+            limits = httpx.Limits(
+                max_connections=self.max_workers, max_keepalive_connections=self.max_workers
             )
-        return self._client
+            client = self._clients[allow_private] = httpx.AsyncClient(
+                follow_redirects=False,
+                limits=limits,
+                transport=None if allow_private else PublicOnlyTransport(limits=limits),
+            )
+        return client
 
     # -- attempts --------------------------------------------------------------------
 
@@ -314,9 +327,9 @@ class WebhookDelivery:
                 await self._flusher
         self._flusher = None
         await self.flush_attempts()
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
         self._endpoints.clear()
 
 

@@ -1,12 +1,18 @@
 """Which resolved addresses an endpoint may be delivered to without allow_private:
 only those on the public internet, also when an IPv6 address carries a private IPv4
-one (mapped, NAT64, IPv4-compatible, 6to4), which a gateway or tunnel could reach."""
+one (mapped, NAT64, IPv4-compatible, 6to4), which a gateway or tunnel could reach; and
+the delivery's connections are checked when they are made, whatever was checked
+before."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from faststream_sqla.endpoints import is_public
+from faststream_sqla.exceptions import InvalidEndpointError
+from faststream_sqla.webhooks.guard import PublicOnlyTransport
+from tests.support.receiver import receiving
 
 
 @pytest.mark.parametrize(
@@ -32,3 +38,18 @@ def test_a_private_or_local_address_is_refused(address: str) -> None:
 )  # fmt: skip
 def test_a_public_address_is_allowed(address: str) -> None:
     assert is_public(address)
+
+
+async def test_the_delivery_transport_connects_to_no_private_address() -> None:
+    limits = httpx.Limits(max_connections=2)
+    with receiving() as (receiver, url):
+        port = httpx.URL(url).port
+        async with httpx.AsyncClient(transport=PublicOnlyTransport(limits=limits)) as client:
+            for target in (url, f"http://localhost:{port}/"):
+                with pytest.raises(InvalidEndpointError, match="private or local address"):
+                    await client.post(target, content=b"{}")
+        assert receiver.requests == []
+        # the same request without the check arrives: the refusal was the check's
+        async with httpx.AsyncClient() as client:
+            assert (await client.post(url, content=b"{}")).status_code == 200
+        assert len(receiver.requests) == 1

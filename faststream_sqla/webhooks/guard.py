@@ -1,0 +1,83 @@
+"""The private-address rule at connect time (docs/webhooks.md): an HTTP transport
+that resolves each host itself, checks every address, and connects only to those it
+checked. The check when an endpoint is read is not enough on its own: a name can
+answer a public address then and a private one a moment later, when the HTTP client
+resolves it again (DNS rebinding).
+
+Only the connections without a proxy go through it: through a proxy, the proxy
+resolves and connects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import httpcore
+import httpx
+
+from faststream_sqla.endpoints import public_addresses
+
+
+class _PublicOnly(httpcore.AsyncNetworkBackend):
+    """Connects to a host's public addresses only, in the resolver's order, the next
+    when one refuses; InvalidEndpointError when the host has any private one."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
+        self._inner = inner
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            addresses = await asyncio.wait_for(public_addresses(host, port), timeout)
+        except asyncio.TimeoutError:
+            raise httpcore.ConnectTimeout(f"resolving {host} timed out") from None
+        failure: Exception | None = None
+        for address in addresses:
+            try:
+                # by address: the name is not resolved again; TLS still checks the
+                # certificate against the request's host (httpcore passes it as SNI)
+                return await self._inner.connect_tcp(
+                    address, port, timeout, local_address, socket_options
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as e:
+                failure = e
+        assert failure is not None  # public_addresses returns at least one address
+        raise failure
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("webhooks are not delivered over unix sockets")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class PublicOnlyTransport(httpx.AsyncHTTPTransport):
+    """httpx's own transport, its connection pool connecting through `_PublicOnly`."""
+
+    def __init__(self, *, limits: httpx.Limits) -> None:
+        super().__init__(limits=limits)
+        pool = getattr(self, "_pool", None)
+        if type(pool) is not httpcore.AsyncConnectionPool:
+            # httpx keeps its pool elsewhere now: fail loudly rather than deliver unchecked
+            msg = f"this httpx ({httpx.__version__}) cannot take the private-address check"
+            raise RuntimeError(msg)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=_PublicOnly(httpcore.AnyIOBackend()),
+        )
+
+
+__all__ = ["PublicOnlyTransport"]
