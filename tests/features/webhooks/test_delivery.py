@@ -253,6 +253,26 @@ async def test_a_redriven_dead_delivery_is_delivered_again_with_its_webhook_id(
     assert first == second
 
 
+async def test_a_replayed_delivery_is_sent_again_with_its_webhook_id(
+    make_broker, database_url, engine, tables
+) -> None:
+    with receiving() as (receiver, url):
+        await _endpoint(database_url, url)
+        broker = _deliverer(make_broker)
+        async with broker:
+            await broker.start()
+            (message_id,) = await broker.publish("x", topic="orders.paid")
+            (done,) = await _archived(engine, tables)
+            assert done["state"] == MessageState.COMPLETED
+            async with QueueAdmin(database_url) as admin:
+                moved = await admin.replay(ids=[message_id])
+            new_id = moved.moved[message_id]
+            replayed = {r["id"]: r for r in await _archived(engine, tables, count=2)}
+    assert replayed[new_id]["state"] == MessageState.COMPLETED
+    first, second = receiver.webhook_ids()
+    assert first == second  # the receiver's idempotency key still tells it is the same
+
+
 async def test_a_large_response_body_is_recorded_as_its_first_4_kib(
     make_broker, database_url, engine, tables
 ) -> None:

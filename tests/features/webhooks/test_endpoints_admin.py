@@ -17,6 +17,7 @@ from faststream_sqla.exceptions import (
     UnknownEndpointError,
 )
 from faststream_sqla.schema import DELIVERY_QUEUE
+from tests.support.helpers import rows
 
 PUBLIC = "https://93.184.215.14/hook"  # an address on the public internet, never called
 
@@ -110,3 +111,25 @@ async def test_disable_enable_rotate_and_remove(database_url) -> None:
         ):  # fmt: skip
             with pytest.raises(UnknownEndpointError, match="no endpoint"):
                 await action
+
+
+async def test_remove_drops_the_endpoint_s_waiting_deliveries_and_channel_only(
+    make_broker, database_url, engine, tables
+) -> None:
+    async with QueueAdmin(database_url) as admin:
+        await admin.add_endpoint("shop", PUBLIC, topics=["orders.#"], max_concurrency=2)
+        await admin.add_endpoint("crm", PUBLIC, topics=["orders.#"], max_concurrency=3)
+        broker = make_broker()
+        async with broker:
+            await broker.connect()
+            for n in range(3):
+                await broker.publish(n, topic="orders.created")
+        assert await admin.remove_endpoint("shop") == 3
+        m = tables.message
+        left = await rows(engine, m, m.c.queue == DELIVERY_QUEUE)
+        assert sorted(r["channel"] for r in left) == ["crm"] * 3
+        assert [c.name for c in await admin.channels(DELIVERY_QUEUE)] == ["crm"]
+        # a publish after the removal reaches only the endpoint left
+        async with broker:
+            await broker.connect()
+            assert len(await broker.publish("x", topic="orders.created")) == 1
