@@ -34,6 +34,16 @@ def _secret_lines(endpoint: str, secret: str, json_output: bool, extra: dict) ->
     out.print(secret, highlight=False)
 
 
+def _schedule(text: str) -> list[float]:
+    """--retry-schedule's waits; bounds are the admin API's to check."""
+    if not text.strip():
+        return []
+    try:
+        return [seconds_of(part.strip(), "--retry-schedule") for part in text.split(",")]
+    except InvalidOptionError as e:
+        usage_error(str(e))
+
+
 @admin_command(endpoint_app, "add")
 def endpoint_add(
     admin: Admin,
@@ -56,13 +66,21 @@ def endpoint_add(
     allow_private: Annotated[
         bool, typer.Option(help="Allow a host on a private, loopback or link-local address.")
     ] = False,
+    retry_schedule: Annotated[
+        str | None,
+        typer.Option(
+            help="The wait before each retry, comma-separated: 5s,5m,1h ('' never retries; "
+            "default: 5 s to 10 h over seven retries)."
+        ),
+    ] = None,
 ) -> None:
     """Add an endpoint; its secret is printed once."""
+    schedule = None if retry_schedule is None else _schedule(retry_schedule)
     made = admin(
         lambda a: a.add_endpoint(
             name, endpoint_url, topics=topic or [], max_concurrency=max_concurrency,
             rate=rate, timeout=timeout, headers=parse_headers(header or []),
-            allow_private=allow_private,
+            allow_private=allow_private, retry_schedule=schedule,
         )
     )  # fmt: skip
     if not admin.json_output:

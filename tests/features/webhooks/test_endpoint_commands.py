@@ -44,3 +44,29 @@ async def test_mistakes_are_one_line_naming_the_fix(database_url) -> None:
     assert "allow_private" in private.stderr and "Traceback" not in private.stderr
     missing = await cli(database_url, "endpoint", "enable", "nobody", code=1)
     assert "no endpoint 'nobody'" in missing.output
+
+
+async def test_add_takes_a_retry_schedule_of_durations(database_url) -> None:
+    await cli(
+        database_url, "endpoint", "add", "shop", "http://127.0.0.1:9/hook",
+        "--allow-private", "--retry-schedule", "5s, 2m,1h",
+    )  # fmt: skip
+    await cli(
+        database_url, "endpoint", "add", "once", "http://127.0.0.1:9/hook",
+        "--allow-private", "--retry-schedule", "",
+    )  # fmt: skip
+    async with QueueAdmin(database_url) as admin:
+        assert (await admin.endpoint("shop")).retry_schedule == (5.0, 120.0, 3600.0)
+        assert (await admin.endpoint("once")).retry_schedule == ()
+    bad = await cli(
+        database_url, "endpoint", "add", "x", "http://127.0.0.1:9/hook", "--allow-private",
+        "--retry-schedule", "5s,soon", code=2,
+    )  # fmt: skip
+    assert "--retry-schedule" in bad.output and "soon" in bad.output
+    too_long = await cli(
+        database_url, "endpoint", "add", "x", "http://127.0.0.1:9/hook", "--allow-private",
+        "--retry-schedule", "2d", code=2,
+    )  # fmt: skip
+    assert "each retry delay" in too_long.output
+    async with QueueAdmin(database_url) as admin:
+        assert [e.name for e in await admin.endpoints()] == ["once", "shop"]
