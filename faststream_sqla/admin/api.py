@@ -797,8 +797,9 @@ class QueueAdmin:
         """Stop delivering to `name`: it gets no new deliveries and its pending ones
         wait (its channel is paused) until `enable_endpoint`. Whether it was enabled."""
         await self._prepare(writes=True)
-        if not isinstance(reason, str) or not reason:
-            raise InvalidEndpointError("reason must be a non-empty str")
+        if not isinstance(reason, str) or not reason or "\x00" in reason:
+            # NUL: PostgreSQL cannot store it
+            raise InvalidEndpointError("reason must be a non-empty str without NUL characters")
         return await webhook_endpoints.set_endpoint_disabled(
             self.driver, self.engine, name, reason[:1000]
         )

@@ -86,6 +86,9 @@ async def test_disable_enable_rotate_and_remove(database_url) -> None:
         first = await admin.add_endpoint("e", PUBLIC, topics=["t.#"])
         assert await admin.disable_endpoint("e", "maintenance") is True
         assert await admin.disable_endpoint("e") is False
+        for reason in ("", "a\x00b", None):
+            with pytest.raises(InvalidEndpointError, match="reason must be"):
+                await admin.disable_endpoint("e", reason)  # type: ignore[arg-type]
         found = await admin.endpoint("e")
         assert found.disabled_reason == "maintenance" and found.disabled_at is not None
         (channel,) = await admin.channels(DELIVERY_QUEUE)
