@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from faststream_sqla.channels.store import LimitChange, change_row_in
 from faststream_sqla.clock import to_aware
 from faststream_sqla.drivers import Driver
 from faststream_sqla.drivers import endpoints as store
@@ -34,7 +35,6 @@ from faststream_sqla.exceptions import (
 from faststream_sqla.schema import DELIVERY_QUEUE, QueueTables
 from faststream_sqla.topics import checked_pattern
 
-from . import channels as limits
 from .channels import channel_change
 from .models import Attempt, Endpoint, NewSecret
 
@@ -100,12 +100,13 @@ async def add_endpoint(
     if max_concurrency is not None or rate is not None:
         change = channel_change(name, max_concurrency=max_concurrency, rate=rate)
     await check_address(url, allow_private=allow_private)
-    async with driver.own_transaction(engine) as conn:
+    # the endpoint and its limits commit together: never one without the other
+    async with driver.channel_transaction(engine) as conn:
         if not await store.insert_endpoint(conn, driver.tables, values, patterns):
             msg = f"endpoint {shown(name)} exists already"
             raise EndpointExistsError(msg)
-    if change is not None:
-        await limits.set_limits(driver, engine, DELIVERY_QUEUE, name, change)
+        if change is not None:
+            await change_row_in(driver, conn, DELIVERY_QUEUE, name, change)
     return NewSecret(endpoint=name, secret=values["secret"])
 
 
@@ -119,22 +120,18 @@ async def set_endpoint_disabled(
     driver: Driver, engine: AsyncEngine, name: str, reason: str | None
 ) -> bool:
     """Disable endpoint `name` (`reason` given) or enable it (None): a disabled one gets
-    no new deliveries and its channel is paused, so its pending ones wait. Whether it
-    changed."""
+    no new deliveries and its channel is paused, so its pending ones wait. The endpoint
+    and its channel change in one transaction. Whether the endpoint changed."""
     name = checked_name(name)
-    disabling = reason is not None
-    if disabling:
-        # paused first: an endpoint that reads as disabled has its deliveries held
-        async with driver.own_transaction(engine) as conn:
-            if not await store.endpoint_rows(conn, driver.tables, [name]):
-                raise UnknownEndpointError(f"no endpoint {shown(name)}")
-        await limits.set_channel_paused(driver, engine, DELIVERY_QUEUE, name, True)
-    async with driver.own_transaction(engine) as conn:
+    async with driver.channel_transaction(engine) as conn:
         changed = await store.set_disabled(conn, driver.tables, name, reason)
-    if changed is None:
-        raise UnknownEndpointError(f"no endpoint {shown(name)}")
-    if not disabling:
-        await limits.set_channel_paused(driver, engine, DELIVERY_QUEUE, name, False)
+        if changed is None:
+            raise UnknownEndpointError(f"no endpoint {shown(name)}")
+        # written even when the endpoint had not changed: enabling again resumes a
+        # channel that someone paused by hand
+        await change_row_in(
+            driver, conn, DELIVERY_QUEUE, name, LimitChange(paused=reason is not None)
+        )
     return changed
 
 

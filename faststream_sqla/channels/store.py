@@ -20,7 +20,7 @@ from faststream_sqla.schema import WHOLE_QUEUE, validate_queue_name
 from .limits import LimitsWrite, Rate, checked_concurrency, checked_rate
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
     from faststream_sqla.drivers import Driver
 
@@ -132,14 +132,7 @@ def limit_change(
     )
 
 
-async def change_row(
-    driver: Driver, engine: AsyncEngine, queue: str, channel: str, change: LimitChange
-) -> bool:
-    """Apply `change` to the row of (queue, channel), creating the queue's row if
-    missing; whether any setting changed. Only the values that differ are written, and
-    a channel's row is created only to hold a setting: resuming a channel never paused,
-    or removing a limit it never had, leaves no row behind. The statements are the
-    driver's (ChannelClaim.write_limits)."""
+def _limits_write(queue: str, channel: str, change: LimitChange) -> LimitsWrite:
     validate_queue_name(queue)
     channel = checked_channel(channel)
     wanted = change.values()
@@ -148,9 +141,26 @@ async def change_row(
         current = ROW_DEFAULTS if stored is None else stored
         return {k: v for k, v in wanted.items() if not _same(current[k], v)}
 
-    return await driver.channel_claim.write_limits(
-        engine, LimitsWrite(queue, channel, wanted, differing)
-    )
+    return LimitsWrite(queue, channel, wanted, differing)
+
+
+async def change_row(
+    driver: Driver, engine: AsyncEngine, queue: str, channel: str, change: LimitChange
+) -> bool:
+    """Apply `change` to the row of (queue, channel), creating the queue's row if
+    missing; whether any setting changed. Only the values that differ are written, and
+    a channel's row is created only to hold a setting: resuming a channel never paused,
+    or removing a limit it never had, leaves no row behind. The statements are the
+    driver's (ChannelClaim.write_limits)."""
+    return await driver.channel_claim.write_limits(engine, _limits_write(queue, channel, change))
+
+
+async def change_row_in(
+    driver: Driver, conn: AsyncConnection, queue: str, channel: str, change: LimitChange
+) -> bool:
+    """`change_row` in `conn`, a channel transaction (Driver.channel_transaction) whose
+    other changes commit with it: an endpoint's row and its channel's pause."""
+    return await driver.channel_claim.write_limits_in(conn, _limits_write(queue, channel, change))
 
 
 async def set_limits(
@@ -172,6 +182,7 @@ __all__ = [
     "UNSET",
     "LimitChange",
     "change_row",
+    "change_row_in",
     "checked_channel",
     "limit_change",
     "set_limits",

@@ -58,7 +58,7 @@ from ._claim import first_of_its_key, priority_literal, ready_ids, ready_predica
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect as SqlDialect
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
     from faststream_sqla.channels.limits import LimitsWrite
     from faststream_sqla.message import ClaimedMessage
@@ -658,44 +658,44 @@ class ChannelClaim:
             )
 
     async def write_limits(self, engine: AsyncEngine, change: LimitsWrite) -> bool:
+        """`write_limits_in` in a channel transaction of its own."""
+        async with self.driver.channel_transaction(engine) as conn:
+            return await self.write_limits_in(conn, change)
+
+    async def write_limits_in(self, conn: AsyncConnection, change: LimitsWrite) -> bool:
         """Write `change` to the control row of (queue, channel), creating the queue's
         row if missing, and count the queue row's version up (which also serialises
         changes of one queue); whether any setting changed. Only the values that differ
-        are written, and a channel's row is created only to hold a setting."""
+        are written, and a channel's row is created only to hold a setting. `conn` is
+        a channel transaction (Driver.channel_transaction), which may hold other
+        changes that must commit with this one."""
         c = self.tables.controls
         queue, channel = change.queue, change.channel
         this_row = (c.c.queue == queue, c.c.channel == channel)
-        async with self.driver.channel_transaction(engine) as conn:
+        await conn.execute(
+            self.insert_if_missing().values(queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now())
+        )
+        await conn.execute(
+            c.update()
+            .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE)
+            .values(version=c.c.version + 1)
+        )
+        if not change.wanted:
+            return False
+        # a locking read: MySQL's READ COMMITTED or not, it sees the latest version
+        current = (
             await conn.execute(
-                self.insert_if_missing().values(
-                    queue=queue, channel=WHOLE_QUEUE, updated_at=utc_now()
-                )
+                sa.select(*(c.c[name] for name in change.wanted)).where(*this_row).with_for_update()
             )
+        ).first()
+        changed = change.differing(None if current is None else dict(current._mapping))
+        if not changed:
+            return False
+        if current is None:
             await conn.execute(
-                c.update()
-                .where(c.c.queue == queue, c.c.channel == WHOLE_QUEUE)
-                .values(version=c.c.version + 1)
+                self.insert_if_missing().values(queue=queue, channel=channel, updated_at=utc_now())
             )
-            if not change.wanted:
-                return False
-            # a locking read: MySQL's READ COMMITTED or not, it sees the latest version
-            current = (
-                await conn.execute(
-                    sa.select(*(c.c[name] for name in change.wanted))
-                    .where(*this_row)
-                    .with_for_update()
-                )
-            ).first()
-            changed = change.differing(None if current is None else dict(current._mapping))
-            if not changed:
-                return False
-            if current is None:
-                await conn.execute(
-                    self.insert_if_missing().values(
-                        queue=queue, channel=channel, updated_at=utc_now()
-                    )
-                )
-            await conn.execute(c.update().where(*this_row).values(**changed, updated_at=utc_now()))
+        await conn.execute(c.update().where(*this_row).values(**changed, updated_at=utc_now()))
         return True
 
     def _window_values(self) -> dict[str, Any]:

@@ -109,11 +109,13 @@ async def test_disable_enable_rotate_and_remove(database_url) -> None:
         assert await admin.remove_endpoint("e") == 0
         assert await admin.endpoints() == []
         for action in (
-            admin.endpoint("e"), admin.enable_endpoint("e"), admin.remove_endpoint("e"),
-            admin.rotate_secret("e"),
+            admin.endpoint("e"), admin.enable_endpoint("e"), admin.disable_endpoint("e"),
+            admin.remove_endpoint("e"), admin.rotate_secret("e"),
         ):  # fmt: skip
             with pytest.raises(UnknownEndpointError, match="no endpoint"):
                 await action
+        # nothing of a refused change stays behind: the pause went with the endpoint's row
+        assert await admin.channels(DELIVERY_QUEUE) == []
 
 
 async def test_remove_drops_the_endpoint_s_waiting_deliveries_and_channel_only(
