@@ -8,7 +8,8 @@ SQLAlchemy Core, the same on every database but for the idempotent insert of top
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -67,16 +68,31 @@ _ENDPOINT_COLUMNS = (
 )  # fmt: skip
 
 
+@contextmanager
+def _secrets_hidden() -> Iterator[None]:
+    """A failed statement that binds a secret is raised without its parameters, which
+    SQLAlchemy's message would otherwise print (logs, the CLI's error line)."""
+    try:
+        yield
+    except sa.exc.StatementError as e:
+        e.hide_parameters = True
+        raise
+
+
 async def insert_endpoint(
     conn: AsyncConnection, tables: QueueTables, values: dict[str, Any], patterns: Sequence[str]
 ) -> bool:
-    """Store a new endpoint and its topic patterns; False (nothing written) when the
-    name is taken. The caller's transaction makes both one change."""
+    """Store a new endpoint and its topic patterns; False when the name is taken
+    (the caller rolls back). The caller's transaction makes both one change."""
     e = tables.endpoints
     if await conn.scalar(sa.select(e.c.name).where(e.c.name == values["name"])) is not None:
         return False
     now = utc_now()
-    await conn.execute(e.insert().values(created_at=now, updated_at=now, **values))
+    try:
+        with _secrets_hidden():
+            await conn.execute(e.insert().values(created_at=now, updated_at=now, **values))
+    except sa.exc.IntegrityError:
+        return False  # added by another process since the read: its primary key
     await add_topics(conn, tables, values["name"], patterns)
     return True
 
@@ -166,16 +182,17 @@ async def set_secret(
     if current is None:
         return False
     keep = grace > timedelta(0)
-    await conn.execute(
-        e.update()
-        .where(e.c.name == name)
-        .values(
-            previous_secret=current if keep else None,
-            previous_secret_until=utc_now(grace.total_seconds()) if keep else None,
-            secret=secret,
-            updated_at=utc_now(),
+    with _secrets_hidden():
+        await conn.execute(
+            e.update()
+            .where(e.c.name == name)
+            .values(
+                previous_secret=current if keep else None,
+                previous_secret_until=utc_now(grace.total_seconds()) if keep else None,
+                secret=secret,
+                updated_at=utc_now(),
+            )
         )
-    )
     return True
 
 

@@ -5,6 +5,7 @@ written."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 
@@ -138,3 +139,30 @@ async def test_remove_drops_the_endpoint_s_waiting_deliveries_and_channel_only(
         async with broker:
             await broker.connect()
             assert len(await broker.publish("x", topic="orders.created")) == 1
+
+
+async def test_of_concurrent_adds_of_one_name_one_wins_and_the_others_are_told_it_exists(
+    database_url,
+) -> None:
+    secrets = [f"whsec_{'MDEyMzQ1Njc4OWFiY2RlZmdoaWprbG1u'[:-1]}{n}" for n in range(4)]
+    admins = [QueueAdmin(database_url) for _ in secrets]
+    try:
+        for admin in admins:
+            await admin.endpoints()  # connected and schema checked before the race
+
+        outcomes = await asyncio.gather(
+            *(
+                admin.add_endpoint("shop", PUBLIC, topics=["orders.#"], secret=secret)
+                for admin, secret in zip(admins, secrets, strict=True)
+            ),
+            return_exceptions=True,
+        )
+    finally:
+        for admin in admins:
+            await admin.close()
+    won = [o for o in outcomes if not isinstance(o, BaseException)]
+    lost = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(won) == 1 and len(lost) == 3
+    assert all(isinstance(o, EndpointExistsError) for o in lost), lost
+    # a refused add names no secret, its own or the winner's
+    assert not any(secret in str(o) for o in lost for secret in secrets)
