@@ -161,7 +161,7 @@ async def rotate_secret(
 async def subscribe(driver: Driver, engine: AsyncEngine, name: str, pattern: str) -> bool:
     name, pattern = checked_name(name), checked_pattern(pattern)
     async with driver.own_transaction(engine) as conn:
-        if not await store.endpoint_rows(conn, driver.tables, [name]):
+        if not await store.lock_endpoint(conn, driver.tables, name):
             raise UnknownEndpointError(f"no endpoint {shown(name)}")
         return await store.add_topics(conn, driver.tables, name, [pattern]) > 0
 

@@ -115,6 +115,14 @@ async def add_topics(
     return max(result.rowcount or 0, 0)
 
 
+async def lock_endpoint(conn: AsyncConnection, tables: QueueTables, name: str) -> bool:
+    """Whether endpoint `name` exists, its row locked until the caller's transaction
+    ends: a removal waits for it, so no topic is added to an endpoint being removed."""
+    e = tables.endpoints
+    found = await conn.scalar(sa.select(e.c.name).where(e.c.name == name).with_for_update())
+    return found is not None
+
+
 async def remove_topic(conn: AsyncConnection, tables: QueueTables, name: str, pattern: str) -> bool:
     t = tables.endpoint_topics
     result = await conn.execute(t.delete().where(t.c.endpoint == name, t.c.pattern == pattern))
@@ -280,6 +288,7 @@ __all__ = [
     "delete_endpoint",
     "endpoint_rows",
     "insert_endpoint",
+    "lock_endpoint",
     "record_attempts",
     "remove_topic",
     "set_disabled",

@@ -10,6 +10,7 @@ import logging
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.exceptions import (
@@ -166,3 +167,20 @@ async def test_of_concurrent_adds_of_one_name_one_wins_and_the_others_are_told_i
     assert all(isinstance(o, EndpointExistsError) for o in lost), lost
     # a refused add names no secret, its own or the winner's
     assert not any(secret in str(o) for o in lost for secret in secrets)
+
+
+async def test_a_subscribe_racing_a_removal_leaves_no_topic_behind(database_url, tables, engine):
+    async with QueueAdmin(database_url) as admin, QueueAdmin(database_url) as other:
+        for round_ in range(5):
+            await admin.add_endpoint("shop", PUBLIC, topics=["orders.#"])
+            outcomes = await asyncio.gather(
+                admin.remove_endpoint("shop"),
+                other.subscribe_endpoint("shop", f"round{round_}.#"),
+                return_exceptions=True,
+            )
+            assert not isinstance(outcomes[0], BaseException), outcomes
+            assert outcomes[1] is True or isinstance(outcomes[1], UnknownEndpointError), outcomes
+            # a topic of a removed endpoint would reach the next endpoint of its name
+            async with engine.connect() as conn:
+                left = (await conn.execute(sa.select(tables.endpoint_topics.c.pattern))).all()
+            assert left == []
