@@ -776,6 +776,33 @@ class QueueAdmin:
             allow_private=allow_private, retry_schedule=retry_schedule,
         )  # fmt: skip
 
+    async def update_endpoint(
+        self,
+        name: str,
+        *,
+        url: str | _Unset = UNSET,
+        timeout: float | _Unset = UNSET,
+        headers: Mapping[str, str] | _Unset | None = UNSET,
+        allow_private: bool | _Unset = UNSET,
+        retry_schedule: Sequence[float] | _Unset | None = UNSET,
+    ) -> Endpoint:
+        """Change endpoint `name`'s settings: those given, the others as they are
+        (`headers=None` removes its headers, `retry_schedule=None` restores the
+        default). Its topics, secret and waiting deliveries stay; delivering processes
+        apply the change within their `endpoint_refresh`. The values are those of
+        `add_endpoint`, checked the same way before anything is written. Returns the
+        endpoint as `endpoint()` shows it."""
+        await self._prepare(writes=True)
+        await webhook_endpoints.update_endpoint(
+            self.driver, self.engine, name, url=url, timeout=timeout, headers=headers,
+            allow_private=allow_private, retry_schedule=retry_schedule,
+        )  # fmt: skip
+        async with reading(self.engine) as conn:  # the primary: a replica may lag
+            found = await webhook_endpoints.endpoints(conn, self.tables, [name])
+        if not found:  # removed since
+            raise UnknownEndpointError(f"no endpoint {shown(name)}")
+        return found[0]
+
     async def endpoints(self) -> list[Endpoint]:
         """Every endpoint, by name; secrets shown by their first characters only."""
         await self._prepare()

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.channels.store import LimitChange, change_row_in
+from faststream_sqla.channels.store import UNSET, LimitChange, change_row_in
 from faststream_sqla.clock import to_aware
 from faststream_sqla.drivers import Driver
 from faststream_sqla.drivers import endpoints as store
@@ -108,6 +108,53 @@ async def add_endpoint(
         if change is not None:
             await change_row_in(driver, conn, DELIVERY_QUEUE, name, change)
     return NewSecret(endpoint=name, secret=values["secret"])
+
+
+async def update_endpoint(
+    driver: Driver,
+    engine: AsyncEngine,
+    name: str,
+    *,
+    url: object,
+    timeout: object,
+    headers: object,
+    allow_private: object,
+    retry_schedule: object,
+) -> None:
+    """Change the settings given (not UNSET) of endpoint `name`, checked before
+    anything is written; a new URL or allow_private is checked against the
+    private-address rule with the other's stored value."""
+    name = checked_name(name)
+    values: dict[str, Any] = {}
+    if url is not UNSET:
+        values["url"] = checked_url(url)
+    if timeout is not UNSET:
+        values["timeout"] = checked_timeout(timeout)
+    if headers is not UNSET:
+        values["headers"] = checked_headers(headers)
+    if allow_private is not UNSET:
+        if not isinstance(allow_private, bool):
+            msg = f"allow_private must be True or False, got {shown(allow_private)}"
+            raise InvalidEndpointError(msg)
+        values["allow_private"] = allow_private
+    if retry_schedule is not UNSET:
+        values["retry_schedule"] = checked_retry_schedule(retry_schedule)
+    if not values:
+        msg = "nothing to change: give url, timeout, headers, allow_private or retry_schedule"
+        raise InvalidEndpointError(msg)
+    if "url" in values or "allow_private" in values:
+        async with driver.own_transaction(engine) as conn:
+            found = await store.endpoint_rows(conn, driver.tables, [name])
+        if not found:
+            raise UnknownEndpointError(f"no endpoint {shown(name)}")
+        # resolved outside the transaction: a slow resolver must hold no row lock
+        await check_address(
+            values.get("url", found[0].url),
+            allow_private=values.get("allow_private", found[0].allow_private),
+        )
+    async with driver.own_transaction(engine) as conn:
+        if not await store.update_endpoint(conn, driver.tables, name, values):
+            raise UnknownEndpointError(f"no endpoint {shown(name)}")
 
 
 async def endpoints(

@@ -1,5 +1,5 @@
-"""`faststream-sqla endpoint add|list|disable|enable|remove|rotate-secret|subscribe|
-unsubscribe`: the HTTP endpoints webhooks go to, through `faststream_sqla.admin`. A
+"""`faststream-sqla endpoint add|update|list|disable|enable|remove|rotate-secret|
+subscribe|unsubscribe`: the HTTP endpoints webhooks go to, through `faststream_sqla.admin`. A
 secret is printed in full only by `add` and `rotate-secret`, the one time it is made."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .operate import _time, listing
 from .publish import parse_headers
 
 endpoint_app = typer.Typer(
-    help="Webhook endpoints: add, list, disable, enable, remove, rotate their secrets.",
+    help="Webhook endpoints: add, update, list, disable, enable, remove, rotate their secrets.",
     no_args_is_help=True,
 )
 app.add_typer(endpoint_app, name="endpoint")
@@ -86,6 +86,63 @@ def endpoint_add(
     if not admin.json_output:
         out.print(f"Added endpoint {escape(name)} for {escape(endpoint_url)}.")
     _secret_lines(made.endpoint, made.secret, admin.json_output, {"url": endpoint_url})
+
+
+@admin_command(endpoint_app, "update")
+def endpoint_update(
+    admin: Admin,
+    name: Name,
+    endpoint_url: Annotated[
+        str | None, typer.Option(help="Its new URL, http(s) (--url is the database's).")
+    ] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds a request may take.")] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option("--header", help="A request header, NAME=VALUE; replaces all of them."),
+    ] = None,
+    no_headers: Annotated[bool, typer.Option(help="Send no extra headers any more.")] = False,
+    allow_private: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-private/--no-allow-private",
+            help="Allow, or no longer allow, a host on a private address.",
+            show_default=False,
+        ),
+    ] = None,
+    retry_schedule: Annotated[
+        str | None,
+        typer.Option(help="The wait before each retry: 5s,5m,1h ('' never retries; 'default')."),
+    ] = None,
+) -> None:
+    """Change NAME's URL, timeout, headers or retries; its topics, secret and waiting
+    deliveries stay."""
+    if header and no_headers:
+        usage_error("--header and --no-headers contradict each other: give one")
+    changes: dict[str, object] = {}
+    if endpoint_url is not None:
+        changes["url"] = endpoint_url
+    if timeout is not None:
+        changes["timeout"] = timeout
+    if header:
+        changes["headers"] = parse_headers(header)
+    elif no_headers:
+        changes["headers"] = None
+    if allow_private is not None:
+        changes["allow_private"] = allow_private
+    if retry_schedule is not None:
+        changes["retry_schedule"] = (
+            None if retry_schedule.strip() == "default" else _schedule(retry_schedule)
+        )
+    if not changes:
+        usage_error(
+            "nothing to change: give --endpoint-url, --timeout, --header, --no-headers, "
+            "--allow-private or --retry-schedule"
+        )
+    changed = admin(lambda a: a.update_endpoint(name, **changes))  # type: ignore[arg-type]
+    if admin.json_output:
+        print_json(changed)
+        return
+    out.print(f"Updated endpoint {escape(name)}: {escape(changed.url)}.")
 
 
 @admin_command(endpoint_app, "list", reads=True)

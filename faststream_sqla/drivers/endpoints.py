@@ -123,6 +123,18 @@ async def lock_endpoint(conn: AsyncConnection, tables: QueueTables, name: str) -
     return found is not None
 
 
+async def update_endpoint(
+    conn: AsyncConnection, tables: QueueTables, name: str, values: dict[str, Any]
+) -> bool:
+    """Change the given settings of endpoint `name` (no secret among them: set_secret);
+    whether it exists."""
+    if not await lock_endpoint(conn, tables, name):
+        return False
+    e = tables.endpoints
+    await conn.execute(e.update().where(e.c.name == name).values(**values, updated_at=utc_now()))
+    return True
+
+
 async def remove_topic(conn: AsyncConnection, tables: QueueTables, name: str, pattern: str) -> bool:
     t = tables.endpoint_topics
     result = await conn.execute(t.delete().where(t.c.endpoint == name, t.c.pattern == pattern))
@@ -293,4 +305,5 @@ __all__ = [
     "remove_topic",
     "set_disabled",
     "set_secret",
+    "update_endpoint",
 ]

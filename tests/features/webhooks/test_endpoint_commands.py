@@ -70,3 +70,32 @@ async def test_add_takes_a_retry_schedule_of_durations(database_url) -> None:
     assert "each retry delay" in too_long.output
     async with QueueAdmin(database_url) as admin:
         assert [e.name for e in await admin.endpoints()] == ["once", "shop"]
+
+
+async def test_update_changes_what_is_given(database_url) -> None:
+    await cli(
+        database_url, "endpoint", "add", "shop", "http://127.0.0.1:9/hook", "--allow-private",
+        "--header", "X-Tenant=acme",
+    )  # fmt: skip
+    changed = json.loads(
+        (
+            await cli(
+                database_url, "endpoint", "update", "shop", "--endpoint-url",
+                "http://127.0.0.1:9/v2", "--timeout", "5", "--no-headers",
+                "--retry-schedule", "1s,1m", "--json",
+            )
+        ).stdout
+    )  # fmt: skip
+    assert (changed["url"], changed["timeout"], changed["header_names"]) == (
+        "http://127.0.0.1:9/v2", 5.0, []
+    )  # fmt: skip
+    assert changed["retry_schedule"] == [1.0, 60.0] and changed["allow_private"] is True
+    refused = await cli(
+        database_url, "endpoint", "update", "shop", "--no-allow-private", code=2
+    )
+    assert "private or local address" in refused.output
+    nothing = await cli(database_url, "endpoint", "update", "shop", code=2)
+    assert "nothing to change" in nothing.output
+    await cli(database_url, "endpoint", "update", "shop", "--retry-schedule", "default")
+    async with QueueAdmin(database_url) as admin:
+        assert (await admin.endpoint("shop")).retry_schedule[0] == 5.0

@@ -184,3 +184,50 @@ async def test_a_subscribe_racing_a_removal_leaves_no_topic_behind(database_url,
             async with engine.connect() as conn:
                 left = (await conn.execute(sa.select(tables.endpoint_topics.c.pattern))).all()
             assert left == []
+
+
+async def test_update_changes_the_settings_given_and_keeps_the_rest(
+    make_broker, database_url, engine, tables
+) -> None:
+    async with QueueAdmin(database_url) as admin:
+        made = await admin.add_endpoint(
+            "shop", PUBLIC, topics=["orders.#"], headers={"X-Tenant": "acme"}, timeout=10.0
+        )
+        broker = make_broker()
+        async with broker:
+            await broker.connect()
+            await broker.publish("x", topic="orders.created")
+        changed = await admin.update_endpoint(
+            "shop", url="https://93.184.215.15/v2", retry_schedule=[1, 60], headers=None
+        )
+        assert (changed.url, changed.retry_schedule, changed.header_names) == (
+            "https://93.184.215.15/v2", (1.0, 60.0), ()
+        )  # fmt: skip
+        # the rest as it was: its timeout, topics, secret and waiting delivery
+        assert (changed.timeout, changed.topics) == (10.0, ("orders.#",))
+        assert changed.secret_hint == made.secret[:10] + "…"
+        m = tables.message
+        assert len(await rows(engine, m, m.c.queue == DELIVERY_QUEUE)) == 1
+        assert (await admin.update_endpoint("shop", retry_schedule=None)).retry_schedule[0] == 5.0
+
+        # checked before anything is written, the private-address rule included
+        for bad, match in [
+            ({}, "nothing to change"),
+            ({"url": "ftp://x.example/h"}, "http:// or https://"),
+            ({"timeout": 1000}, "timeout must be"),
+            ({"headers": {"Connection": "close"}}, "set by the delivery"),
+            ({"allow_private": "yes"}, "allow_private must be"),
+            ({"url": "http://127.0.0.1:9/h"}, "private or local address"),
+        ]:
+            with pytest.raises(InvalidEndpointError, match=match):
+                await admin.update_endpoint("shop", **bad)
+        assert (await admin.endpoint("shop")).url == "https://93.184.215.15/v2"
+        with pytest.raises(UnknownEndpointError, match="no endpoint"):
+            await admin.update_endpoint("nobody", timeout=5.0)
+        # a private URL with allow_private given at once, or already stored
+        local = await admin.update_endpoint("shop", url="http://127.0.0.1:9/h", allow_private=True)
+        assert (local.url, local.allow_private) == ("http://127.0.0.1:9/h", True)
+        assert (await admin.update_endpoint("shop", url="http://10.0.0.1/h")).allow_private
+        # allow_private withdrawn while the URL is private: refused
+        with pytest.raises(InvalidEndpointError, match="private or local address"):
+            await admin.update_endpoint("shop", allow_private=False)
