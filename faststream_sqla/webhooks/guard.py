@@ -11,7 +11,7 @@ resolves and connects.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import httpcore
@@ -19,13 +19,17 @@ import httpx
 
 from faststream_sqla.endpoints import public_addresses
 
+#: (host, port) -> the addresses it may be connected to, in the order to try them
+Addresses = Callable[[str, int], Awaitable[list[str]]]
+
 
 class _PublicOnly(httpcore.AsyncNetworkBackend):
-    """Connects to a host's public addresses only, in the resolver's order, the next
-    when one refuses; InvalidEndpointError when the host has any private one."""
+    """Connects only to the addresses `addresses` gives for a host (its public ones),
+    in that order, the next when one refuses."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
+    def __init__(self, inner: httpcore.AsyncNetworkBackend, addresses: Addresses) -> None:
         self._inner = inner
+        self._addresses = addresses
 
     async def connect_tcp(
         self,
@@ -36,7 +40,7 @@ class _PublicOnly(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         try:
-            addresses = await asyncio.wait_for(public_addresses(host, port), timeout)
+            addresses = await asyncio.wait_for(self._addresses(host, port), timeout)
         except asyncio.TimeoutError:
             raise httpcore.ConnectTimeout(f"resolving {host} timed out") from None
         failure: Exception | None = None
@@ -49,7 +53,8 @@ class _PublicOnly(httpcore.AsyncNetworkBackend):
                 )
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as e:
                 failure = e
-        assert failure is not None  # public_addresses returns at least one address
+        if failure is None:
+            raise httpcore.ConnectError(f"{host} has no address to connect to")
         raise failure
 
     async def connect_unix_socket(
@@ -62,9 +67,11 @@ class _PublicOnly(httpcore.AsyncNetworkBackend):
 
 
 class PublicOnlyTransport(httpx.AsyncHTTPTransport):
-    """httpx's own transport, its connection pool connecting through `_PublicOnly`."""
+    """httpx's own transport, its connection pool connecting through `_PublicOnly`.
+    `addresses` gives the addresses a host may be connected to, or raises: by default
+    its public ones, or InvalidEndpointError when it has any other."""
 
-    def __init__(self, *, limits: httpx.Limits) -> None:
+    def __init__(self, *, limits: httpx.Limits, addresses: Addresses = public_addresses) -> None:
         super().__init__(limits=limits)
         pool = getattr(self, "_pool", None)
         if type(pool) is not httpcore.AsyncConnectionPool:
@@ -76,7 +83,7 @@ class PublicOnlyTransport(httpx.AsyncHTTPTransport):
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
-            network_backend=_PublicOnly(httpcore.AnyIOBackend()),
+            network_backend=_PublicOnly(httpcore.AnyIOBackend(), addresses),
         )
 
 

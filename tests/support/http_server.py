@@ -14,12 +14,18 @@ import uvicorn
 
 
 @contextmanager
-def served(app: Any) -> Iterator[str]:
-    """`app` served over HTTP until the block ends; its base URL."""
+def served(app: Any, *, tls: tuple[str, str] | None = None) -> Iterator[str]:
+    """`app` served over HTTP (HTTPS with `tls`, the certificate and key files) until
+    the block ends; its base URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     host, port = sock.getsockname()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    certfile, keyfile = tls or (None, None)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, log_level="warning", lifespan="on", ssl_certfile=certfile, ssl_keyfile=keyfile
+        )
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     # uvicorn announces its start only through this flag
@@ -29,7 +35,7 @@ def served(app: Any) -> Iterator[str]:
             raise RuntimeError("the HTTP server did not start")
         time.sleep(0.02)
     try:
-        yield f"http://{host}:{port}"
+        yield f"{'https' if tls else 'http'}://{host}:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=30)

@@ -6,13 +6,16 @@ before."""
 
 from __future__ import annotations
 
+import subprocess
+
 import httpx
 import pytest
 
 from faststream_sqla.endpoints import is_public
 from faststream_sqla.exceptions import InvalidEndpointError
 from faststream_sqla.webhooks.guard import PublicOnlyTransport
-from tests.support.receiver import receiving
+from tests.support.http_server import served
+from tests.support.receiver import Receiver, receiving
 
 
 @pytest.mark.parametrize(
@@ -53,3 +56,39 @@ async def test_the_delivery_transport_connects_to_no_private_address() -> None:
         async with httpx.AsyncClient() as client:
             assert (await client.post(url, content=b"{}")).status_code == 200
         assert len(receiver.requests) == 1
+
+
+async def test_the_transport_connects_by_the_checked_address_and_tls_checks_the_host(
+    tmp_path, monkeypatch
+) -> None:
+    """A host's name is resolved once, by the check; the connection goes to an address
+    it allowed (the next one when the first refuses), and TLS still verifies the
+    certificate against the URL's host, not the address."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=webhook.test",
+         "-addext", "subjectAltName=DNS:webhook.test"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # httpx trusts it, as a deployment would
+    asked: list[str] = []
+
+    async def allowed(host: str, port: int) -> list[str]:
+        asked.append(host)
+        # nothing listens on 127.0.0.2: refused, so the next address is tried
+        return ["127.0.0.2", "127.0.0.1"]
+
+    receiver = Receiver()
+    with served(receiver, tls=(str(cert), str(key))) as base:
+        port = httpx.URL(base).port
+        transport = PublicOnlyTransport(limits=httpx.Limits(), addresses=allowed)
+        async with httpx.AsyncClient(transport=transport) as client:
+            answer = await client.post(f"https://webhook.test:{port}/hook", content=b"{}")
+            assert answer.status_code == 200
+            # another name reaching the same address: the certificate does not fit it
+            with pytest.raises(httpx.ConnectError, match="certificate"):
+                await client.post(f"https://other.test:{port}/hook", content=b"{}")
+    assert asked == ["webhook.test", "other.test"]
+    (request,) = receiver.requests
+    assert request.headers["host"] == f"webhook.test:{port}"
