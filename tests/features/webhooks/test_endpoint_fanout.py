@@ -3,10 +3,12 @@ copies, in the same transaction; on every database."""
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from faststream_sqla.admin import QueueAdmin
+from faststream_sqla.exceptions import QueueFullError
 from faststream_sqla.schema import DELIVERY_QUEUE
 from tests.support.helpers import rows
 
@@ -82,3 +84,22 @@ async def test_an_idempotency_key_deduplicates_per_endpoint(
         again = await broker.publish("x", topic="orders.created", idempotency_key="order-1")
     assert first == again and len(first) == 2
     assert sorted(r["channel"] for r in await _deliveries(engine, tables)) == ["crm", "shop"]
+
+
+async def test_backpressure_counts_the_deliveries_and_refuses_the_whole_publish(
+    make_broker, database_url, engine, tables
+) -> None:
+    async with QueueAdmin(database_url) as admin:
+        await admin.bind("orders.#", "billing")
+        await admin.add_endpoint("shop", PUBLIC, topics=["orders.#"])
+        await admin.add_endpoint("crm", PUBLIC, topics=["orders.#"])
+    broker = make_broker(max_queue_sizes={DELIVERY_QUEUE: 4})
+    async with broker:
+        await broker.connect()
+        await broker.publish_batch(1, 2, topic="orders.created")  # 4 deliveries: the limit
+        with pytest.raises(QueueFullError, match="is full"):
+            await broker.publish(3, topic="orders.created")
+    # nothing of the refused publish, not even the queue's copy
+    m = tables.message
+    assert len(await rows(engine, m, m.c.queue == "billing")) == 2
+    assert len(await _deliveries(engine, tables)) == 4
