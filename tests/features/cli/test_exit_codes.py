@@ -30,7 +30,7 @@ FILLERS = {
     "endpoint_url": "http://127.0.0.1:9/hook",
 }
 #: optional ones without which a command refuses to run at all
-NEEDED = {"ids": "1", "max_concurrency": "2"}
+NEEDED = {"ids": "1", "max_concurrency": "2", "timeout": "10"}
 
 
 def leaf_commands() -> list[tuple[list[str], Any]]:
