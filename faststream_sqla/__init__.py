@@ -27,6 +27,7 @@ from faststream_sqla.exceptions import (
     UnknownMessageError,
     UnknownQueueError,
     UnknownScheduleError,
+    UnresolvedHostError,
     WebhookVerificationError,
 )
 from faststream_sqla.migrations import upgrade_schema
@@ -76,6 +77,7 @@ __all__ = (
     "UnknownMessageError",
     "UnknownQueueError",
     "UnknownScheduleError",
+    "UnresolvedHostError",
     "WebhookVerificationError",
     "upgrade_schema",
 )

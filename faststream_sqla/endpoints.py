@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from .exceptions import InvalidEndpointError, shown
+from .exceptions import InvalidEndpointError, UnresolvedHostError, shown
 from .options import checked_key
 from .schema import MAX_SECRET_LENGTH, MAX_URL_LENGTH
 
@@ -212,12 +212,13 @@ def is_public(address: str) -> bool:
 
 async def public_addresses(host: str, port: int) -> list[str]:
     """The addresses `host` resolves to, in the resolver's order, when every one is
-    public; InvalidEndpointError naming the others (or the failure to resolve)."""
+    public; InvalidEndpointError naming the others, UnresolvedHostError when it does
+    not resolve."""
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as e:
         msg = f"endpoint host {shown(host)} does not resolve: {e.strerror or e}"
-        raise InvalidEndpointError(msg) from None
+        raise UnresolvedHostError(msg) from None
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     private = sorted(address for address in addresses if not is_public(address))
     if private:

@@ -112,6 +112,11 @@ class InvalidEndpointError(InvalidOptionError):
     written."""
 
 
+class UnresolvedHostError(InvalidEndpointError):
+    """An endpoint's host does not resolve. Adding the endpoint is refused; a delivery
+    retries, as after a connection error, since a resolver can fail for a while."""
+
+
 class UnknownEndpointError(SqlaBrokerError, LookupError):
     """No endpoint of that name."""
 

@@ -27,7 +27,13 @@ from faststream_sqla.annotations import SqlaMessage
 from faststream_sqla.drivers import endpoints as store
 from faststream_sqla.drivers.base import reading
 from faststream_sqla.endpoints import DEFAULT_RETRY_SCHEDULE, check_address
-from faststream_sqla.exceptions import InvalidEndpointError, InvalidOptionError, RetryAfter, shown
+from faststream_sqla.exceptions import (
+    InvalidEndpointError,
+    InvalidOptionError,
+    RetryAfter,
+    UnresolvedHostError,
+    shown,
+)
 from faststream_sqla.retry import ConstantRetryStrategy
 from faststream_sqla.schema import DELIVERY_QUEUE, KEPT_RESPONSE_LENGTH, WEBHOOK_ID_HEADER
 
@@ -262,6 +268,8 @@ class WebhookDelivery:
         if row is not None:
             try:
                 await check_address(row.url, allow_private=row.allow_private)
+            except UnresolvedHostError:
+                pass  # the request fails to connect, and is retried by the schedule
             except InvalidEndpointError as e:
                 raise DeliveryRefused(str(e)) from None
         self._endpoints[name] = (now, row)

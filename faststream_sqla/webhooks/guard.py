@@ -18,6 +18,7 @@ import httpcore
 import httpx
 
 from faststream_sqla.endpoints import public_addresses
+from faststream_sqla.exceptions import UnresolvedHostError
 
 #: (host, port) -> the addresses it may be connected to, in the order to try them
 Addresses = Callable[[str, int], Awaitable[list[str]]]
@@ -43,6 +44,9 @@ class _PublicOnly(httpcore.AsyncNetworkBackend):
             addresses = await asyncio.wait_for(self._addresses(host, port), timeout)
         except asyncio.TimeoutError:
             raise httpcore.ConnectTimeout(f"resolving {host} timed out") from None
+        except UnresolvedHostError as e:
+            # a connection error, retried: a resolver may fail for a while
+            raise httpcore.ConnectError(str(e)) from None
         failure: Exception | None = None
         for address in addresses:
             try:

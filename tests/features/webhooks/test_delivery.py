@@ -142,6 +142,27 @@ async def test_retries_past_the_schedule_dead_letter(
     assert "the last its retry schedule allows" in dead["last_error"]
 
 
+async def test_a_host_that_does_not_resolve_is_retried_not_dead_lettered_at_once(
+    make_broker, database_url, engine, tables
+) -> None:
+    # .invalid never resolves (RFC 2606); added with allow_private, which skips the
+    # check, then withdrawn in the table, as a resolver failing later would find it
+    await _endpoint(database_url, "http://hooks.invalid/in", retry_schedule=[0.1])
+    e = tables.endpoints
+    async with engine.begin() as conn:
+        await conn.execute(e.update().values(allow_private=False))
+    broker = _deliverer(make_broker)
+    async with broker:
+        await broker.start()
+        (message_id,) = await broker.publish("x", topic="orders.paid")
+        (dead,) = await _archived(engine, tables)
+        attempts = await _attempts(database_url, message_id, 2)
+    # both attempts made and recorded: a resolver failing for a while costs retries only
+    assert [a.status for a in attempts] == [None, None]
+    assert all("does not resolve" in (a.error or "") for a in attempts)
+    assert dead["state"] == MessageState.FAILED and dead["attempts_count"] == 2
+
+
 async def test_a_410_disables_the_endpoint_and_keeps_its_deliveries(
     make_broker, database_url, engine, tables
 ) -> None:

@@ -73,6 +73,12 @@ async def test_a_taken_name_bad_values_and_private_hosts_are_refused_before_any_
             ({"url": "http://localhost:9/h"}, "private or local address"),
             ({"url": "http://10.1.2.3/h"}, "private or local address"),
             ({"url": "http://[::1]:9/h"}, "private or local address"),
+            # other spellings of loopback and "this host", as resolvers read them
+            ({"url": "http://2130706433/h"}, "private or local address"),
+            ({"url": "http://0x7f.1/h"}, "private or local address"),
+            ({"url": "http://0/h"}, "private or local address"),
+            ({"url": "http://[::ffff:127.0.0.1]/h"}, "private or local address"),
+            ({"url": "http://hooks.invalid/h"}, "does not resolve"),
         ]:
             kwargs = {"url": PUBLIC, **bad}
             with pytest.raises((InvalidEndpointError, ValueError), match=match):
