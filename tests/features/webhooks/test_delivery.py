@@ -170,8 +170,10 @@ async def test_a_410_disables_the_endpoint_and_keeps_its_deliveries(
         await _endpoint(database_url, url, max_concurrency=1)
         broker = _deliverer(make_broker)
         async with broker:
+            await broker.connect()
+            # all three before delivery starts: once disabled, the endpoint gets no more
+            ids = await broker.publish_batch(0, 1, 2, topic="orders.paid")
             await broker.start()
-            ids = [(await broker.publish(n, topic="orders.paid"))[0] for n in range(3)]
             async with QueueAdmin(database_url) as admin:
 
                 async def disabled() -> bool:
