@@ -32,7 +32,8 @@ class DriverTransaction:
     """An asyncmy cursor in a transaction of its own, committed on exit
     (`async with DriverTransaction(engine, ...) as transaction`).
 
-    `read_committed` sets that level for this transaction only. A statement packet that
+    `read_committed` sets that level for this transaction only, in the packet of its
+    first statement (`_ReadCommittedCursor`), not a round trip of its own. A statement packet that
     ends with its own COMMIT saves the round trip of the commit on exit: the caller then
     sets `ended`. A connection lost (an error numbered in `disconnect_codes`) or
     interrupted mid-statement by cancellation is invalidated, so the pool never hands
@@ -59,13 +60,8 @@ class DriverTransaction:
         if native is None:  # only on a connection SQLAlchemy has already closed
             raise sa.exc.ResourceClosedError("the pool handed out a closed connection")
         self._fairy, self._native = fairy, native
-        try:
-            self.cursor = native.cursor()
-            if self.read_committed:
-                await self.cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        except BaseException as exc:
-            await self.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
+        cursor = native.cursor()
+        self.cursor = _ReadCommittedCursor(cursor) if self.read_committed else cursor
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -116,6 +112,36 @@ class DriverTransaction:
             connection_invalidated=error_code(exc) in self.disconnect_codes,
             dialect=self.engine.dialect,
         )
+
+
+#: sent ahead of a transaction's first statement, in the same packet
+READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; "
+
+
+class _ReadCommittedCursor:
+    """An asyncmy cursor whose first statement goes in one packet with the SET
+    TRANSACTION that must precede it: an idle claim (the SET, an empty locking read,
+    the COMMIT) is then two round trips, not three, and so is every claim, outcome
+    write and lease renewal. After the first statement it is the cursor itself, as
+    the caller sees it: its result, its row count, its next result sets."""
+
+    __slots__ = ("_cursor", "_first")
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+        self._first = True
+
+    async def execute(self, query: str, args: Any = None) -> Any:
+        if not self._first:
+            return await self._cursor.execute(query, args)
+        self._first = False
+        cursor = self._cursor
+        await cursor.execute(READ_COMMITTED + query, args)
+        await cursor.nextset()  # past the SET's result, to the statement's own
+        return cursor.rowcount
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
 
 
 async def _rolled_back(fairy: Any, native: Any) -> bool:
