@@ -51,9 +51,10 @@ async def claim_controls(
 ) -> ClaimControls:
     """Which of `queues` are paused, and which the channel claim serves: those with a
     limit or a paused channel in this table, and those with messages of a channel
-    waiting. One statement over the queues' control rows (grouped, so a queue with many
-    channels returns one row), then one index probe per queue not yet channelled:
-    what every subscriber reads every CONTROL_INTERVAL, so idle processes cost little."""
+    waiting. One statement: the queues' control rows, grouped (a queue with many
+    channels gives one row), and an index probe per queue for waiting channelled
+    messages. Every subscriber reads it every CONTROL_INTERVAL, so idle processes
+    cost little."""
     c = tables.controls
     paused = sa.and_(c.c.channel == WHOLE_QUEUE, c.c.paused)
     # a setting, not the claims' own state (rate windows, rotation): with every limit
@@ -65,26 +66,31 @@ async def claim_controls(
         c.c.channel_max_concurrency.isnot(None),
         c.c.channel_rate_count.isnot(None),
     )
-    result = await conn.execute(
+    controls = (
         sa.select(
             c.c.queue,
-            sa.func.max(sa.case((paused, 1), else_=0)),
-            sa.func.max(sa.case((setting, 1), else_=0)),
+            sa.func.max(sa.case((paused, 1), else_=0)).label("paused"),
+            sa.func.max(sa.case((setting, 1), else_=0)).label("channelled"),
         )
         .where(c.c.queue.in_(list(queues)))
         .group_by(c.c.queue)
     )
+    source, waiting = channelled_range(tables)
+    # (queue, 0, 1) for each queue with a channelled message waiting
+    probes = [
+        sa.select(
+            sa.literal(queue, sa.String()).label("queue"),
+            sa.literal(0, sa.Integer()).label("paused"),
+            sa.literal(1, sa.Integer()).label("channelled"),
+        ).where(sa.exists().where(source.c.queue == queue, *waiting))
+        for queue in queues
+    ]
+    result = await conn.execute(sa.union_all(controls, *probes))
     paused_found, channelled_found = set(), set()
-    for queue, is_paused, has_setting in result:
+    for queue, is_paused, is_channelled in result:
         if is_paused:
             paused_found.add(queue)
-        if has_setting:
-            channelled_found.add(queue)
-    source, waiting = channelled_range(tables)
-    for queue in queues:
-        if queue not in channelled_found and await conn.scalar(
-            sa.select(sa.exists().where(source.c.queue == queue, *waiting))
-        ):
+        if is_channelled:
             channelled_found.add(queue)
     return ClaimControls(frozenset(paused_found), frozenset(channelled_found))
 

@@ -132,8 +132,8 @@ class ControlWatcher(StoppableLoop):
         self.breakers = breakers
 
     async def read_once(self) -> None:
-        # one transaction, and without breakers one statement (plus a probe per plain
-        # queue): every idle process runs this every CONTROL_INTERVAL
+        # one transaction, and without breakers one statement: every idle process runs
+        # this every CONTROL_INTERVAL
         breakers = self.breakers
         silent_after = breakers.silent_after if breakers is not None else 0.0
         versions = breakers.versions() if breakers is not None else None
