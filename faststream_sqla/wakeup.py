@@ -1,4 +1,10 @@
-"""In-process wake-ups: a publish wakes the fetch loops of local subscribers at once."""
+"""In-process wake-ups: a publish wakes the fetch loops of local subscribers at once.
+
+The hub also knows whether a wake-up watcher of this process (MariaDB, SQLite:
+drivers/watch.py) checks for due messages in the subscribers' place (`covered`): while
+it does, an idle fetcher of plain queues polls only every COVERED_POLL_FACTOR times its
+`max_fetch_interval`, and the watcher's one statement per process finds what those
+polls would have found (a delay ended, a retry due, a lease released)."""
 
 from __future__ import annotations
 
@@ -12,6 +18,9 @@ if TYPE_CHECKING:
 
 #: how long a commit is waited for before its wake-up is given up (polling covers it)
 COMMIT_WAIT_LIMIT = 60.0
+#: while a watcher checks for due messages, an idle fetcher still polls this many times
+#: less often: a safety net, not the way messages are found
+COVERED_POLL_FACTOR = 10
 
 
 class WakeupHub:
@@ -20,14 +29,49 @@ class WakeupHub:
     def __init__(self) -> None:
         self._events: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
         self._after_commit: set[asyncio.Task[None]] = set()
+        #: the idle fetchers a watcher may check due messages for: event -> (queues,
+        #: their max_fetch_interval)
+        self._polling: dict[asyncio.Event, tuple[tuple[str, ...], float]] = {}
+        #: True while a watcher checks for due messages (set_covered)
+        self.covered = False
 
-    def register(self, queues: Iterable[str], event: asyncio.Event) -> None:
+    def register(
+        self,
+        queues: Iterable[str],
+        event: asyncio.Event,
+        *,
+        max_fetch_interval: float | None = None,
+    ) -> None:
+        """Wake `event` for publishes to `queues`; with `max_fetch_interval`, it is an
+        idle fetcher's, whose polls a watcher may take over (`due_checks`)."""
+        queues = tuple(queues)
         for queue in queues:
             self._events[queue].add(event)
+        if max_fetch_interval is not None:
+            self._polling[event] = (queues, max_fetch_interval)
 
     def unregister(self, queues: Iterable[str], event: asyncio.Event) -> None:
         for queue in queues:
             self._events[queue].discard(event)
+        self._polling.pop(event, None)
+
+    def due_checks(self) -> tuple[tuple[str, ...], float]:
+        """The queues whose due messages a watcher should look for, and how often: the
+        shortest `max_fetch_interval` of their fetchers. No queues when there are none."""
+        if not self._polling:
+            return (), 0.0
+        queues = sorted({q for found, _ in self._polling.values() for q in found})
+        return tuple(queues), min(interval for _, interval in self._polling.values())
+
+    def set_covered(self, covered: bool) -> None:
+        """A watcher started or stopped checking for due messages. When it stops, every
+        fetcher is woken, to poll at its own interval again."""
+        if covered == self.covered:
+            return
+        self.covered = covered
+        if not covered:
+            for event in self._polling:
+                event.set()
 
     def consumes(self, queue: str) -> bool:
         """Whether a fetch loop of this broker waits on `queue` (a wake-up source then

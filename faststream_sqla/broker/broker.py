@@ -407,6 +407,8 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             log=log,
             noticed=health.noticed,
             consumes=wakeups.consumes,
+            due_checks=wakeups.due_checks,
+            covering=wakeups.set_covered,
         )
         listener = self.config.driver.listener(self.config.engine, hooks)
         if listener is not None:

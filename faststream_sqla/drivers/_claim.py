@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from faststream_sqla.clock import utc_now
-from faststream_sqla.schema import CLAIMED_COLUMNS, MessageState, QueueTables
+from faststream_sqla.schema import CLAIMED_COLUMNS, PRIORITIES, MessageState, QueueTables
 
 
 def state_literal(state: MessageState) -> sa.ColumnElement[str]:
@@ -21,6 +22,31 @@ def ready_predicate(m: sa.Table) -> sa.ColumnElement[bool]:
     return m.c.state.in_(
         [state_literal(MessageState.PENDING), state_literal(MessageState.RETRYABLE)]
     )
+
+
+def queues_with_due_messages(tables: QueueTables, queues: Sequence[str]) -> sa.Select:
+    """Which of `queues` hold a message the plain claim could take now: waiting, due,
+    of no channel (its ordering key aside: one held back by its key counts). Per queue
+    one probe of the claim index over the priorities, ending at its first row. A
+    wake-up watcher runs it once per `max_fetch_interval` for the whole process, in
+    place of every idle subscriber's claim (drivers/watch.py)."""
+    m = tables.message
+    if "ready_at" in m.c:  # MySQL's tables: see ready_ids
+        due = [m.c.ready_at <= utc_now()]
+    else:
+        due = [ready_predicate(m), m.c.channel.is_(None), m.c.next_attempt_at <= utc_now()]
+    priorities = [sa.literal(level, sa.Integer()) for level in PRIORITIES]
+    parts = [
+        sa.select(sa.literal(queue, sa.String()).label("queue")).where(
+            sa.exists().where(
+                m.c.queue == sa.literal(queue, sa.String()), m.c.priority.in_(priorities), *due
+            )
+        )
+        for queue in queues
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return sa.select(sa.union_all(*parts).subquery().c.queue)
 
 
 #: the parameters `ready_ids` binds, given on every claim

@@ -215,13 +215,17 @@ class WakeupHooks:
     a queue, `on_reconnect()` every one (after a gap in which publishes may have gone
     unheard); `consumes(queue)` says whether this process has a fetcher of a queue to
     wake. `noticed(exc)` is told of its failures, and is True when they need no line
-    of their own (an outage, logged once elsewhere)."""
+    of their own (an outage, logged once elsewhere). A source that can look for due
+    messages (drivers/watch.py) asks `due_checks()` which queues and how often, and
+    tells `covering(True)` once it does, `covering(False)` when it stops."""
 
     on_queue: Callable[[str], None]
     on_reconnect: Callable[[], None]
     log: Callable[..., None]
     noticed: Callable[[BaseException], bool] = lambda _exc: False
     consumes: Callable[[str], bool] = lambda _queue: True
+    due_checks: Callable[[], tuple[tuple[str, ...], float]] = lambda: ((), 0.0)
+    covering: Callable[[bool], None] = lambda _covered: None
 
 
 class NotificationListener(abc.ABC):

@@ -9,8 +9,17 @@ already claimed, by a fetcher of the publishing process, say). Publishers write
 nothing for it.
 
 Looks follow each other quickly while messages arrive and slow down while none do
-(`Pace`). Polling at `max_fetch_interval` stays on beside it: while the watcher is
-down, and for a message it cannot tell apart (below).
+(`Pace`).
+
+New ids do not show every message that becomes claimable: a delay ends, a retry comes
+due, a lease is released, a dead letter is redriven. So every `max_fetch_interval` (the
+shortest of this process's subscribers) the watcher also asks which of the process's
+queues hold a message the plain claim could take now (`queues_with_due_messages`, one
+statement for every queue), and wakes their fetchers. While it does, the fetchers of
+plain queues need not poll for themselves, and wait ten times longer between polls
+(wakeup.COVERED_POLL_FACTOR): one statement per process, not a claim per subscriber,
+is what an idle process costs the server. When the watcher is down they poll at their
+own interval again; channelled queues always do.
 
 Ids are handed out when a row is inserted, not when its transaction commits: on
 MariaDB a transaction that commits after a later one's shows its rows below the newest
@@ -145,10 +154,13 @@ class MessageWatcher(NotificationListener):
     def __init__(self, hooks: WakeupHooks) -> None:
         self.on_queue, self.on_reconnect = hooks.on_queue, hooks.on_reconnect
         self.consumes, self.log, self.noticed = hooks.consumes, hooks.log, hooks.noticed
+        self.due_checks, self.covering = hooks.due_checks, hooks.covering
         #: how many times it has connected
         self.connects = 0
         #: looks made since start
         self.looks = 0
+        #: looks for due messages made since start
+        self.due_looks = 0
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -171,6 +183,11 @@ class MessageWatcher(NotificationListener):
         async with self._changed:
             await self._changed.wait_for(lambda: self.connects >= count)
 
+    async def wait_due_looks(self, count: int) -> None:
+        """Wait until the watcher has looked for due messages `count` times in all."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.due_looks >= count)
+
     # -- what each database provides --------------------------------------------------
     @abc.abstractmethod
     async def _open(self) -> int:
@@ -181,6 +198,11 @@ class MessageWatcher(NotificationListener):
         """The rows newer than `seen.newest` (at most ROWS_PER_LOOK, oldest first) and
         those of `seen.missing` now there; None when the database says nothing
         changed since the last look."""
+
+    @abc.abstractmethod
+    async def _due(self, queues: tuple[str, ...]) -> list[str] | None:
+        """Which of `queues` hold a message the plain claim could take now; None when
+        the database could not say this time (a look to make again soon)."""
 
     @abc.abstractmethod
     def _close(self) -> None:
@@ -214,6 +236,7 @@ class MessageWatcher(NotificationListener):
                         )
                         told = True
             finally:
+                self.covering(False)
                 self._close()
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_LONGEST)
@@ -224,8 +247,10 @@ class MessageWatcher(NotificationListener):
         # every queue was just woken (on_reconnect): no hurry until a look finds a message
         wait = pace.shortest
         woke_at = loop.time() - pace.hold
+        due_at = loop.time()  # the first look for due messages comes at once
         while not self._stopping:
-            await asyncio.sleep(wait)
+            queues, every = self.due_checks()
+            await asyncio.sleep(min(wait, max(0.0, due_at - loop.time())) if queues else wait)
             rows = await self._look(seen)
             self.looks += 1
             now = loop.time()
@@ -238,4 +263,17 @@ class MessageWatcher(NotificationListener):
                     woke_at = now
             else:
                 seen.expire(now)
+            if queues and now >= due_at:
+                due = await self._due(queues)
+                if due is not None:
+                    async with self._changed:
+                        self.due_looks += 1
+                        self._changed.notify_all()
+                    due_at = now + every
+                    # not a reason to look faster: a message held back by its key or a
+                    # breaker is due on every look until it is taken
+                    for queue in due:
+                        if self.consumes(queue):
+                            self.on_queue(queue)
+                    self.covering(True)
             wait = pace.after(wait, now - woke_at)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from faststream_sqla.channels.read_ahead import ReadsAhead
 from faststream_sqla.drivers.base import with_retries
+from faststream_sqla.wakeup import COVERED_POLL_FACTOR
 
 from .claim_size import ClaimSizer
 from .flusher import FLUSH_CONCURRENCY, flush_batch_size
@@ -59,6 +60,7 @@ class Fetcher:
         health: DatabaseHealth,
         claimer: Claimer,
         on_short_claim: Callable[[], None] | None = None,
+        covered: Callable[[], bool] = lambda: False,
     ) -> None:
         self.engine, self.driver, self.queues = engine, driver, list(queues)
         self.claimer = claimer
@@ -68,6 +70,10 @@ class Fetcher:
         self.on_short_claim = on_short_claim
         self.options, self.buffer, self.wake, self.log = options, buffer, wake, log
         self.health = health
+        #: whether a wake-up watcher checks for this process's due messages (WakeupHub)
+        self.covered = covered
+        #: claim rounds made since start
+        self.claim_rounds = 0
         #: held while a claim is in flight (see StuckReleaser)
         self.claiming = claiming
         self.on_claimed, self.on_resized, self.unsettled = on_claimed, on_resized, unsettled
@@ -209,13 +215,20 @@ class Fetcher:
                 # each, before the next claim was even sent; a claim yields to the
                 # workers anyway while it waits for the database.
                 continue
-            await wait_event(
-                self.wake,
-                self.options.min_fetch_interval if full else self.options.max_fetch_interval,
-            )
+            wait = self.options.min_fetch_interval if full else self.idle_wait()
+            await wait_event(self.wake, wait)
+
+    def idle_wait(self) -> float:
+        """How long to wait for a wake-up after a claim that left the workers room:
+        `max_fetch_interval`, or a safety net's longer wait while a watcher checks for
+        due messages instead (not for channelled queues, which it cannot judge)."""
+        if self.covered() and not self.channelled:
+            return self.options.max_fetch_interval * COVERED_POLL_FACTOR
+        return self.options.max_fetch_interval
 
     async def claim_round(self, limit: int) -> int:
         """Claim up to `limit` messages across the queues, starting from a rotating one."""
+        self.claim_rounds += 1
         got = 0
         n = len(self.queues)
         start = self._rotation

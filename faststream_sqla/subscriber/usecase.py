@@ -203,6 +203,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             health=self._outer_config.health,
             claimer=self._claimer,
             on_short_claim=self._free_held_slots,
+            covered=lambda: self._outer_config.wakeups.covered,
         )
         if self.batch:
             self._fetcher.per_worker = opts.fetch_batch_size
@@ -275,7 +276,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             health=self._outer_config.health,
         )
         self._loops = [self._flusher, releaser, leases, watcher, self._recovery]
-        self._outer_config.wakeups.register(self.queues, self._wake)
+        self._outer_config.wakeups.register(
+            self.queues, self._wake, max_fetch_interval=opts.max_fetch_interval
+        )
         self._tasks = [
             self._spawn(self._fetcher.run(), "fetch"),
             self._spawn(self._flusher.run(), "flush"),

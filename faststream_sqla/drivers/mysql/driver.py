@@ -46,6 +46,7 @@ from .._claim import (
     claim_limit,
     claimed_columns,
     priority_literal,
+    queues_with_due_messages,
     ready_ids,
 )
 from .._compiled import DriverStatement, DriverStatements
@@ -537,6 +538,15 @@ WHERE {_ARCHIVED}"""
             hooks,
             # the missing ids travel as a JSON_TABLE: without it, polling finds them
             late_commits=self.json_table,
+            due_statement=functools.partial(self._due_statement, engine),
+        )
+
+    def _due_statement(self, engine: AsyncEngine, queues: tuple[str, ...]) -> DriverStatement:
+        return self._on_driver.get(
+            ("watch", "due", queues),
+            engine.dialect,
+            lambda: queues_with_due_messages(self.tables, queues),
+            (),
         )
 
     def _text(self, engine: AsyncEngine, name: str) -> sa.TextClause:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,10 +24,11 @@ from ..base import WakeupHooks
 from ..watch import ROWS_PER_LOOK, MessageWatcher, Pace, Row, Seen
 
 #: looks every 5 ms while messages arrive (a round trip and an index descent each), for
-#: a second after the last, then backs off to 250 ms while idle: at most 250 ms to the
-#: first message after a lull, four statements a second per idle process (the server's
-#: CPU for idle processes is a published target: docs/configuration.md)
-MYSQL_PACE = Pace(shortest=0.005, longest=0.25, hold=1.0)
+#: a second after the last, then backs off to 500 ms while idle: at most half a second
+#: to the first message after a lull, two statements a second per idle process, beside
+#: its look for due messages (the server's CPU for idle processes is a published
+#: target: docs/configuration.md)
+MYSQL_PACE = Pace(shortest=0.005, longest=0.5, hold=1.0)
 #: seconds a look may take before the connection is given up for a new one
 LOOK_TIMEOUT = 30.0
 
@@ -43,9 +44,11 @@ class MySQLWatcher(MessageWatcher):
         hooks: WakeupHooks,
         *,
         late_commits: bool,
+        due_statement: Callable[[tuple[str, ...]], DriverStatement],
     ) -> None:
         super().__init__(hooks)
         self.engine, self._statements = engine, statements
+        self._due_statement = due_statement
         self.late_commits = late_commits
         #: the server's id of the watcher's connection (CONNECTION_ID()), once open
         self.connection_id: int | None = None
@@ -80,6 +83,17 @@ class MySQLWatcher(MessageWatcher):
         finally:
             watchdog.cancel()
         return rows
+
+    async def _due(self, queues: tuple[str, ...]) -> list[str] | None:
+        statement = self._due_statement(queues)
+        cursor = self._cursor
+        watchdog = asyncio.get_running_loop().call_later(LOOK_TIMEOUT, self._native.close)
+        try:
+            await cursor.execute(statement.sql, statement.arguments({}))
+            rows = await cursor.fetchall()
+        finally:
+            watchdog.cancel()
+        return [queue for (queue,) in rows]
 
     def _close(self) -> None:
         raw, self._raw, self._native, self._cursor = self._raw, None, None, None

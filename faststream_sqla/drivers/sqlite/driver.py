@@ -42,7 +42,8 @@ from faststream_sqla.schema import (
     archive_copy,
 )
 
-from .._claim import ready_ids
+from .._claim import queues_with_due_messages, ready_ids
+from .._compiled import DriverStatements
 from .._gil import short_switch_interval
 from .._pool import check_in
 from ..base import (
@@ -325,6 +326,8 @@ class SQLiteDriver(Driver):
         # woken when it is free. Our own writers (claims, outcomes, leases, publishes)
         # queue here instead, and are handed the lock the moment it is released.
         self._writer = asyncio.Lock()
+        #: the watcher's look for due messages, by the queues it asks about
+        self._watch_statements = DriverStatements()
 
     def not_among(self, column: sa.ColumnElement[int], name: str) -> sa.ColumnElement[bool]:
         ids = sa.func.json_each(sa.bindparam(name)).table_valued("value")
@@ -628,7 +631,16 @@ class SQLiteDriver(Driver):
             functools.partial(_connect, database, options),
             statements,
             hooks,
+            due_statement=functools.partial(self._due_statement, engine),
         )
+
+    def _due_statement(
+        self, engine: AsyncEngine, queues: tuple[str, ...]
+    ) -> tuple[str, Sequence[Any]]:
+        statement = self._watch_statements.get(
+            queues, engine.dialect, lambda: queues_with_due_messages(self.tables, queues), ()
+        )
+        return statement.sql, statement.arguments({})
 
     def is_transient(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None) or exc

@@ -54,9 +54,11 @@ class SQLiteWatcher(MessageWatcher):
         connect: Callable[[], sqlite3.Connection],
         statements: dict[str, str],
         hooks: WakeupHooks,
+        due_statement: Callable[[tuple[str, ...]], tuple[str, Sequence[Any]]],
     ) -> None:
         super().__init__(hooks)
         self._connect, self._sql = connect, statements
+        self._due_statement = due_statement
         self._conn: sqlite3.Connection | None = None
         self._cursor: Any = None
         self._version: int | None = None
@@ -100,6 +102,16 @@ class SQLiteWatcher(MessageWatcher):
             raise
         self._version = version
         return rows
+
+    async def _due(self, queues: tuple[str, ...]) -> list[str] | None:
+        sql, arguments = self._due_statement(queues)
+        try:
+            rows = self._cursor.execute(sql, arguments).fetchall()
+        except sqlite3.OperationalError as exc:
+            if _busy(exc):
+                return None
+            raise
+        return [queue for (queue,) in rows]
 
     def _close(self) -> None:
         conn, self._conn, self._cursor = self._conn, None, None

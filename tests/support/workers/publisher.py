@@ -2,7 +2,8 @@
 
 Usage: publisher.py DATABASE_URL. Prints READY once its broker is connected (it has no
 subscribers), then answers each line with one line:
-- `publish QUEUE BODY`: publishes BODY to QUEUE, prints `PUBLISHED <id>`;
+- `publish QUEUE BODY [DELAY]`: publishes BODY to QUEUE, due DELAY seconds from now
+  if given, prints `PUBLISHED <id>`;
 - `checkpoint` (SQLite): copies the WAL into the database file and empties it, prints
   `CHECKPOINTED <busy> <WAL size in bytes>` (busy 0: the checkpoint completed).
 End of input stops it.
@@ -38,8 +39,10 @@ async def main(url: str) -> None:
         while line := await asyncio.to_thread(sys.stdin.readline):
             command, *args = line.split()
             if command == "publish":
-                queue, body = args
-                print("PUBLISHED", await broker.publish(body, queue=queue), flush=True)
+                queue, body, *delay = args
+                options = {"delay": float(delay[0])} if delay else {}
+                published = await broker.publish(body, queue=queue, **options)
+                print("PUBLISHED", published, flush=True)
             elif command == "checkpoint":
                 print(checkpoint(url), flush=True)
             else:
