@@ -54,6 +54,9 @@ LATE_COMMIT_PATIENCE = 5.0
 #: most missing ids looked for at once (the newest are kept): one key lookup each, in
 #: the look's statement
 MOST_MISSING = 64
+#: most queues one look for due messages asks about (one statement part each, a dozen
+#: bound values): a process with more makes several
+DUE_QUEUES_PER_LOOK = 100
 #: seconds before the first reconnect, doubled after each failure up to the longest
 RECONNECT_FIRST = 0.1
 RECONNECT_LONGEST = 5.0
@@ -208,6 +211,15 @@ class MessageWatcher(NotificationListener):
     def _close(self) -> None:
         """Close the watcher's connection, if open, without waiting on the database."""
 
+    async def _due_among(self, queues: tuple[str, ...]) -> list[str] | None:
+        found: list[str] = []
+        for start in range(0, len(queues), DUE_QUEUES_PER_LOOK):
+            due = await self._due(queues[start : start + DUE_QUEUES_PER_LOOK])
+            if due is None:
+                return None
+            found += due
+        return found
+
     # -- the loop ---------------------------------------------------------------------
     async def _run(self) -> None:
         delay = RECONNECT_FIRST
@@ -264,7 +276,7 @@ class MessageWatcher(NotificationListener):
             else:
                 seen.expire(now)
             if queues and now >= due_at:
-                due = await self._due(queues)
+                due = await self._due_among(queues)
                 if due is not None:
                     async with self._changed:
                         self.due_looks += 1

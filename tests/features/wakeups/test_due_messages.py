@@ -12,6 +12,7 @@ import asyncio
 import pytest
 
 from faststream_sqla import SqlaBroker
+from faststream_sqla.drivers.watch import DUE_QUEUES_PER_LOOK
 from faststream_sqla.wakeup import COVERED_POLL_FACTOR, WakeupHub
 from tests.conftest import on_servers
 from tests.support.helpers import recording
@@ -49,6 +50,21 @@ async def test_a_message_delayed_by_another_process_is_handled_when_due_without_
             await publisher("publish a later 1.0")
             await got.wait_for(1, timeout=WAIT)
     assert got.calls == ["later"]
+
+
+@pytest.mark.parametrize("dialect_name", WATCHED)
+async def test_due_messages_are_found_in_a_process_with_more_queues_than_one_look_asks_about(
+    make_broker, database_url, tmp_path
+):
+    queues = [f"q{i:03}" for i in range(DUE_QUEUES_PER_LOOK + 20)]
+    consumer = make_broker()
+    got = recording(consumer, queues, min_fetch_interval=0.0, max_fetch_interval=3.0)
+    async with consumer:
+        await watched(consumer)
+        async with publisher_process(database_url, tmp_path / "publisher.log") as publisher:
+            await publisher(f"publish {queues[-1]} last 1.0")
+            await got.wait_for(1, timeout=WAIT)
+    assert got.calls == ["last"]
 
 
 @pytest.mark.parametrize("dialect_name", WATCHED)
