@@ -127,3 +127,12 @@ async def test_it_refuses_a_read_url_of_another_kind_of_database_in_one_line(dat
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "same kind of database" in lines[0], lines
+
+
+async def test_it_refuses_a_read_timeout_out_of_bounds_in_one_line(database_url):
+    done = await run_script(
+        database_url, "dashboard", "--read-timeout", "0.01", "--port", str(free_port())
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "read_timeout must be a number of seconds" in lines[0], lines
