@@ -18,6 +18,7 @@ from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.dashboard import create_app
 from faststream_sqla.exceptions import InvalidOptionError
 from faststream_sqla.schema import QueueTables
+from tests.support.helpers import wait_until
 
 from .conftest import fail, ok
 
@@ -80,9 +81,12 @@ class LockHeld:
 
     async def until_waited_on(self) -> None:
         """Returns once a statement waits for the lock (at once where none can tell)."""
-        async with asyncio.timeout(30):
-            while (found := await self.waiters()) is not None and found == 0:
-                await asyncio.sleep(0.02)  # noqa: ASYNC110 - the waiter is another server session
+
+        async def waited_on() -> bool:
+            found = await self.waiters()
+            return found is None or found > 0
+
+        await wait_until(waited_on)
 
 
 @pytest.fixture
