@@ -67,7 +67,9 @@ def create_app(
     """The dashboard of the queues in one database, as an ASGI app.
 
     Args:
-        target: a database URL (the app makes an engine and closes it when it stops),
+        target: a database URL (the app makes an engine and closes it when its lifespan
+            ends: mounted in another app, enter `app.router.lifespan_context(app)`
+            from the parent's lifespan, since a mounted app's own does not run),
             an `AsyncEngine` or a `QueueAdmin` (yours: kept open; pass a `QueueAdmin`
             to choose the table names).
         read_only: refuse every change (403) and hide the pages' actions.
