@@ -83,8 +83,8 @@ def dashboard(
         import uvicorn
 
         from faststream_sqla.admin import QueueAdmin
-        from faststream_sqla.dashboard import BasicAuth, TokenAuth, create_app
-        from faststream_sqla.dashboard.server import base_path_of, check_exposure, under_base_path
+        from faststream_sqla.dashboard import BasicAuth, TokenAuth
+        from faststream_sqla.dashboard.server import base_path_of, check_exposure, served_app
     except ImportError as e:
         raise fail(
             f"the dashboard needs its extra ({e.name} is missing): "
@@ -108,7 +108,7 @@ def dashboard(
             read_url=read_url,
             read_timeout=read_timeout,
         )
-        served = under_base_path(create_app(admin, read_only=read_only, auth=auth), mount)
+        served = served_app(admin, read_only=read_only, auth=auth, base_path=mount)
     except InvalidOptionError as e:
         raise fail(str(e), EXIT_USAGE) from None
     uvicorn.run(served, host=host, port=port, log_level="info")
