@@ -2,7 +2,9 @@
 queue's depth and follows it live; a dead letter redriven from its page is handled by
 a running broker; a queue paused from its page is claimed no more; read-only pages
 show no action and the API refuses a change; a browser signs in with the token and
-its changes carry the CSRF token; a channel's limits are edited. On every database."""
+its changes carry the CSRF token; a channel's limits are edited; a schedule is paused
+and resumed; an open breaker is reset; every dead letter is replayed after a count,
+and nothing moves when the count is declined. On every database."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from faststream_sqla.dashboard import TokenAuth, create_app
 from tests.support.helpers import FAST, Recorder, captured_logger, recording, wait_until
 
 from .browser import chromium, served
-from .conftest import fail
+from .conftest import fail, open_breaker
 
 #: long enough for a poll (every 3 s) on a machine shared with other test runs
 LIVE = 15_000
@@ -176,3 +178,85 @@ async def test_a_channels_limits_are_edited_from_the_channels_page(database_url)
                 await expect(page.locator("#flash")).to_have_text("saved")
         (acme,) = await admin.channels("orders")
     assert (acme.max_concurrency, acme.rate) == (3, None)
+
+
+async def test_a_schedule_is_paused_and_resumed_from_the_schedules_page(database_url):
+    async with SqlaBroker(database_url) as broker:
+        broker.schedule("reports", {"kind": "daily"}, cron="0 6 * * *", name="daily")
+        await broker.start()
+    async with QueueAdmin(database_url) as admin:
+        with served(create_app(database_url)) as base:
+            async with chromium() as browser:
+                page = await browser.new_page()
+                await page.goto(f"{base}/schedules")
+                await page.get_by_role("button", name="Pause").click()
+                await expect(page.locator("#flash")).to_have_text("saved")
+                (daily,) = await admin.schedules()
+                assert (daily.name, daily.paused) == ("daily", True)
+
+                await page.reload()  # the schedules page does not refresh itself
+                await expect(page.locator(".badge.paused")).to_be_visible()
+                await page.get_by_role("button", name="Resume").click()
+                await expect(page.locator("#flash")).to_have_text("saved")
+                (daily,) = await admin.schedules()
+                assert not daily.paused
+
+
+async def test_an_open_breaker_is_reset_from_the_breakers_page(database_url, engine, tables):
+    await open_breaker(engine, tables, "billing")
+    async with QueueAdmin(database_url) as admin:
+        with served(create_app(database_url)) as base:
+            async with chromium() as browser:
+                page = await browser.new_page()
+                asked: list[str] = []
+
+                async def answer(dialog) -> None:
+                    asked.append(dialog.message)
+                    await dialog.accept()
+
+                page.on("dialog", answer)
+                await page.goto(f"{base}/breakers")
+                row = page.locator("table.breakers tbody tr").first
+                await expect(row).to_contain_text("OPEN")
+                await page.get_by_role("button", name="Reset").click()
+                await expect(page.locator("#flash")).to_have_text("done")
+                await page.reload()  # the breakers page does not refresh itself
+                await expect(row).to_contain_text("CLOSED")
+                assert asked == ["Close this breaker and forget its failures?"]
+        (breaker,) = await admin.breakers("billing")
+    assert (breaker.state, breaker.consecutive_failures) == ("CLOSED", 0)
+
+
+async def test_every_dead_letter_is_replayed_after_its_count_and_none_when_declined(
+    database_url, engine, driver
+):
+    async with SqlaBroker(database_url) as broker:
+        await broker.connect()
+        await broker.publish_batch("a", "b", "c", queue="billing")
+    await fail(driver, engine, "billing", 3)
+    with served(create_app(database_url)) as base:
+        async with chromium() as browser:
+            page = await browser.new_page()
+            asked: list[str] = []
+            answers = iter([False, True])
+
+            async def answer(dialog) -> None:
+                asked.append(dialog.message)
+                await (dialog.accept() if next(answers) else dialog.dismiss())
+
+            page.on("dialog", answer)
+            await page.goto(f"{base}/dead-letters?queue=billing")
+            replay_all = page.get_by_role("button", name="Replay all matching")
+            await replay_all.click()
+            await expect(page.locator("#flash")).to_have_text("nothing moved")
+            assert await driver.claim(engine, "billing", 10) == []  # declined: nothing queued
+
+            await replay_all.click()
+            await expect(page.locator("#flash")).to_have_text("moved 3")
+            assert asked == ["Replay 3 messages?", "Replay 3 messages?"]
+    # three new messages, ready to be claimed
+    assert sorted(m.payload for m in await driver.claim(engine, "billing", 10)) == [
+        b"a",
+        b"b",
+        b"c",
+    ]
