@@ -247,13 +247,21 @@ class QueueAdmin:
         """How many of `queue`'s messages were archived in each of `spans` spans of
         `span_seconds` (default: the last hour in five-minute spans), oldest first;
         bounded counts over the archive's time index, as `queues()`'s figures."""
+        (found,) = await self.throughputs([queue], spans=spans, span_seconds=span_seconds)
+        return found
+
+    async def throughputs(
+        self, names: Sequence[str], *, spans: int = 12, span_seconds: int = 300
+    ) -> list[Throughput]:
+        """`throughput()` of each of `names`, in one read: an overview's sparklines."""
         require_whole("spans", spans, MAX_THROUGHPUT_SPANS)
         require_whole("span_seconds", span_seconds, 86_400)
-        validate_queue_name(queue)
+        for queue in names:
+            validate_queue_name(queue)
         await self._prepare()
         async with self._reads() as conn:
-            return await queues.queue_throughput(
-                conn, self.tables, queue, spans, span_seconds, self.exact_up_to
+            return await queues.queue_throughputs(
+                conn, self.tables, names, spans, span_seconds, self.exact_up_to
             )
 
     async def inspect(self, message_id: int) -> MessageDetails:

@@ -5,6 +5,7 @@ before anything is read. On every database."""
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from faststream_sqla import InvalidOptionError, SqlaBroker
 from faststream_sqla.admin import Count, QueueAdmin
@@ -37,3 +38,41 @@ async def test_bad_spans_are_refused(database_url, options, named):
     async with QueueAdmin(database_url) as admin:
         with pytest.raises(InvalidOptionError, match=named):
             await admin.throughput("orders", **options)
+
+
+async def test_every_queues_throughput_is_one_statement(database_url, engine, driver):
+    async with SqlaBroker(database_url) as broker:
+        await broker.connect()
+        await broker.publish_batch(*(f"m{i}" for i in range(3)), queue="orders")
+        await broker.publish("other", queue="billing")
+    await fail(driver, engine, "orders", 2)
+    await fail(driver, engine, "billing", 1)
+    async with QueueAdmin(engine) as admin:
+        await admin.queue_names()  # the schema checked: its reads are not counted below
+        statements: list[str] = []
+
+        def seen(conn, cursor, statement, *args) -> None:
+            if "message_archive" in statement:
+                statements.append(statement)
+
+        sa.event.listen(engine.sync_engine, "before_cursor_execute", seen)
+        try:
+            every = await admin.throughputs(["orders", "billing", "never-used"], spans=3)
+        finally:
+            sa.event.remove(engine.sync_engine, "before_cursor_execute", seen)
+        assert len(statements) == 1
+        assert [(t.queue, [c.value for c in t.archived]) for t in every] == [
+            ("orders", [0, 0, 2]),
+            ("billing", [0, 0, 1]),
+            ("never-used", [0, 0, 0]),
+        ]
+        assert every[0] == await admin.throughput("orders", spans=3)
+
+
+async def test_many_queues_throughput_past_one_statements_columns(database_url):
+    # 11 queues of 120 spans: more counts than one statement selects (SQLite's limit)
+    names = [f"q{i}" for i in range(11)]
+    async with QueueAdmin(database_url) as admin:
+        every = await admin.throughputs(names, spans=120, span_seconds=60)
+    assert [t.queue for t in every] == names
+    assert all(t.archived == [Count(0, exact=True)] * 120 for t in every)
