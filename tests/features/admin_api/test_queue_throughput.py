@@ -13,13 +13,18 @@ from faststream_sqla.admin import Count, QueueAdmin
 from tests.features.dashboard.conftest import fail
 
 
-async def test_messages_archived_now_fall_in_the_last_span(database_url, engine, driver):
+async def _archived_now(database_url, engine, driver, *, orders: int) -> None:
+    """`orders` messages of the queue orders and one of billing archived now."""
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
-        await broker.publish_batch(*(f"m{i}" for i in range(5)), queue="orders")
+        await broker.publish_batch(*(f"m{i}" for i in range(orders)), queue="orders")
         await broker.publish("other", queue="billing")
-    await fail(driver, engine, "orders", 3)
+    await fail(driver, engine, "orders", orders)
     await fail(driver, engine, "billing", 1)
+
+
+async def test_messages_archived_now_fall_in_the_last_span(database_url, engine, driver):
+    await _archived_now(database_url, engine, driver, orders=3)
     async with QueueAdmin(database_url, exact_up_to=2) as capped, QueueAdmin(database_url) as admin:
         hour = await admin.throughput("orders")
         assert (hour.queue, hour.span_seconds, len(hour.archived)) == ("orders", 300, 12)
@@ -41,12 +46,7 @@ async def test_bad_spans_are_refused(database_url, options, named):
 
 
 async def test_every_queues_throughput_is_one_statement(database_url, engine, driver):
-    async with SqlaBroker(database_url) as broker:
-        await broker.connect()
-        await broker.publish_batch(*(f"m{i}" for i in range(3)), queue="orders")
-        await broker.publish("other", queue="billing")
-    await fail(driver, engine, "orders", 2)
-    await fail(driver, engine, "billing", 1)
+    await _archived_now(database_url, engine, driver, orders=2)
     async with QueueAdmin(engine) as admin:
         await admin.queue_names()  # the schema checked: its reads are not counted below
         statements: list[str] = []
