@@ -9,12 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+# the *Exception names: 2.x calls them *Error and keeps these, which 1.4 has
 from cron_descriptor import (
     ExpressionDescriptor,
-    FormatError,
-    MissingFieldError,
+    FormatException,
+    MissingFieldException,
     Options,
-    WrongArgumentError,
+    WrongArgumentException,
 )
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
@@ -64,7 +65,7 @@ def cron_words(expression: str | None) -> str:
     options.use_24hour_time_format = True
     try:
         return str(ExpressionDescriptor(expression, options).get_description())
-    except (FormatError, MissingFieldError, WrongArgumentError):
+    except (FormatException, MissingFieldException, WrongArgumentException):
         return ""
 
 
