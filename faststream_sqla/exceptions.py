@@ -89,6 +89,25 @@ class DatabaseUnreachableError(SqlaBrokerError, ConnectionError):
     (the driver's own error is chained as the cause)."""
 
 
+class ReadTimedOut(SqlaBrokerError, TimeoutError):
+    """A read of the admin API passed its bound (`QueueAdmin`'s `read_timeout`): the
+    database did not answer in time, most often because a lock held elsewhere kept the
+    read waiting. `seconds` is the bound; the database's own error is the cause."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the database did not answer within {seconds:g} s (read_timeout)")
+        self.seconds = seconds
+
+
+def require_seconds(name: str, value: object, low: float, high: float) -> float:
+    """`value` as seconds, if it is a number (not a bool) from `low` to `high`; else
+    InvalidOptionError naming the option and its bounds."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
+        msg = f"{name} must be a number of seconds from {low:g} to {high:g}, got {shown(value)}"
+        raise InvalidOptionError(msg)
+    return float(value)
+
+
 class UnknownMessageError(SqlaBrokerError, LookupError):
     """No message with that id is queued or archived."""
 

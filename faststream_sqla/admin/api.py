@@ -5,7 +5,8 @@ it never prints or exits."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -18,14 +19,16 @@ from faststream_sqla.channels.limits import Rate
 from faststream_sqla.channels.store import UNSET, _Unset
 from faststream_sqla.connecting import create_engine
 from faststream_sqla.drivers import Driver, check_replica_kind, driver_for, queue_reads
-from faststream_sqla.drivers.base import TERMINAL, reading
+from faststream_sqla.drivers.base import READ_TIMEOUT_RANGE, TERMINAL, reading
 from faststream_sqla.drivers.postgresql import partitions
 from faststream_sqla.exceptions import (
     InvalidEndpointError,
     InvalidOptionError,
+    ReadTimedOut,
     UnknownEndpointError,
     UnknownMessageError,
     UnknownQueueError,
+    require_seconds,
     require_whole,
     shown,
 )
@@ -81,6 +84,9 @@ MAX_PAGE = 1000
 MAX_THROUGHPUT_SPANS = 120
 #: changes of state `breakers()` reports with each breaker
 RECENT_TRANSITIONS = 5
+#: the bound the dashboard puts on each read by default, in seconds: a page waits no
+#: longer than a person would before reloading
+DEFAULT_READ_TIMEOUT = 5.0
 #: states a replay takes by default: every final outcome
 REPLAYABLE = TERMINAL
 
@@ -103,6 +109,10 @@ class QueueAdmin:
             it is. Every change still goes to `engine`, the primary, and so do the
             reads a change makes. A replica of another kind of database is a
             ReplicaMismatchError.
+        read_timeout: a bound in seconds (0.1 to 300) on each statement of every call
+            that only reads: past it the database gives up on the statement and the
+            call raises ReadTimedOut. None (the default) waits as long as it takes.
+            The changes, and the reads a change makes, are never bound.
     """
 
     def __init__(
@@ -113,8 +123,13 @@ class QueueAdmin:
         archive_table: str = DEFAULT_ARCHIVE_TABLE,
         exact_up_to: int = DEFAULT_EXACT_UP_TO,
         read_url: AsyncEngine | str | sa.URL | None = None,
+        read_timeout: float | None = None,
     ) -> None:
         require_whole("exact_up_to", exact_up_to, 10_000_000)
+        #: the bound on each statement of a call that only reads, or None
+        self.read_timeout = read_timeout
+        if read_timeout is not None:
+            self.read_timeout = require_seconds("read_timeout", read_timeout, *READ_TIMEOUT_RANGE)
         self._owned = not isinstance(engine, AsyncEngine)
         self.engine = engine if isinstance(engine, AsyncEngine) else create_engine(engine)
         #: where the calls that only read go: the replica, else the primary
@@ -158,6 +173,18 @@ class QueueAdmin:
         if self._owns_reads:
             await self.read_engine.dispose()
 
+    @asynccontextmanager
+    async def _reads(self) -> AsyncIterator[AsyncConnection]:
+        """A connection to `read_engine` for a call that only reads, bound by
+        `read_timeout`; the bound passing is ReadTimedOut."""
+        try:
+            async with self.driver.bounded_reading(self.read_engine, self.read_timeout) as conn:
+                yield conn
+        except sa.exc.DBAPIError as exc:
+            if self.read_timeout is not None and self.driver.is_read_timeout(exc):
+                raise ReadTimedOut(self.read_timeout) from exc
+            raise
+
     @property
     def reads_from_replica(self) -> bool:
         """Whether the calls that only read go to a replica (`read_url`)."""
@@ -168,7 +195,7 @@ class QueueAdmin:
         go to the primary (no `read_url`)."""
         if not self.reads_from_replica:
             return None
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return ReplicaLag(await self.driver.replica_lag(conn))
 
     async def _prepare(self, *, writes: bool = False) -> None:
@@ -191,7 +218,7 @@ class QueueAdmin:
     async def queue_names(self) -> list[str]:
         """Every queue with a queued or archived message."""
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return await queue_reads.queue_names(conn, self.tables)
 
     async def queues(
@@ -200,7 +227,7 @@ class QueueAdmin:
         """Figures per queue (all queues, or `names`). A name no message ever had is an
         UnknownQueueError, or zeros with `unknown_as_empty` (a monitor's fixed list)."""
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             if names is None:
                 names = await queue_reads.queue_names(conn, self.tables)
             else:
@@ -220,19 +247,28 @@ class QueueAdmin:
         """How many of `queue`'s messages were archived in each of `spans` spans of
         `span_seconds` (default: the last hour in five-minute spans), oldest first;
         bounded counts over the archive's time index, as `queues()`'s figures."""
+        (found,) = await self.throughputs([queue], spans=spans, span_seconds=span_seconds)
+        return found
+
+    async def throughputs(
+        self, names: Sequence[str], *, spans: int = 12, span_seconds: int = 300
+    ) -> list[Throughput]:
+        """`throughput()` of each of `names`, in one read: an overview's sparklines."""
         require_whole("spans", spans, MAX_THROUGHPUT_SPANS)
         require_whole("span_seconds", span_seconds, 86_400)
-        validate_queue_name(queue)
+        for queue in names:
+            validate_queue_name(queue)
         await self._prepare()
-        async with reading(self.read_engine) as conn:
-            return await queues.queue_throughput(
-                conn, self.tables, queue, spans, span_seconds, self.exact_up_to
+        async with self._reads() as conn:
+            return await queues.queue_throughputs(
+                conn, self.tables, names, spans, span_seconds, self.exact_up_to
             )
 
     async def inspect(self, message_id: int) -> MessageDetails:
         """One message, queued or archived."""
         await self._prepare()
-        found = await messages.find_message(self.driver, self.read_engine, _id(message_id))
+        async with self._reads() as conn:
+            found = await messages.find_message(conn, self.tables, _id(message_id))
         if found is None:
             raise UnknownMessageError(f"no message {message_id} in the queue or the archive")
         return found
@@ -266,7 +302,7 @@ class QueueAdmin:
         require_whole("limit", limit, MAX_PAGE)
         messages.message_cursor(after)  # a bad token fails before the database is asked
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             await self._known_queue(conn, queue)
             return await messages.message_page(
                 conn, self.tables, queue, chosen, limit=limit, after=after
@@ -291,7 +327,7 @@ class QueueAdmin:
         dead_letters.time_range(since, until)
         error = _optional_text("error", error)
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             names = await self._queues_or_one(conn, queue)
             return await dead_letters.dead_letter_page(
                 conn,
@@ -307,7 +343,7 @@ class QueueAdmin:
     async def dead_letter_summary(self, *, queue: str | None = None) -> list[DeadLetterSummary]:
         """Per queue with dead letters: how many, oldest, newest, most common errors."""
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             names = await self._queues_or_one(conn, queue)
             found = [
                 await dead_letters.dead_letter_summary(conn, self.tables, name, self.exact_up_to)
@@ -318,7 +354,7 @@ class QueueAdmin:
     async def paused_queues(self) -> list[str]:
         """The queues whose claims are paused (`pause_queue`)."""
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return await controls.paused_queues(conn, self.tables)
 
     async def breakers(self, queue: str | None = None) -> list[BreakerStatus]:
@@ -327,7 +363,7 @@ class QueueAdmin:
         if queue is not None:
             validate_queue_name(queue)
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return await controls.breaker_statuses(conn, self.tables, queue, RECENT_TRANSITIONS)
 
     async def breaker_history(
@@ -339,7 +375,7 @@ class QueueAdmin:
         require_whole("limit", limit, MAX_PAGE)
         own = WHOLE_QUEUE if channel is None else limits.channel_name(channel)
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return await controls.breaker_history(conn, self.tables, queue, limit, own)
 
     # -- changing --------------------------------------------------------------------
@@ -483,14 +519,13 @@ class QueueAdmin:
 
     async def _count_moves(self, chosen: _Chosen) -> Count:
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             names = await self._queues_or_one(conn, chosen.queue)
         ranges = dead_letters.move_ranges_of(
             names, chosen.states, chosen.since, chosen.until, chosen.error
         )
-        return await dead_letters.count_moves(
-            self.read_engine, self.tables, ranges, self.exact_up_to
-        )
+        async with self._reads() as conn:
+            return await dead_letters.count_moves(conn, self.tables, ranges, self.exact_up_to)
 
     async def _move(
         self, chosen: _Chosen, progress: Progress | None, batch_size: int
@@ -571,7 +606,7 @@ class QueueAdmin:
         The counts are exact: one GROUP BY over the queue's live messages of a channel."""
         validate_queue_name(queue)
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return await limits.channel_statuses(conn, self.tables, queue)
 
     async def queue_limits(self, queue: str) -> QueueLimits:
@@ -579,7 +614,7 @@ class QueueAdmin:
         (none, and running, for a queue nobody set)."""
         validate_queue_name(queue)
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return await limits.queue_limits(conn, self.tables, queue)
 
     async def set_channel_limits(
@@ -670,7 +705,7 @@ class QueueAdmin:
     async def schedules(self) -> list[ScheduleInfo]:
         """Every schedule, by name."""
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return await schedules.schedules(conn, self.tables)
 
     async def pause_schedule(self, name: str) -> ScheduleInfo:
@@ -704,7 +739,7 @@ class QueueAdmin:
         stays listed for an hour after its last refresh. A graceful stop removes its row."""
         threshold = workers.checked_gone_after(gone_after)
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return await workers.workers(conn, self.tables, threshold)
 
     # -- topics ----------------------------------------------------------------------
@@ -725,13 +760,13 @@ class QueueAdmin:
     async def bindings(self, *, queue: str | None = None) -> list[Binding]:
         """Every binding (only `queue`'s, if given), by pattern then queue."""
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return await topics.bindings(conn, self.tables, queue=queue)
 
     async def route(self, topic: str) -> list[str]:
         """The queues a message published to `topic` now reaches, by name."""
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return await topics.route(conn, self.driver, topic)
 
     # -- webhook endpoints (docs/webhooks.md) -------------------------------------------
@@ -806,13 +841,13 @@ class QueueAdmin:
     async def endpoints(self) -> list[Endpoint]:
         """Every endpoint, by name; secrets shown by their first characters only."""
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return await webhook_endpoints.endpoints(conn, self.tables)
 
     async def endpoint(self, name: str) -> Endpoint:
         """One endpoint; UnknownEndpointError when there is none of that name."""
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             found = await webhook_endpoints.endpoints(
                 conn, self.tables, [webhook_endpoints.checked_name(name)]
             )
@@ -871,7 +906,7 @@ class QueueAdmin:
         """The HTTP attempts of webhook delivery `message_id`, oldest first (the latest
         100)."""
         await self._prepare()
-        async with reading(self.read_engine) as conn:
+        async with self._reads() as conn:
             return await webhook_endpoints.attempts(conn, self.tables, _id(message_id))
 
     # -- helpers ---------------------------------------------------------------------

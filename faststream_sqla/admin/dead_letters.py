@@ -243,11 +243,10 @@ def move_ranges_of(
 
 
 async def count_moves(
-    engine: AsyncEngine, tables: QueueTables, ranges: Sequence[ArchiveRange], cap: int
+    conn: AsyncConnection, tables: QueueTables, ranges: Sequence[ArchiveRange], cap: int
 ) -> Count:
     """How many rows a move of `ranges` would take, counted up to `cap`."""
-    async with reading(engine) as conn:
-        found = await count_archived_up_to(conn, tables, ranges, cap)
+    found = await count_archived_up_to(conn, tables, ranges, cap)
     return Count(found, exact=found < cap)
 
 

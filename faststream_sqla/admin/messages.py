@@ -11,7 +11,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.clock import to_aware
 from faststream_sqla.drivers import Driver, message_reads
-from faststream_sqla.drivers.base import reading
 from faststream_sqla.drivers.claimed_rows import load_headers
 from faststream_sqla.drivers.purge import Purge, count_waiting, purge_waiting
 from faststream_sqla.exceptions import InvalidOptionError, shown
@@ -28,20 +27,19 @@ PURGE_BATCH = 1000
 
 
 async def find_message(
-    driver: Driver, engine: AsyncEngine, message_id: int
+    conn: AsyncConnection, tables: QueueTables, message_id: int
 ) -> MessageDetails | None:
     """The message `message_id`, live or archived."""
-    async with reading(engine) as conn:
-        row = await message_reads.find_message(conn, driver.tables, message_id)
-        if row is None:
-            return None
-        state = row.state
-        held_by = None
-        if not row.archived and state == MessageState.PROCESSING:
-            held_by = (await holders(conn, driver.tables, [row.id])).get(row.id)
-        tried = []
-        if row.queue == DELIVERY_QUEUE:
-            tried = await webhook_attempts(conn, driver.tables, row.id)
+    row = await message_reads.find_message(conn, tables, message_id)
+    if row is None:
+        return None
+    state = row.state
+    held_by = None
+    if not row.archived and state == MessageState.PROCESSING:
+        held_by = (await holders(conn, tables, [row.id])).get(row.id)
+    tried = []
+    if row.queue == DELIVERY_QUEUE:
+        tried = await webhook_attempts(conn, tables, row.id)
     return MessageDetails(
         id=row.id,
         queue=row.queue,

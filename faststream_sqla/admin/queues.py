@@ -7,7 +7,7 @@ Figures: docs/benchmarks.md#admin-reads and docs/benchmarks.md#admin-counts.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -18,7 +18,7 @@ from faststream_sqla.schema import QueueTables
 
 from .models import Count, Progress, QueueStats, Throughput
 
-__all__ = ["queue_stats", "queue_throughput", "start_progress"]
+__all__ = ["queue_stats", "queue_throughputs", "start_progress"]
 
 
 async def start_progress(
@@ -59,9 +59,15 @@ async def queue_stats(
     )
 
 
-async def queue_throughput(
-    conn: AsyncConnection, tables: QueueTables, queue: str, spans: int, span_seconds: int, cap: int
-) -> Throughput:
-    query = ThroughputQuery(tables, queue, spans, span_seconds, cap)
+async def queue_throughputs(
+    conn: AsyncConnection,
+    tables: QueueTables,
+    queues: Sequence[str],
+    spans: int,
+    span_seconds: int,
+    cap: int,
+) -> list[Throughput]:
+    """Each of `queues`' throughput, in one read."""
+    query = ThroughputQuery(tables, queues, spans, span_seconds, cap)
     counts = await archived_per_span(conn, query)
-    return Throughput(queue, span_seconds, [_count(n, cap) for n in counts])
+    return [Throughput(q, span_seconds, [_count(n, cap) for n in counts[q]]) for q in queues]

@@ -11,10 +11,11 @@ from rich.markup import escape
 
 from faststream_sqla.admin.channels import channel_name
 from faststream_sqla.exceptions import InvalidOptionError, InvalidQueueNameError
+from faststream_sqla.formatting import timestamp
 from faststream_sqla.schema import validate_queue_name
 
 from .common import Admin, admin_command, app, out, print_json, usage_error
-from .operate import _time, listing
+from .operate import listing
 
 queue_app = typer.Typer(
     help="Pause and resume the consumers of a queue; its limits.", no_args_is_help=True
@@ -139,8 +140,8 @@ def status(admin: Admin, queue: OptionalName = None) -> None:
             *([escape(b.channel or "-")] if channels else []),
             b.state,
             str(b.consecutive_failures),
-            _time(b.changed_at),
-            _time(b.reopens_at) if b.state == "OPEN" else "-",
+            timestamp(b.changed_at),
+            timestamp(b.reopens_at) if b.state == "OPEN" else "-",
             escape(b.probe_holder or "-"),
         )
     out.print(table)
@@ -149,7 +150,7 @@ def status(admin: Admin, queue: OptionalName = None) -> None:
         if b.recent:
             out.print(f"Recent transitions of {_breaker_name(b.queue, b.channel)}, newest first:")
         for t in b.recent:
-            out.print(f"  {_time(t.at)}  {t.from_state} -> {t.to_state}  ({escape(t.reason)})")
+            out.print(f"  {timestamp(t.at)}  {t.from_state} -> {t.to_state}  ({escape(t.reason)})")
     return None
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from faststream_sqla.admin.api import DEFAULT_READ_TIMEOUT
 from faststream_sqla.exceptions import InvalidOptionError
 
 from .common import (
@@ -65,6 +66,14 @@ def dashboard(
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
     read_url: ReadUrl = None,
+    read_timeout: Annotated[
+        float,
+        typer.Option(
+            "--read-timeout",
+            help="Seconds (0.1 to 300) each read may take before its page says the "
+            "database did not answer in time.",
+        ),
+    ] = DEFAULT_READ_TIMEOUT,
 ) -> None:
     """Serve the dashboard: the queues, messages, dead letters, channels, breakers and
     schedules of one database, and its JSON API under /api. Without auth it listens
@@ -74,8 +83,8 @@ def dashboard(
         import uvicorn
 
         from faststream_sqla.admin import QueueAdmin
-        from faststream_sqla.dashboard import BasicAuth, TokenAuth, create_app
-        from faststream_sqla.dashboard.server import base_path_of, check_exposure, under_base_path
+        from faststream_sqla.dashboard import BasicAuth, TokenAuth
+        from faststream_sqla.dashboard.server import base_path_of, check_exposure, served_app
     except ImportError as e:
         raise fail(
             f"the dashboard needs its extra ({e.name} is missing): "
@@ -93,9 +102,13 @@ def dashboard(
         mount = base_path_of(base_path)
         names = names_of(message_table, archive_table)
         admin = QueueAdmin(
-            url, message_table=names.message, archive_table=names.archive, read_url=read_url
+            url,
+            message_table=names.message,
+            archive_table=names.archive,
+            read_url=read_url,
+            read_timeout=read_timeout,
         )
-        served = under_base_path(create_app(admin, read_only=read_only, auth=auth), mount)
+        served = served_app(admin, read_only=read_only, auth=auth, base_path=mount)
     except InvalidOptionError as e:
         raise fail(str(e), EXIT_USAGE) from None
     uvicorn.run(served, host=host, port=port, log_level="info")

@@ -12,9 +12,10 @@ from rich.markup import escape
 
 from faststream_sqla.durations import seconds_of
 from faststream_sqla.exceptions import InvalidOptionError
+from faststream_sqla.formatting import timestamp
 
 from .common import Admin, admin_command, app, out, print_json, usage_error
-from .operate import _time, listing
+from .operate import listing
 from .publish import parse_headers
 
 endpoint_app = typer.Typer(
@@ -159,7 +160,7 @@ def endpoint_list(admin: Admin) -> None:
         secret = e.secret_hint + (" (rotating)" if e.rotating else "")
         table.add_row(
             escape(e.name), escape(e.url), escape(", ".join(e.topics)), escape(state),
-            escape(secret), _time(e.created_at),
+            escape(secret), timestamp(e.created_at),
         )  # fmt: skip
     out.print(table)
 

@@ -24,6 +24,7 @@ from faststream_sqla.admin.messages import MESSAGE_LIST_STATES
 from faststream_sqla.admin.models import MoveResult, QueueStats
 from faststream_sqla.drivers.postgresql.partitions import MAX_MONTHS_AHEAD
 from faststream_sqla.exceptions import shown
+from faststream_sqla.formatting import age, timestamp
 from faststream_sqla.worker_registry import PRUNE_AFTER
 
 from .common import (
@@ -78,7 +79,7 @@ def parse_duration(text: str, option: str) -> timedelta:
     return value
 
 
-def parse_time(text: str | None, option: str) -> datetime | None:
+def parsetimestamp(text: str | None, option: str) -> datetime | None:
     """An ISO 8601 time (naive means UTC) or an age (`2h`: two hours ago)."""
     if text is None:
         return None
@@ -92,7 +93,7 @@ def parse_time(text: str | None, option: str) -> datetime | None:
 
 
 def time_range(since: str | None, until: str | None) -> tuple[datetime | None, datetime | None]:
-    start, end = parse_time(since, "--since"), parse_time(until, "--until")
+    start, end = parsetimestamp(since, "--since"), parsetimestamp(until, "--until")
     if start is not None and end is not None and start >= end:
         usage_error(
             f"the time range is the wrong way round: --since {since} is not before --until {until}"
@@ -137,20 +138,6 @@ def _print_page(table: Table, next_page: str | None) -> None:
     out.print(table)
     if next_page is not None:
         out.print(f"More: --after {next_page}")
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def _time(value: datetime | None) -> str:
-    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
 
 
 # -- looking -------------------------------------------------------------------------
@@ -215,7 +202,7 @@ def queues(
             str(s.retrying),
             str(s.waiting),
             str(s.failed_last_hour),
-            _age(s.oldest_ready_age),
+            age(s.oldest_ready_age),
             f"{s.handled_last_minute}/{s.failed_last_minute}",
             _flow(s.queue in paused, breakers.get(s.queue, "CLOSED")),
         )
@@ -252,8 +239,8 @@ def messages(
             str(m.priority),
             escape(m.channel or "-"),
             str(m.attempts_count),
-            _time(m.created_at),
-            _time(m.next_attempt_at),
+            timestamp(m.created_at),
+            timestamp(m.next_attempt_at),
             escape(first_line(m.last_error))[:80] if m.last_error else "-",
         )
     return _print_page(table, page.next_page)
@@ -286,25 +273,26 @@ def inspect(
         ("correlation id", found.correlation_id or "-"),
         ("attempts", str(found.attempts_count)),
         ("deliveries", str(found.deliveries_count)),
-        ("created", _time(found.created_at)),
-        ("first attempt", _time(found.first_attempt_at)),
-        ("last attempt", _time(found.last_attempt_at)),
-        ("expires", _time(found.expires_at)),
+        ("created", timestamp(found.created_at)),
+        ("first attempt", timestamp(found.first_attempt_at)),
+        ("last attempt", timestamp(found.last_attempt_at)),
+        ("expires", timestamp(found.expires_at)),
     ]
     if found.archived:
-        rows.append(("archived", _time(found.archived_at)))
+        rows.append(("archived", timestamp(found.archived_at)))
     else:
         rows += [
-            ("next attempt", _time(found.next_attempt_at)),
-            ("acquired", _time(found.acquired_at)),
+            ("next attempt", timestamp(found.next_attempt_at)),
+            ("acquired", timestamp(found.acquired_at)),
         ]
         if found.held_by is not None:
             rows.append(("held by", f"worker {found.held_by}"))
     for a in found.webhook_attempts:
         answer = f"HTTP {a.status}" if a.status is not None else (a.error or "no response")
         first_line = (a.response_body or "").splitlines()[0][:80] if a.response_body else ""
+        at = timestamp(a.at)
         rows.append(
-            (f"webhook attempt {a.attempt}", f"{_time(a.at)}: {answer}, {a.latency * 1000:.0f} ms"
+            (f"webhook attempt {a.attempt}", f"{at}: {answer}, {a.latency * 1000:.0f} ms"
              + (f": {first_line}" if first_line else ""))
         )  # fmt: skip
     if found.redriven_from is not None:
@@ -366,8 +354,8 @@ def workers(
             escape(", ".join(w.queues) or "-"),
             str(w.in_flight),
             str(len(w.holding)),
-            _time(w.started_at),
-            f"{_age(w.silent_for)} ago",
+            timestamp(w.started_at),
+            f"{age(w.silent_for)} ago",
             escape(w.version),
         )
     out.print(table)
@@ -397,7 +385,7 @@ def dlq_list(
             escape(d.queue),
             d.state,
             str(d.attempts_count),
-            _time(d.archived_at),
+            timestamp(d.archived_at),
             escape(first_line(d.last_error))[:120],
         )
     return _print_page(table, page.next_page)
@@ -421,7 +409,9 @@ def dlq_summary(
     )
     for s in found:
         errors = "\n".join(f"{e.count} x {escape(e.error)[:100]}" for e in s.common_errors)
-        table.add_row(escape(s.queue), str(s.count), _time(s.oldest), _time(s.newest), errors)
+        table.add_row(
+            escape(s.queue), str(s.count), timestamp(s.oldest), timestamp(s.newest), errors
+        )
     out.print(table)
     return None
 

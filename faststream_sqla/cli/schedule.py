@@ -9,9 +9,10 @@ import typer
 from rich.markup import escape
 
 from faststream_sqla.admin.models import ScheduleInfo
+from faststream_sqla.formatting import timestamp
 
 from .common import Admin, admin_command, app, out, print_json
-from .operate import Yes, _time, listing
+from .operate import Yes, listing
 
 schedule_app = typer.Typer(
     help="Interval and cron schedules: list, pause, resume, delete.", no_args_is_help=True
@@ -43,7 +44,7 @@ def schedule_list(admin: Admin) -> None:
             escape(s.queue),
             escape(_timing(s)),
             "paused" if s.paused else "active",
-            _time(s.next_fire_at),
+            timestamp(s.next_fire_at),
             f"{s.fired_count:,}",
         )
     out.print(table)
@@ -56,9 +57,8 @@ def _changed(found: ScheduleInfo, json_output: bool) -> None:
     if found.paused:
         out.print(f"Schedule {escape(found.name)} paused.")
     else:
-        out.print(
-            f"Schedule {escape(found.name)} resumed; next firing {_time(found.next_fire_at)} UTC."
-        )
+        next_fire = timestamp(found.next_fire_at)
+        out.print(f"Schedule {escape(found.name)} resumed; next firing {next_fire} UTC.")
     return None
 
 

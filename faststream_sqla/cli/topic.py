@@ -8,8 +8,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from faststream_sqla.formatting import timestamp
+
 from .common import Admin, admin_command, app, out, print_json
-from .operate import _time, listing
+from .operate import listing
 
 topic_app = typer.Typer(
     help="Topics: bind patterns to queues, unbind, list, and see where a topic goes.",
@@ -64,7 +66,7 @@ def topic_list(
         return None
     table = listing("pattern", "queue", "bound (UTC)", first=[b.pattern for b in found])
     for b in found:
-        table.add_row(escape(b.pattern), escape(b.queue), _time(b.created_at))
+        table.add_row(escape(b.pattern), escape(b.queue), timestamp(b.created_at))
     out.print(table)
     return None
 

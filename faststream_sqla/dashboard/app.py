@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faststream_sqla.admin import QueueAdmin
+from faststream_sqla.admin.api import DEFAULT_READ_TIMEOUT
 from faststream_sqla.exceptions import InvalidOptionError, shown
 from faststream_sqla.urls import masked
 
@@ -37,16 +38,20 @@ def _version() -> str:
 
 
 def _admin(
-    target: QueueAdmin | AsyncEngine | str | sa.URL, read_url: AsyncEngine | str | sa.URL | None
+    target: QueueAdmin | AsyncEngine | str | sa.URL,
+    read_url: AsyncEngine | str | sa.URL | None,
+    read_timeout: float | None,
 ) -> tuple[QueueAdmin, bool]:
     """The admin API to serve, and whether the app made it (and closes it)."""
     if isinstance(target, QueueAdmin):
-        if read_url is not None:
-            msg = "give read_url to the QueueAdmin passed to create_app, not to create_app"
-            raise InvalidOptionError(msg)
+        for name, value in (("read_url", read_url), ("read_timeout", read_timeout)):
+            if value is not None:
+                msg = f"give {name} to the QueueAdmin passed to create_app, not to create_app"
+                raise InvalidOptionError(msg)
         return target, False
     if isinstance(target, AsyncEngine | str | sa.URL):
-        return QueueAdmin(target, read_url=read_url), True
+        timeout = DEFAULT_READ_TIMEOUT if read_timeout is None else read_timeout
+        return QueueAdmin(target, read_url=read_url, read_timeout=timeout), True
     msg = f"create_app takes a database URL, an AsyncEngine or a QueueAdmin, got {shown(target)}"
     raise InvalidOptionError(msg)
 
@@ -57,11 +62,14 @@ def create_app(
     read_only: bool = False,
     auth: DashboardAuth | None = None,
     read_url: AsyncEngine | str | sa.URL | None = None,
+    read_timeout: float | None = None,
 ) -> FastAPI:
     """The dashboard of the queues in one database, as an ASGI app.
 
     Args:
-        target: a database URL (the app makes an engine and closes it when it stops),
+        target: a database URL (the app makes an engine and closes it when its lifespan
+            ends: mounted in another app, enter `app.router.lifespan_context(app)`
+            from the parent's lifespan, since a mounted app's own does not run),
             an `AsyncEngine` or a `QueueAdmin` (yours: kept open; pass a `QueueAdmin`
             to choose the table names).
         read_only: refuse every change (403) and hide the pages' actions.
@@ -70,10 +78,15 @@ def create_app(
         read_url: a replica to read the figures from, with a URL or engine `target`
             (`QueueAdmin`'s `read_url`); the pages show its lag, and every change
             still goes to `target`, the primary.
+        read_timeout: with a URL or engine `target`, the seconds (0.1 to 300, default
+            5) each read may take: past it the API answers 503 and a page says the
+            database did not answer in time, instead of waiting on a lock held
+            elsewhere. Changes are never bound. A `QueueAdmin` target keeps its own
+            `read_timeout`.
     """
     if auth is not None and not isinstance(auth, TokenAuth | BasicAuth):
         raise InvalidOptionError(f"auth is a TokenAuth or a BasicAuth, got {shown(auth)}")
-    admin, owned = _admin(target, read_url)
+    admin, owned = _admin(target, read_url, read_timeout)
     database = masked(admin.engine.url)
 
     @asynccontextmanager

@@ -19,6 +19,7 @@ from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
     InvalidOptionError,
     MessageStateConflictError,
+    ReadTimedOut,
     SchemaError,
     UnknownMessageError,
     UnknownQueueError,
@@ -36,6 +37,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     403: {"model": ErrorBody, "description": "not authenticated, or read-only"},
     404: {"model": ErrorBody, "description": "unknown queue, message or schedule"},
     409: {"model": ErrorBody, "description": "the message is not in a state this takes"},
+    503: {"model": ErrorBody, "description": "the database failed, or passed the read timeout"},
 }
 
 
@@ -96,6 +98,14 @@ def install_error_handlers(app: FastAPI, page_answer: PageAnswer | None = None) 
     async def ours(request: Request, error: Exception) -> Response:
         return _answer(request, _status_of(error), str(error))
 
+    async def timed_out(request: Request, error: Exception) -> Response:
+        assert isinstance(error, ReadTimedOut)
+        message = (
+            f"the database did not answer within {error.seconds:g} s; figures not shown. "
+            "A lock held elsewhere or a heavy load may keep it busy: reload to try again."
+        )
+        return _answer(request, 503, message)
+
     async def bad_request(request: Request, error: Exception) -> Response:
         assert isinstance(error, RequestValidationError)
         return _answer(request, 400, _validation_message(error))
@@ -120,6 +130,7 @@ def install_error_handlers(app: FastAPI, page_answer: PageAnswer | None = None) 
     app.add_exception_handler(UnknownScheduleError, ours)
     app.add_exception_handler(SchemaError, ours)
     app.add_exception_handler(DatabaseUnreachableError, ours)
+    app.add_exception_handler(ReadTimedOut, timed_out)
     app.add_exception_handler(RequestValidationError, bad_request)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(sa.exc.SQLAlchemyError, database)

@@ -1,5 +1,6 @@
 """Serving the dashboard on its own (`faststream-sqla dashboard`): where it may listen
-without auth, and the app served under a base path."""
+without auth, the app served under a base path, and the admin API it made closed when
+it stops."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.types import ASGIApp
 
+from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.exceptions import InvalidOptionError, shown
 
+from .app import create_app
 from .auth import DashboardAuth
 
 #: names that are loopback addresses whatever the resolver says
@@ -63,3 +66,24 @@ def under_base_path(app: FastAPI, base_path: str) -> ASGIApp:
             yield
 
     return Starlette(routes=[Mount(base_path, app=app)], lifespan=lifespan)
+
+
+def served_app(
+    admin: QueueAdmin, *, read_only: bool, auth: DashboardAuth | None, base_path: str
+) -> ASGIApp:
+    """The dashboard of `admin` as the command serves it: under `base_path`, and
+    `admin`'s engines closed when the server stops (the command made them; the
+    dashboard leaves a `QueueAdmin` it was given open)."""
+    app = create_app(admin, read_only=read_only, auth=auth)
+    started = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(served: FastAPI) -> AsyncIterator[None]:
+        try:
+            async with started(served):
+                yield
+        finally:
+            await admin.close()
+
+    app.router.lifespan_context = lifespan
+    return under_base_path(app, base_path)

@@ -187,6 +187,10 @@ async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         yield await conn.execution_options(**READS_ONLY)
 
 
+#: the bounds a bounded read takes, in seconds
+READ_TIMEOUT_RANGE = (0.1, 300.0)
+
+
 def timestamp_text(value: datetime | None) -> str | None:
     """One text form that PostgreSQL, MariaDB and SQLite all parse as a timestamp, and
     that sorts like SQLAlchemy's own SQLite storage format."""
@@ -317,6 +321,30 @@ class Driver(abc.ABC):
         has replayed all it received, or is not a replica; None when it cannot tell
         (its replication stopped; SQLite, which has no replicas)."""
         return None
+
+    # -- bounded reads ----------------------------------------------------------------
+    @asynccontextmanager
+    async def bounded_reading(
+        self, engine: AsyncEngine, seconds: float | None
+    ) -> AsyncIterator[AsyncConnection]:
+        """`reading(engine)` whose statements the database gives up on after `seconds`
+        (None: no bound); the error it then raises is one `is_read_timeout` knows."""
+        async with reading(engine) as conn:
+            if seconds is None:
+                yield conn
+            else:
+                async with self._bound_reads(conn, seconds):
+                    yield conn
+
+    def _bound_reads(
+        self, conn: AsyncConnection, seconds: float
+    ) -> AbstractAsyncContextManager[None]:
+        """Bound every statement `conn` runs until the context ends (each database's)."""
+        raise NotImplementedError(f"{self.name} does not bound its reads")
+
+    def is_read_timeout(self, exc: BaseException) -> bool:
+        """Whether `exc` is a read of `bounded_reading` given up on at its bound."""
+        return False
 
     # -- operations -------------------------------------------------------------------
     @abc.abstractmethod

@@ -6,14 +6,24 @@ from __future__ import annotations
 
 import hmac
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+# the *Exception names: 2.x calls them *Error and keeps these, which 1.4 has
+from cron_descriptor import (
+    ExpressionDescriptor,
+    FormatException,
+    MissingFieldException,
+    Options,
+    WrongArgumentException,
+)
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
+
+from faststream_sqla.admin.models import Count
+from faststream_sqla.formatting import age, timestamp
 
 from ..auth import SESSION_COOKIE, TokenAuth
 from ..models import Body, CountBody
@@ -21,29 +31,10 @@ from ..settings import settings_of
 
 TEMPLATES = Path(__file__).parent.parent / "templates"
 
-_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
-_WEEKDAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
-
-
-def age(seconds: float | None) -> str:
-    """3725 -> "1h 2m": the two largest units, enough to tell stuck from busy."""
-    if seconds is None:
-        return "-"
-    left, parts = int(seconds), list[str]()
-    for unit, size in _UNITS:
-        if left >= size or (unit == "s" and not parts):
-            parts.append(f"{left // size}{unit}")
-            left %= size
-    return " ".join(parts[:2])
-
 
 def count(value: CountBody) -> str:
-    """A capped count: "500+" when the admin API stopped counting."""
-    return f"{value.value}" if value.exact else f"{value.value}+"
-
-
-def when(value: datetime | None) -> str:
-    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+    """A capped count as the admin API's `Count` reads: "500+" when it stopped counting."""
+    return str(Count(value.value, value.exact))
 
 
 def pretty_body(body: Body) -> str:
@@ -66,32 +57,16 @@ def pretty_json(value: Any) -> str:
 
 
 def cron_words(expression: str | None) -> str:
-    """The common cron shapes in words ("every day at 06:00"); "" for the others,
-    which the page shows only as the expression."""
+    """A cron expression in words, with 24-hour times ("At 06:00, only on Monday");
+    "" for none, or one the library cannot read (the page shows the expression)."""
     if not expression:
         return ""
-    fields = expression.split()
-    if len(fields) != 5:
+    options = Options()
+    options.use_24hour_time_format = True
+    try:
+        return str(ExpressionDescriptor(expression, options).get_description())
+    except (FormatException, MissingFieldException, WrongArgumentException):
         return ""
-    minute, hour, day, month, weekday = fields
-    if fields == ["*"] * 5:
-        return "every minute"
-    if minute.startswith("*/") and minute[2:].isdigit() and fields[1:] == ["*"] * 4:
-        return f"every {minute[2:]} minutes"
-    if not (minute.isdigit() and month == "*"):
-        return ""
-    if hour == "*" and day == "*" and weekday == "*":
-        return f"every hour at minute {int(minute)}"
-    if not hour.isdigit():
-        return ""
-    at = f"{int(hour):02d}:{int(minute):02d}"
-    if day == "*" and weekday == "*":
-        return f"every day at {at}"
-    if day == "*" and weekday.isdigit() and int(weekday) <= 7:
-        return f"every {_WEEKDAYS[int(weekday) % 7]} at {at}"
-    if day.isdigit() and weekday == "*":
-        return f"on day {int(day)} of every month at {at}"
-    return ""
 
 
 SPARK_WIDTH, SPARK_HEIGHT = 120, 24
@@ -124,7 +99,7 @@ ENVIRONMENT.filters.update(
     age=age,
     count=count,
     first_line=first_line,
-    when=when,
+    when=timestamp,
     pretty_body=pretty_body,
     pretty_json=pretty_json,
 )

@@ -13,7 +13,7 @@ from faststream_sqla.schema import MAX_QUEUE_NAME_LENGTH
 
 from ..api import breakers, channels, dead_letters, messages, queues, schedules, workers
 from ..api.common import Admin, QueueName
-from ..models import MAX_MESSAGE_ID, MAX_TEXT, ReplicaBanner
+from ..models import MAX_MESSAGE_ID, MAX_TEXT, ReplicaBanner, ThroughputBody
 from .access import page_access
 from .templating import render
 
@@ -38,7 +38,8 @@ async def _banner(admin: Admin) -> ReplicaBanner | None:
 async def overview(request: Request, admin: Admin) -> Response:
     listed = await queues.list_queues(admin)
     # the last hour of each queue, for its sparkline
-    hours = {q.queue: await queues.queue_throughput(q.queue, admin) for q in listed.queues}
+    names = [q.queue for q in listed.queues]
+    hours = {t.queue: ThroughputBody.of(t) for t in await admin.throughputs(names)}
     return render(
         request, "overview.html", queues=listed.queues, hours=hours, replica=listed.replica
     )

@@ -75,6 +75,8 @@ TRANSIENT_CODES = {1213, 1205, 1020}
 DISCONNECT_CODES = {2002, 2003, 2006, 2013, 2055, 1927, 4031}
 #: SELECT denied on the table (1142) or a column (1143): what RETURNING needs
 READ_DENIED_CODES = {1142, 1143}
+#: MariaDB gave up on a statement at max_statement_time (a bounded read)
+STATEMENT_TIME_EXCEEDED = 1969
 
 # room for the statement text and the other columns of a row
 PACKET_HEADROOM = 64 * 1024
@@ -551,6 +553,21 @@ WHERE {_ARCHIVED}"""
 
     def _text(self, engine: AsyncEngine, name: str) -> sa.TextClause:
         return sa.text(self._sql(engine, name))
+
+    @asynccontextmanager
+    async def _bound_reads(self, conn: AsyncConnection, seconds: float) -> AsyncIterator[None]:
+        await conn.execute(sa.text(self._sql(conn, "bound_read")), {"seconds": seconds})
+        try:
+            yield
+        finally:
+            try:
+                await conn.execute(sa.text(self._sql(conn, "unbound_read")))
+            except sa.exc.DBAPIError:
+                # a connection that cannot take the setting back must not serve a write
+                await conn.invalidate()
+
+    def is_read_timeout(self, exc: BaseException) -> bool:
+        return error_code(exc) == STATEMENT_TIME_EXCEEDED
 
     def is_transient(self, exc: BaseException) -> bool:
         return error_code(exc) in TRANSIENT_CODES

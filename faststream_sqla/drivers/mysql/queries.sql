@@ -87,3 +87,12 @@ UNION ALL
 -- is how far its SQL thread is behind, NULL while replication is stopped. SHOW SLAVE
 -- STATUS, not SHOW REPLICA STATUS: every MariaDB and MySQL version takes it.
 SHOW SLAVE STATUS
+
+-- name: bound_read
+-- Aborts each later statement of this connection past :seconds (MariaDB's
+-- max_statement_time, lock waits included) with error 1969. A session setting, so the
+-- read sets it back (unbound_read) before the pooled connection serves anyone else.
+SET SESSION max_statement_time = :seconds
+
+-- name: unbound_read
+SET SESSION max_statement_time = DEFAULT

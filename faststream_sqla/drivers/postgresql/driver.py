@@ -143,6 +143,8 @@ def _from_micros(column: str) -> str:
 
 
 TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03"}
+#: a statement cancelled, here by the statement_timeout of a bounded read
+QUERY_CANCELED = "57014"
 
 # "Still claimed" for a message `m` matched to an outcome or lease `o` by id and token:
 # acquired_at is set by a claim and cleared by every release and outcome (the same rows
@@ -595,6 +597,15 @@ archived AS (
     ) -> PostgresListener:
         # each notification names its queue: a queue no fetcher here consumes wakes none
         return PostgresListener(engine, self.channel, hooks)
+
+    @asynccontextmanager
+    async def _bound_reads(self, conn: AsyncConnection, seconds: float) -> AsyncIterator[None]:
+        ms = str(max(1, round(seconds * 1000)))
+        await conn.execute(sa.text(self._sql(conn, "bound_read")), {"ms": ms})
+        yield  # the bound ends with the read's transaction
+
+    def is_read_timeout(self, exc: BaseException) -> bool:
+        return sqlstate(exc) == QUERY_CANCELED
 
     def is_transient(self, exc: BaseException) -> bool:
         return sqlstate(exc) in TRANSIENT_SQLSTATES

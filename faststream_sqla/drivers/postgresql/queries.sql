@@ -65,3 +65,9 @@ SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE 
 -- that has replayed all the WAL it received is 0 behind; a primary is 0 behind too.
 -- greatest(): the two servers' clocks may differ by a little.
 SELECT CASE WHEN NOT pg_is_in_recovery() THEN 0 WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 ELSE greatest(0, coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)) END::float8
+
+-- name: bound_read
+-- Cancels each later statement of this read's transaction past :ms milliseconds,
+-- a lock wait included. Local to the transaction (SET LOCAL): the pooled connection's
+-- next user, a write perhaps, is not bound.
+SELECT set_config('statement_timeout', :ms, true)

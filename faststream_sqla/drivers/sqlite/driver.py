@@ -642,6 +642,35 @@ class SQLiteDriver(Driver):
         )
         return statement.sql, statement.arguments({})
 
+    @asynccontextmanager
+    async def _bound_reads(self, conn: AsyncConnection, seconds: float) -> AsyncIterator[None]:
+        # Two ways a read outlasts its bound: waiting for another connection's lock, which
+        # SQLite spends in its busy handler (an interrupt does not end that wait, so the
+        # wait itself is cut to the bound), and running long, which an interrupt of the
+        # connection ends (aiosqlite's interrupt() is called off its queue, at once).
+        waits_ms = await conn.scalar(sa.text(_QUERIES.without_tables("read_busy_timeout")))
+        await conn.execute(sa.text(f"PRAGMA busy_timeout = {max(1, round(seconds * 1000))}"))
+        native = (await conn.get_raw_connection()).driver_connection
+        interrupt = getattr(native, "interrupt", None)
+        loop = asyncio.get_running_loop()
+        timer = (
+            loop.call_later(seconds, lambda: loop.create_task(interrupt()))
+            if callable(interrupt)
+            else None
+        )
+        try:
+            yield
+        finally:
+            if timer is not None:
+                timer.cancel()
+            await conn.execute(sa.text(f"PRAGMA busy_timeout = {int(waits_ms)}"))
+
+    def is_read_timeout(self, exc: BaseException) -> bool:
+        orig = getattr(exc, "orig", None) or exc
+        return isinstance(orig, sqlite3.OperationalError) and (
+            "interrupted" in str(orig) or "locked" in str(orig)
+        )
+
     def is_transient(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None) or exc
         return isinstance(orig, sqlite3.OperationalError) and (

@@ -73,3 +73,8 @@ SELECT COALESCE(MAX(id), 0) FROM {message}
 -- while nothing is new. The third column says whether each may still be claimed: one
 -- already claimed needs no wake-up.
 SELECT id, queue, state IN ('PENDING', 'RETRYABLE') FROM {message} WHERE id > ? ORDER BY id LIMIT ?
+
+-- name: read_busy_timeout
+-- The wait for another connection's lock this connection has now, set back after a
+-- bounded read.
+PRAGMA busy_timeout

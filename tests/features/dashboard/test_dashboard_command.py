@@ -12,6 +12,9 @@ from pathlib import Path
 import httpx
 from sqlalchemy.engine import make_url
 
+from faststream_sqla.admin import QueueAdmin
+from faststream_sqla.dashboard.server import served_app
+
 from tests.support.helpers import SCRIPT, run_script
 
 TOKEN = "a-token-long-enough-to-count"
@@ -127,3 +130,29 @@ async def test_it_refuses_a_read_url_of_another_kind_of_database_in_one_line(dat
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "same kind of database" in lines[0], lines
+
+
+async def test_it_refuses_a_read_timeout_out_of_bounds_in_one_line(database_url):
+    done = await run_script(
+        database_url, "dashboard", "--read-timeout", "0.01", "--port", str(free_port())
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "read_timeout must be a number of seconds" in lines[0], lines
+
+
+async def test_the_app_it_serves_closes_the_engines_it_made_when_the_server_stops(database_url):
+    # the app `faststream-sqla dashboard` hands uvicorn, run as uvicorn runs it: its
+    # lifespan around the requests
+    admin = QueueAdmin(database_url, read_url=database_url)
+    served = served_app(admin, read_only=False, auth=None, base_path="/queues")
+    async with served.router.lifespan_context(served):
+        transport = httpx.ASGITransport(app=served)
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as http:
+            answer = await http.get("/queues/api/queues")
+            assert answer.status_code == 200, answer.text
+            assert (await http.post("/queues/api/queues/q/pause")).status_code == 200
+        pools = [admin.engine.pool, admin.read_engine.pool]
+        assert all(pool.checkedin() > 0 for pool in pools)
+    assert all(pool.checkedin() == 0 for pool in pools)
+    assert admin.engine.pool is not pools[0] and admin.read_engine.pool is not pools[1]

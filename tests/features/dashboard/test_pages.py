@@ -12,7 +12,8 @@ import sqlalchemy as sa
 from faststream_sqla import Envelope, SqlaBroker
 from faststream_sqla.dashboard import TokenAuth, create_app
 from faststream_sqla.dashboard.auth import SESSION_COOKIE
-from faststream_sqla.dashboard.pages.templating import age, cron_words
+from faststream_sqla.dashboard.models import CountBody
+from faststream_sqla.dashboard.pages.templating import age, count, cron_words
 
 from .conftest import fail, open_breaker
 
@@ -26,7 +27,7 @@ PAGES = {
     "/dead-letters": ["billing", "ValueError: bad data"],
     "/channels": ["acme"],
     "/breakers": ["OPEN"],
-    "/schedules": ["nightly", "0 6 * * *", "every day at 06:00"],
+    "/schedules": ["nightly", "0 6 * * *", "At 06:00"],
     "/workers": ["No worker has registered"],
 }
 ACTION = re.compile(r"hx-(post|put)=")
@@ -137,14 +138,14 @@ async def test_an_app_made_from_a_url_disposes_its_engine_when_it_stops(database
 
 
 def test_cron_in_words_and_ages_as_people_read_them():
-    assert cron_words("0 6 * * *") == "every day at 06:00"
-    assert cron_words("*/5 * * * *") == "every 5 minutes"
-    assert cron_words("30 * * * *") == "every hour at minute 30"
-    assert cron_words("0 9 * * 1") == "every Monday at 09:00"
-    assert cron_words("0 9 1 * *") == "on day 1 of every month at 09:00"
-    assert cron_words("0 9 1-5 * *") == ""  # shown only as the expression
+    assert cron_words("0 6 * * *") == "At 06:00"
+    assert cron_words("*/5 * * * *") == "Every 5 minutes"
+    assert cron_words("0 9 * * 1") == "At 09:00, only on Monday"
+    assert cron_words("0 9 1-5 * *") == "At 09:00, between day 1 and 5 of the month"
+    assert cron_words("not cron") == ""  # shown only as the expression
     assert cron_words(None) == ""
     assert (age(None), age(0), age(59.9), age(3725), age(90000)) == ("-", "0s", "59s", "1h 2m", "1d 1h")
+    assert (count(CountBody(value=5000, exact=False)), count(CountBody(value=12, exact=True))) == ("5,000+", "12")
 
 
 async def test_a_pages_error_is_a_page_and_the_apis_stays_json(dashboard):

@@ -2,9 +2,14 @@
 queue's depth and follows it live; a dead letter redriven from its page is handled by
 a running broker; a queue paused from its page is claimed no more; read-only pages
 show no action and the API refuses a change; a browser signs in with the token and
-its changes carry the CSRF token; a channel's limits are edited. On every database."""
+its changes carry the CSRF token; a channel's limits are edited; a schedule is paused
+and resumed; an open breaker is reset; every dead letter is replayed after a count,
+and nothing moves when the count is declined. On every database."""
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from playwright.async_api import Page, expect
 
@@ -15,7 +20,7 @@ from faststream_sqla.dashboard import TokenAuth, create_app
 from tests.support.helpers import FAST, Recorder, captured_logger, recording, wait_until
 
 from .browser import chromium, served
-from .conftest import fail
+from .conftest import fail, open_breaker
 
 #: long enough for a poll (every 3 s) on a machine shared with other test runs
 LIVE = 15_000
@@ -24,6 +29,53 @@ LIVE = 15_000
 def _accept_dialogs(page: Page) -> None:
     """hx-confirm asks with the browser's confirm(): answer yes."""
     page.on("dialog", lambda dialog: dialog.accept())
+
+
+def _answer_dialogs(page: Page, answers: list[bool] | None = None) -> list[str]:
+    """The questions the page's confirm() asks, in order, answered with `answers`
+    (yes to every one when None)."""
+    asked: list[str] = []
+    left = iter(answers) if answers is not None else None
+
+    async def answer(dialog) -> None:
+        asked.append(dialog.message)
+        await (dialog.accept() if left is None or next(left) else dialog.dismiss())
+
+    page.on("dialog", answer)
+    return asked
+
+
+async def _three_dead_letters(database_url, engine, driver) -> None:
+    """Messages a, b and c of the queue billing, dead letters."""
+    async with SqlaBroker(database_url) as broker:
+        await broker.connect()
+        await broker.publish_batch("a", "b", "c", queue="billing")
+    await fail(driver, engine, "billing", 3)
+
+
+@asynccontextmanager
+async def _page_at(database_url: str, path: str) -> AsyncIterator[Page]:
+    """A page of a dashboard of `database_url`, at `path`, in Chromium."""
+    with served(create_app(database_url)) as base:
+        async with chromium() as browser:
+            page = await browser.new_page()
+            await page.goto(base + path)
+            yield page
+
+
+@asynccontextmanager
+async def _billing_dead_letters_page(
+    database_url, engine, driver, answers: list[bool] | None = None
+) -> AsyncIterator[tuple[Page, list[str]]]:
+    """The dead-letters page of three dead letters of billing, in Chromium, and the
+    questions it asks, answered with `answers` (yes to all when None)."""
+    await _three_dead_letters(database_url, engine, driver)
+    with served(create_app(database_url)) as base:
+        async with chromium() as browser:
+            page = await browser.new_page()
+            asked = _answer_dialogs(page, answers)
+            await page.goto(f"{base}/dead-letters?queue=billing")
+            yield page, asked
 
 
 async def test_the_overview_shows_a_queues_depth_and_follows_it(database_url):
@@ -77,14 +129,11 @@ async def test_a_queue_paused_from_its_page_is_claimed_no_more(database_url):
         await broker.start()
         await broker.publish("first", queue="work")
         await got.wait_for(1)
-        with served(create_app(database_url)) as base:
-            async with chromium() as browser:
-                page = await browser.new_page()
-                await page.goto(f"{base}/queues/work")
-                await page.get_by_role("button", name="Pause").click()
-                await expect(page.locator("#flash")).to_have_text("done")
-                await expect(page.locator(".badge.paused")).to_be_visible(timeout=LIVE)
-                await expect(page.get_by_role("button", name="Resume")).to_be_visible()
+        async with _page_at(database_url, "/queues/work") as page:
+            await page.get_by_role("button", name="Pause").click()
+            await expect(page.locator("#flash")).to_have_text("done")
+            await expect(page.locator(".badge.paused")).to_be_visible(timeout=LIVE)
+            await expect(page.get_by_role("button", name="Resume")).to_be_visible()
 
         async def noticed() -> bool:
             return bool(lines.containing("queue 'work' is paused"))
@@ -135,27 +184,13 @@ async def test_a_browser_signs_in_with_the_token_and_changes_with_the_cookie(dat
 async def test_dead_letters_are_redriven_by_selection_and_by_filter_after_a_count(
     database_url, engine, driver
 ):
-    async with SqlaBroker(database_url) as broker:
-        await broker.connect()
-        await broker.publish_batch("a", "b", "c", queue="billing")
-    await fail(driver, engine, "billing", 3)
-    with served(create_app(database_url)) as base:
-        async with chromium() as browser:
-            page = await browser.new_page()
-            asked: list[str] = []
-
-            async def answer(dialog) -> None:
-                asked.append(dialog.message)
-                await dialog.accept()
-
-            page.on("dialog", answer)
-            await page.goto(f"{base}/dead-letters?queue=billing")
-            await page.locator('input[name="ids"]').first.check()
-            await page.get_by_role("button", name="Redrive selected").click()
-            await expect(page.locator("#flash")).to_have_text("moved 1")
-            await page.get_by_role("button", name="Redrive all matching").click()
-            await expect(page.locator("#flash")).to_have_text("moved 2")
-            assert asked == ["Redrive the selected dead letters?", "Redrive 2 messages?"]
+    async with _billing_dead_letters_page(database_url, engine, driver) as (page, asked):
+        await page.locator('input[name="ids"]').first.check()
+        await page.get_by_role("button", name="Redrive selected").click()
+        await expect(page.locator("#flash")).to_have_text("moved 1")
+        await page.get_by_role("button", name="Redrive all matching").click()
+        await expect(page.locator("#flash")).to_have_text("moved 2")
+        assert asked == ["Redrive the selected dead letters?", "Redrive 2 messages?"]
     # three new messages, ready to be claimed
     assert len(await driver.claim(engine, "billing", 10)) == 3
 
@@ -176,3 +211,63 @@ async def test_a_channels_limits_are_edited_from_the_channels_page(database_url)
                 await expect(page.locator("#flash")).to_have_text("saved")
         (acme,) = await admin.channels("orders")
     assert (acme.max_concurrency, acme.rate) == (3, None)
+
+
+async def test_a_schedule_is_paused_and_resumed_from_the_schedules_page(database_url):
+    async with SqlaBroker(database_url) as broker:
+        broker.schedule("reports", {"kind": "daily"}, cron="0 6 * * *", name="daily")
+        await broker.start()
+    async with QueueAdmin(database_url) as admin:
+        async with _page_at(database_url, "/schedules") as page:
+            await page.get_by_role("button", name="Pause").click()
+            await expect(page.locator("#flash")).to_have_text("saved")
+            (daily,) = await admin.schedules()
+            assert (daily.name, daily.paused) == ("daily", True)
+
+            await page.reload()  # the schedules page does not refresh itself
+            await expect(page.locator(".badge.paused")).to_be_visible()
+            await page.get_by_role("button", name="Resume").click()
+            await expect(page.locator("#flash")).to_have_text("saved")
+            (daily,) = await admin.schedules()
+            assert not daily.paused
+
+
+async def test_an_open_breaker_is_reset_from_the_breakers_page(database_url, engine, tables):
+    await open_breaker(engine, tables, "billing")
+    async with QueueAdmin(database_url) as admin:
+        with served(create_app(database_url)) as base:
+            async with chromium() as browser:
+                page = await browser.new_page()
+                asked = _answer_dialogs(page)
+                await page.goto(f"{base}/breakers")
+                row = page.locator("table.breakers tbody tr").first
+                await expect(row).to_contain_text("OPEN")
+                await page.get_by_role("button", name="Reset").click()
+                await expect(page.locator("#flash")).to_have_text("done")
+                await page.reload()  # the breakers page does not refresh itself
+                await expect(row).to_contain_text("CLOSED")
+                assert asked == ["Close this breaker and forget its failures?"]
+        (breaker,) = await admin.breakers("billing")
+    assert (breaker.state, breaker.consecutive_failures) == ("CLOSED", 0)
+
+
+async def test_every_dead_letter_is_replayed_after_its_count_and_none_when_declined(
+    database_url, engine, driver
+):
+    declined_then_accepted = [False, True]
+    pages = _billing_dead_letters_page(database_url, engine, driver, declined_then_accepted)
+    async with pages as (page, asked):
+        replay_all = page.get_by_role("button", name="Replay all matching")
+        await replay_all.click()
+        await expect(page.locator("#flash")).to_have_text("nothing moved")
+        assert await driver.claim(engine, "billing", 10) == []  # declined: nothing queued
+
+        await replay_all.click()
+        await expect(page.locator("#flash")).to_have_text("moved 3")
+        assert asked == ["Replay 3 messages?", "Replay 3 messages?"]
+    # three new messages, ready to be claimed
+    assert sorted(m.payload for m in await driver.claim(engine, "billing", 10)) == [
+        b"a",
+        b"b",
+        b"c",
+    ]
