@@ -89,7 +89,7 @@ class DatabaseUnreachableError(SqlaBrokerError, ConnectionError):
     (the driver's own error is chained as the cause)."""
 
 
-class ReadTimedOut(SqlaBrokerError, TimeoutError):
+class ReadTimeoutError(SqlaBrokerError, TimeoutError):
     """A read of the admin API passed its bound (`QueueAdmin`'s `read_timeout`): the
     database did not answer in time, most often because a lock held elsewhere kept the
     read waiting. `seconds` is the bound; the database's own error is the cause."""

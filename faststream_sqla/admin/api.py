@@ -24,7 +24,7 @@ from faststream_sqla.drivers.postgresql import partitions
 from faststream_sqla.exceptions import (
     InvalidEndpointError,
     InvalidOptionError,
-    ReadTimedOut,
+    ReadTimeoutError,
     UnknownEndpointError,
     UnknownMessageError,
     UnknownQueueError,
@@ -111,7 +111,7 @@ class QueueAdmin:
             ReplicaMismatchError.
         read_timeout: a bound in seconds (0.1 to 300) on each statement of every call
             that only reads: past it the database gives up on the statement and the
-            call raises ReadTimedOut. None (the default) waits as long as it takes.
+            call raises ReadTimeoutError. None (the default) waits as long as it takes.
             The changes, and the reads a change makes, are never bound.
     """
 
@@ -176,13 +176,13 @@ class QueueAdmin:
     @asynccontextmanager
     async def _reads(self) -> AsyncIterator[AsyncConnection]:
         """A connection to `read_engine` for a call that only reads, bound by
-        `read_timeout`; the bound passing is ReadTimedOut."""
+        `read_timeout`; the bound passing is ReadTimeoutError."""
         try:
             async with self.driver.bounded_reading(self.read_engine, self.read_timeout) as conn:
                 yield conn
         except sa.exc.DBAPIError as exc:
             if self.read_timeout is not None and self.driver.is_read_timeout(exc):
-                raise ReadTimedOut(self.read_timeout) from exc
+                raise ReadTimeoutError(self.read_timeout) from exc
             raise
 
     @property

@@ -19,7 +19,7 @@ from faststream_sqla.exceptions import (
     DatabaseUnreachableError,
     InvalidOptionError,
     MessageStateConflictError,
-    ReadTimedOut,
+    ReadTimeoutError,
     SchemaError,
     UnknownMessageError,
     UnknownQueueError,
@@ -99,7 +99,7 @@ def install_error_handlers(app: FastAPI, page_answer: PageAnswer | None = None) 
         return _answer(request, _status_of(error), str(error))
 
     async def timed_out(request: Request, error: Exception) -> Response:
-        assert isinstance(error, ReadTimedOut)
+        assert isinstance(error, ReadTimeoutError)
         message = (
             f"the database did not answer within {error.seconds:g} s; figures not shown. "
             "A lock held elsewhere or a heavy load may keep it busy: reload to try again."
@@ -130,7 +130,7 @@ def install_error_handlers(app: FastAPI, page_answer: PageAnswer | None = None) 
     app.add_exception_handler(UnknownScheduleError, ours)
     app.add_exception_handler(SchemaError, ours)
     app.add_exception_handler(DatabaseUnreachableError, ours)
-    app.add_exception_handler(ReadTimedOut, timed_out)
+    app.add_exception_handler(ReadTimeoutError, timed_out)
     app.add_exception_handler(RequestValidationError, bad_request)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(sa.exc.SQLAlchemyError, database)

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from faststream_sqla import ReadTimedOut, SqlaBroker
+from faststream_sqla import ReadTimeoutError, SqlaBroker
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.dashboard import create_app
 from faststream_sqla.exceptions import InvalidOptionError
@@ -136,7 +136,7 @@ async def test_the_admin_raises_read_timed_out_naming_its_bound(database_url, en
     admin = QueueAdmin(engine, read_timeout=BOUND)
     assert [q.queue for q in await admin.queues()] == ["q"]
     async with lock.held():
-        with pytest.raises(ReadTimedOut, match=f"within {BOUND:g} s") as raised:
+        with pytest.raises(ReadTimeoutError, match=f"within {BOUND:g} s") as raised:
             await admin.queues()
     assert raised.value.seconds == BOUND
     assert [q.queue for q in await admin.queues()] == ["q"]
