@@ -24,11 +24,11 @@ from ..base import WakeupHooks
 from ..watch import ROWS_PER_LOOK, MessageWatcher, Pace, Row, Seen
 
 #: looks every 5 ms while messages arrive (a round trip and an index descent each), for
-#: a second after the last, then backs off to 500 ms while idle: at most half a second
-#: to the first message after a lull, two statements a second per idle process, beside
-#: its look for due messages (the server's CPU for idle processes is a published
-#: target: docs/configuration.md)
-MYSQL_PACE = Pace(shortest=0.005, longest=0.5, hold=1.0)
+#: a second after the last, then backs off to 250 ms while idle: at most 250 ms to the
+#: first message after a lull, four statements a second per idle process, beside its
+#: look for due messages (the server's CPU for idle processes is a published target:
+#: docs/configuration.md)
+MYSQL_PACE = Pace(shortest=0.005, longest=0.25, hold=1.0)
 #: seconds a look may take before the connection is given up for a new one
 LOOK_TIMEOUT = 30.0
 
