@@ -95,4 +95,6 @@ SHOW SLAVE STATUS
 SET SESSION max_statement_time = :seconds
 
 -- name: unbound_read
+-- Ends bound_read's bound: the server's default again, before the connection goes back
+-- to the pool.
 SET SESSION max_statement_time = DEFAULT
