@@ -32,6 +32,8 @@ class WakeupHub:
         #: the idle fetchers a watcher may check due messages for: event -> (queues,
         #: their max_fetch_interval)
         self._polling: dict[asyncio.Event, tuple[tuple[str, ...], float]] = {}
+        #: due_checks' answer, worked out when a fetcher comes or goes, not on each look
+        self._due: tuple[tuple[str, ...], float] = ((), 0.0)
         #: True while a watcher checks for due messages (set_covered)
         self.covered = False
 
@@ -49,15 +51,21 @@ class WakeupHub:
             self._events[queue].add(event)
         if max_fetch_interval is not None:
             self._polling[event] = (queues, max_fetch_interval)
+            self._due = self._due_of_polling()
 
     def unregister(self, queues: Iterable[str], event: asyncio.Event) -> None:
         for queue in queues:
             self._events[queue].discard(event)
-        self._polling.pop(event, None)
+        if self._polling.pop(event, None) is not None:
+            self._due = self._due_of_polling()
 
     def due_checks(self) -> tuple[tuple[str, ...], float]:
         """The queues whose due messages a watcher should look for, and how often: the
-        shortest `max_fetch_interval` of their fetchers. No queues when there are none."""
+        shortest `max_fetch_interval` of their fetchers. No queues when there are none.
+        Asked before every look, so kept ready."""
+        return self._due
+
+    def _due_of_polling(self) -> tuple[tuple[str, ...], float]:
         if not self._polling:
             return (), 0.0
         queues = sorted({q for found, _ in self._polling.values() for q in found})
