@@ -624,6 +624,8 @@ archived AS (
 ECHO_PREFIX = "faststream-sqla:echo:"
 #: how long the check waits for its own notification before it concludes none arrive
 ECHO_TIMEOUT = 10.0
+#: seconds a stopping listener is given to end before it is cancelled again
+STOP_RECANCEL = 1.0
 DEAF_WARNING = (
     "notifications sent to PostgreSQL do not reach this broker (a connection pooler in "
     "transaction mode between them?): subscribers poll every max_fetch_interval instead; "
@@ -658,15 +660,23 @@ class PostgresListener(NotificationListener):
         self.hearing: bool | None = None
         self.checked = asyncio.Event()
         self._echo: tuple[str, asyncio.Event] | None = None
+        self._stopping = False
 
     async def start(self) -> None:
+        self._stopping = False
         self._task = asyncio.create_task(self._run(), name=f"faststream-sqla:listen:{self.channel}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        # the flag, and a cancellation repeated until the task ends: one that an await
+        # inside a connect swallows must not leave stop() waiting on a listener that
+        # goes on to listen
+        self._stopping = True
+        task, self._task = self._task, None
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=STOP_RECANCEL)
+        if task is not None and not task.cancelled():
+            task.exception()  # retrieved: its failure was logged where it happened
 
     async def wait_connects(self, count: int) -> None:
         """Wait until the listener has connected `count` times in all."""
@@ -703,7 +713,7 @@ class PostgresListener(NotificationListener):
 
     async def _run(self) -> None:
         delay = 0.1
-        while True:
+        while not self._stopping:
             raw: Any = None
             try:
                 raw = await self.engine.raw_connection()
