@@ -48,6 +48,17 @@ async def _attempts(database_url: str, message_id: int, count: int) -> list:
         return await admin.attempts(message_id)
 
 
+async def _delivered_twice(make_broker, database_url, engine, tables) -> tuple[sa.RowMapping, list]:
+    """One publish delivered by a running deliverer: its archived row, once there, and
+    its attempts, once two are recorded."""
+    broker = _deliverer(make_broker)
+    async with broker:
+        await broker.start()
+        (message_id,) = await broker.publish("x", topic="orders.paid")
+        (archived,) = await _archived(engine, tables)
+        return archived, await _attempts(database_url, message_id, 2)
+
+
 async def _archived(engine, tables, count: int = 1) -> list[sa.RowMapping]:
     a = tables.archive
 
@@ -84,12 +95,7 @@ async def test_a_500_then_200_is_delivered_on_the_second_attempt_and_both_are_re
 ) -> None:
     with receiving(Reply(500, body="try later")) as (receiver, url):
         await _endpoint(database_url, url)
-        broker = _deliverer(make_broker)
-        async with broker:
-            await broker.start()
-            (message_id,) = await broker.publish("x", topic="orders.paid")
-            (done,) = await _archived(engine, tables)
-            attempts = await _attempts(database_url, message_id, 2)
+        done, attempts = await _delivered_twice(make_broker, database_url, engine, tables)
     assert done["state"] == MessageState.COMPLETED and done["attempts_count"] == 2
     assert [(a.attempt, a.status, a.response_body) for a in attempts] == [
         (1, 500, "try later"), (2, 200, ""),
@@ -151,12 +157,7 @@ async def test_a_host_that_does_not_resolve_is_retried_not_dead_lettered_at_once
     e = tables.endpoints
     async with engine.begin() as conn:
         await conn.execute(e.update().values(allow_private=False))
-    broker = _deliverer(make_broker)
-    async with broker:
-        await broker.start()
-        (message_id,) = await broker.publish("x", topic="orders.paid")
-        (dead,) = await _archived(engine, tables)
-        attempts = await _attempts(database_url, message_id, 2)
+    dead, attempts = await _delivered_twice(make_broker, database_url, engine, tables)
     # both attempts made and recorded: a resolver failing for a while costs retries only
     assert [a.status for a in attempts] == [None, None]
     assert all("does not resolve" in (a.error or "") for a in attempts)
@@ -192,12 +193,7 @@ async def test_a_410_disables_the_endpoint_and_keeps_its_deliveries(
 async def test_a_timeout_is_retried(make_broker, database_url, engine, tables) -> None:
     with receiving(Reply(wait=3.0)) as (receiver, url):
         await _endpoint(database_url, url, timeout=0.5)
-        broker = _deliverer(make_broker)
-        async with broker:
-            await broker.start()
-            (message_id,) = await broker.publish("x", topic="orders.paid")
-            (done,) = await _archived(engine, tables)
-            first, second = await _attempts(database_url, message_id, 2)
+        done, (first, second) = await _delivered_twice(make_broker, database_url, engine, tables)
     assert done["state"] == MessageState.COMPLETED
     assert first.status is None and "timed out" in (first.error or "")
     assert second.status == 200
