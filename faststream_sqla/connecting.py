@@ -10,6 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import QueuePool
 
 from .drivers.base import reading
 from .drivers.probe import select_one
@@ -99,7 +100,15 @@ def create_engine(url: str | sa.URL, **options: Any) -> AsyncEngine:
     parsed = parse_url(url)
     _statement_cache_option(parsed, options)
     try:
-        return create_async_engine(parsed, **options)
+        engine = create_async_engine(parsed, **options)
+        if "pool_use_lifo" in options or not isinstance(engine.sync_engine.pool, QueuePool):
+            return engine
+        # The connection checked in last is handed out first: a busy consumer keeps
+        # using the same few connections, whose prepared statements (SQLite's per-text
+        # cache, asyncpg's) are warm, where a queue of them would rotate through every
+        # connection the pool ever opened and prepare each statement on each. The first
+        # engine has opened nothing yet.
+        return create_async_engine(parsed, **options, pool_use_lifo=True)
     except ImportError as e:
         if parsed.drivername in ASYNC_DRIVERS.values() and e.name:
             # the URL is right: only the package is missing

@@ -208,8 +208,9 @@ async def test_mysql8_insert_paths_without_returning(server_databases, returning
 
 
 async def test_a_large_outcome_batch_is_written_whole(engine, tables, driver):
-    """More outcomes than one statement takes on SQLite (4,000 archived rows per
-    statement); the server drivers send any number in one statement."""
+    """More outcomes than one statement takes on SQLite (1,024 archived rows per
+    statement, then power-of-two sizes); the server drivers send any number in one
+    statement."""
     ids = await insert(engine, driver, *(new() for _ in range(4100)))
     claimed = await claim(engine, driver, "q", 5000)
     assert len(claimed) == 4100

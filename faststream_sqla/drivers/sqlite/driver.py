@@ -4,11 +4,13 @@ SQLite has one writer, so the broker's own writes queue on one `asyncio.Lock` an
 runs its whole `BEGIN IMMEDIATE` transaction as one call on aiosqlite's thread
 (`in_driver_thread`, `_gil`):
 
-- the claim: a `UNION ALL` of one range per priority, the rows read as one JSON
-  document, then the `UPDATE` to PROCESSING with the time that read returned;
+- the claim: one probe per priority, highest first, until it has its ids; the rows
+  read as one JSON document (a plain message's option columns as one NULL), then the
+  `UPDATE` to PROCESSING with the time that read returned;
 - the outcome write: multi-row `VALUES` lists joined to the messages by key for the
   archive copy and the delete, an `executemany` for requeues;
-- the insert: multi-row `INSERT`s of up to 5,000 rows; lease renewal over `json_each`;
+- the insert: multi-row `INSERT`s of up to 4,096 rows, in power-of-two sizes; lease
+  renewal over `json_each`;
 - the channel claim's session, read and write under the writer lock.
 """
 
@@ -79,7 +81,27 @@ _BEGIN_WRITE, _COMMIT, _ROLLBACK = map(
 # SQLite's limit on bound variables per statement: 999 before 3.32, 32766 since.
 _MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32) else 999
 _ARCHIVE_PARAMS = 7  # bound values per archived outcome
-_MAX_ARCHIVE_ROWS = min(4000, _MAX_VARIABLES // _ARCHIVE_PARAMS)
+#: rows per archive statement, a power of two (see chunk_sizes)
+_MAX_ARCHIVE_ROWS = 1 << (min(1024, _MAX_VARIABLES // _ARCHIVE_PARAMS).bit_length() - 1)
+
+
+def chunk_sizes(rows: int, most: int) -> list[int]:
+    """`rows` split into statements of `most` rows (a power of two), then the powers of
+    two of what remains, largest first: 1000 rows at most 1024 are 512 + 256 + 128 + 64 +
+    32 + 8.
+
+    A multi-row statement's text depends on its row count, and SQLite prepares each text
+    anew, at a cost that grows with its rows and that a batch's execution does not
+    repay: with a statement per size, nearly every flush of a drain (whose sizes follow
+    the handler's pace) prepared its own. Powers of two bound the texts to a few per
+    table, which stay prepared in each connection's statement cache."""
+    sizes = [most] * (rows // most)
+    rest = rows % most
+    while rest:
+        size = 1 << (rest.bit_length() - 1)
+        sizes.append(size)
+        rest -= size
+    return sizes
 
 
 @functools.lru_cache(maxsize=64)
@@ -188,15 +210,47 @@ def _field(position: int) -> str:
 
 
 # A claim sends every column but those all its rows share, and claim() puts them back
-# in CLAIMED_COLUMNS order (the conformance tests check every claimed field).
+# in CLAIMED_COLUMNS order (the conformance tests check every claimed field). The
+# columns of the message options come as one part, NULL while every one of them is
+# at its default: a plain message's row is shorter to build, to read and to unpack.
 _SENT_CLAIM_COLUMNS = tuple(c for c in CLAIMED_COLUMNS if c not in SHARED_CLAIM_COLUMNS)
+_OPTION_COLUMNS = (
+    "expires_at", "priority", "ordering_key", "idempotency_key", "channel", "saved_state",
+)  # fmt: skip
 _COUNT_CLAIM = ", ".join(f"{name} = {name} + 1" for name in CLAIM_COUNTERS)
 assert _SENT_CLAIM_COLUMNS == (
     "id", "headers", "payload", "attempts_count", "deliveries_count", "created_at",
     "next_attempt_at", "first_attempt_at", "last_attempt_at", "correlation_id",
-    "claims_count", "expires_at", "priority", "ordering_key", "idempotency_key", "channel",
-    "saved_state",
+    "claims_count", *_OPTION_COLUMNS,
 ), "_claimed_message unpacks a claim's JSON rows in this order"  # fmt: skip
+#: the option columns' values while a message uses none of them
+_NO_OPTIONS = (None, 0, None, None, None, None)
+
+
+def _claim_value(name: str) -> str:
+    """What a claim's JSON row holds for column `name`: bytes as hex (JSON has none),
+    counters as the claim writes them."""
+    if name == "payload":
+        return "hex(payload)"
+    if name == "saved_state":  # hex(NULL) is '', not NULL
+        return "CASE WHEN saved_state IS NULL THEN NULL ELSE hex(saved_state) END"
+    if name in CLAIM_COUNTERS:
+        return f"{name} + 1"
+    return name
+
+
+def _claim_row_sql() -> str:
+    """The JSON array a claim returns for one row: its columns, then the options' part."""
+    plain = [_claim_value(n) for n in _SENT_CLAIM_COLUMNS if n not in _OPTION_COLUMNS]
+    unused = " AND ".join(
+        f"{name} IS NULL" if default is None else f"{name} = {default}"
+        for name, default in zip(_OPTION_COLUMNS, _NO_OPTIONS, strict=True)
+    )
+    options = ", ".join(map(_claim_value, _OPTION_COLUMNS))
+    return (
+        f"json_array({', '.join(plain)}, "
+        f"CASE WHEN {unused} THEN NULL ELSE json_array({options}) END)"
+    )
 
 
 def _claimed_message(
@@ -207,9 +261,9 @@ def _claimed_message(
     claimed message, so one unpacking and no loop over columns."""
     (
         id_, headers, payload, attempts, deliveries, created, due, first, last,
-        correlation_id, claims, expires, priority, ordering_key, idempotency_key, channel,
-        state,
+        correlation_id, claims, options,
     ) = row  # fmt: skip
+    expires, priority, ordering_key, idempotency_key, channel, state = options or _NO_OPTIONS
     return ClaimedMessage(
         id_,
         queue,
@@ -412,18 +466,8 @@ class SQLiteDriver(Driver):
             # takes the GIL back once per row, the hand-off in_driver_thread avoids.
             # The returned values are those the UPDATE below writes.
             # What all rows share (the queue asked for, the claim's time) comes once.
-            values = ", ".join(
-                "hex(payload)"
-                if name == "payload"
-                else "CASE WHEN saved_state IS NULL THEN NULL ELSE hex(saved_state) END"
-                if name == "saved_state"
-                else f"{name} + 1"
-                if name in CLAIM_COUNTERS
-                else name
-                for name in _SENT_CLAIM_COLUMNS
-            )
             select = (
-                f"SELECT json_group_array(json_array({values})), {_NOW} "
+                f"SELECT json_group_array({_claim_row_sql()}), {_NOW} "
                 f"FROM {m} WHERE id IN (SELECT value FROM json_each(?))"
             )
             # The ids the probes found (the transaction holds the write lock); the time
@@ -491,8 +535,10 @@ class SQLiteDriver(Driver):
         a = self._q(engine, self.tables.archive)
         done = [o for o in outcomes if o.archives]
         statements: list[tuple[str, tuple[Any, ...], bool]] = []  # sql, values, counts
-        for start in range(0, len(done), _MAX_ARCHIVE_ROWS):
-            chunk = done[start : start + _MAX_ARCHIVE_ROWS]
+        start = 0
+        for size in chunk_sizes(len(done), _MAX_ARCHIVE_ROWS):
+            chunk = done[start : start + size]
+            start += size
             archived: list[Any] = []
             fence: list[Any] = []
             for o in chunk:
@@ -553,8 +599,8 @@ class SQLiteDriver(Driver):
 
         Multi-row INSERTs at the driver level: SQLite runs in process, so the cost is
         per-row work; one statement of many rows steps once where executemany steps per
-        row. A batch is as few statements as SQLite's variable limit
-        allows; sqlite3 caches the prepared text of each size. The database clock of an
+        row. A batch is a few statements of power-of-two sizes (chunk_sizes), whose texts
+        stay prepared in sqlite3's statement cache. The database clock of an
         embedded database is this machine's clock, so the batch's times are computed
         here once, not by strftime calls on every row.
         """
@@ -580,11 +626,12 @@ class SQLiteDriver(Driver):
             params += values
             params += (created, due)  # CLIENT_INITIALS order
         statements = []
-        most = min(5000, _MAX_VARIABLES // per_row)  # rows per INSERT
-        for start in range(0, len(rows), most):
-            size = min(most, len(rows) - start)
+        most = min(4096, _MAX_VARIABLES // per_row)  # rows per INSERT
+        start = 0
+        for size in chunk_sizes(len(rows), 1 << (most.bit_length() - 1)):
             values = tuple(params[start * per_row : (start + size) * per_row])
             statements.append((_insert_sql(table, size, shape), values))
+            start += size
 
         def work(cursor: Any) -> list[int]:
             for sql, values in statements:
