@@ -142,11 +142,15 @@ _OMITTABLE = tuple(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class InsertShape:
     """Which published columns an insert sends per row; the others are left at their
     defaults, as literals in the statement. Most batches set no option, and three more
-    bound values a row cost the drivers that escape or bind each one."""
+    bound values a row cost the drivers that escape or bind each one.
+
+    Compared and hashed by identity: `_shape` makes one per set of columns, and the
+    drivers' caches look a shape up on every publish, where a field-wise hash would
+    hash each of its columns again."""
 
     #: the published columns sent, in PUBLISHED_COLUMNS order
     sent: tuple[MessageColumn, ...]
