@@ -16,7 +16,7 @@ from .drivers.base import Outcome
 from .exceptions import MAX_RETRY_DELAY_SECONDS
 from .message import ClaimedMessage
 from .retry import RetryStrategy
-from .schema import MessageState
+from .schema import MessageState, has_key_row
 
 MAX_ERROR_LENGTH = 8_000
 
@@ -137,9 +137,11 @@ def completed(message: ClaimedMessage, started_at: datetime) -> Outcome:
     """What `after_attempt` gives an acknowledged attempt that raised nothing, for a
     message as claimed (its times naive UTC, as `started_at` must be too): the common
     case, kept short because it runs once per message."""
+    # the fields behind the `token` and `keyed` properties, read directly: this is the
+    # one outcome every plain message gets
     return Outcome(
         message.id,
-        message.token,
+        message.claims_count,
         MessageState.COMPLETED,
         message.attempts_count + 1,
         message.deliveries_count,
@@ -147,7 +149,7 @@ def completed(message: ClaimedMessage, started_at: datetime) -> Outcome:
         started_at,
         None,
         None,
-        message.keyed,
+        has_key_row(message.ordering_key, message.idempotency_key, message.channel),
     )
 
 
