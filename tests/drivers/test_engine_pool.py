@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faststream_sqla.connecting import create_engine
-from faststream_sqla.drivers.sqlite.driver import chunk_sizes
+from faststream_sqla.drivers.sqlite.driver import chunks
 
 
 async def driver_connection(conn: AsyncConnection) -> object:
@@ -55,13 +55,17 @@ async def test_an_in_memory_sqlite_engine_keeps_its_single_connection():
         await engine.dispose()
 
 
-@given(rows=st.integers(0, 20_000), power=st.integers(0, 12))
-def test_chunks_cover_every_row_in_power_of_two_sizes_largest_first(rows, power):
-    most = 1 << power
-    sizes = chunk_sizes(rows, most)
+@given(rows=st.integers(0, 20_000), most=st.integers(1, 5000))
+def test_chunks_cover_every_row_once_in_power_of_two_sizes_largest_first(rows, most):
+    found = chunks(rows, most)
+    sizes = [size for _start, size in found]
     assert sum(sizes) == rows
+    # one after the other, from the first row
+    ends = [0] + [start + size for start, size in found]
+    assert [start for start, _size in found] == ends[:-1]
     assert all(size & (size - 1) == 0 and 0 < size <= most for size in sizes)
     assert sizes == sorted(sizes, reverse=True)
-    # below the largest size, each size at most once: log2(most) + 1 texts in all
-    smaller = [size for size in sizes if size < most]
+    # below the largest size, each size at most once: a few texts in all
+    largest = max(sizes, default=0)
+    smaller = [size for size in sizes if size < largest]
     assert len(smaller) == len(set(smaller))

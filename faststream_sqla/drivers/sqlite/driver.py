@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import sqlite3
 import time
@@ -81,27 +82,29 @@ _BEGIN_WRITE, _COMMIT, _ROLLBACK = map(
 # SQLite's limit on bound variables per statement: 999 before 3.32, 32766 since.
 _MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32) else 999
 _ARCHIVE_PARAMS = 7  # bound values per archived outcome
-#: rows per archive statement, a power of two (see chunk_sizes)
-_MAX_ARCHIVE_ROWS = 1 << (min(1024, _MAX_VARIABLES // _ARCHIVE_PARAMS).bit_length() - 1)
+#: rows per archive statement at most (chunks rounds it down to a power of two)
+_MAX_ARCHIVE_ROWS = min(1024, _MAX_VARIABLES // _ARCHIVE_PARAMS)
 
 
-def chunk_sizes(rows: int, most: int) -> list[int]:
-    """`rows` split into statements of `most` rows (a power of two), then the powers of
-    two of what remains, largest first: 1000 rows at most 1024 are 512 + 256 + 128 + 64 +
-    32 + 8.
+def chunks(rows: int, most: int) -> list[tuple[int, int]]:
+    """`rows` split into statements, as (first row, rows) pairs: of the largest power of
+    two up to `most` rows, then of the powers of two of what remains, largest first:
+    1000 rows at most 1024 are 512 + 256 + 128 + 64 + 32 + 8.
 
     A multi-row statement's text depends on its row count, and SQLite prepares each text
     anew, at a cost that grows with its rows and that a batch's execution does not
     repay: with a statement per size, nearly every flush of a drain (whose sizes follow
     the handler's pace) prepared its own. Powers of two bound the texts to a few per
     table, which stay prepared in each connection's statement cache."""
-    sizes = [most] * (rows // most)
-    rest = rows % most
+    full = 1 << (most.bit_length() - 1)
+    sizes = [full] * (rows // full)
+    rest = rows % full
     while rest:
         size = 1 << (rest.bit_length() - 1)
         sizes.append(size)
         rest -= size
-    return sizes
+    starts = itertools.accumulate(sizes, initial=0)
+    return list(zip(starts, sizes, strict=False))
 
 
 @functools.lru_cache(maxsize=64)
@@ -535,10 +538,8 @@ class SQLiteDriver(Driver):
         a = self._q(engine, self.tables.archive)
         done = [o for o in outcomes if o.archives]
         statements: list[tuple[str, tuple[Any, ...], bool]] = []  # sql, values, counts
-        start = 0
-        for size in chunk_sizes(len(done), _MAX_ARCHIVE_ROWS):
+        for start, size in chunks(len(done), _MAX_ARCHIVE_ROWS):
             chunk = done[start : start + size]
-            start += size
             archived: list[Any] = []
             fence: list[Any] = []
             for o in chunk:
@@ -599,7 +600,7 @@ class SQLiteDriver(Driver):
 
         Multi-row INSERTs at the driver level: SQLite runs in process, so the cost is
         per-row work; one statement of many rows steps once where executemany steps per
-        row. A batch is a few statements of power-of-two sizes (chunk_sizes), whose texts
+        row. A batch is a few statements of power-of-two sizes (`chunks`), whose texts
         stay prepared in sqlite3's statement cache. The database clock of an
         embedded database is this machine's clock, so the batch's times are computed
         here once, not by strftime calls on every row.
@@ -627,11 +628,9 @@ class SQLiteDriver(Driver):
             params += (created, due)  # CLIENT_INITIALS order
         statements = []
         most = min(4096, _MAX_VARIABLES // per_row)  # rows per INSERT
-        start = 0
-        for size in chunk_sizes(len(rows), 1 << (most.bit_length() - 1)):
+        for start, size in chunks(len(rows), most):
             values = tuple(params[start * per_row : (start + size) * per_row])
             statements.append((_insert_sql(table, size, shape), values))
-            start += size
 
         def work(cursor: Any) -> list[int]:
             for sql, values in statements:
