@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .channel_claim import ChannelClaim, ChannelSession
 from faststream_sqla.schema import (
     CLAIMED_COLUMNS,
+    INITIAL_COLUMNS,
     NOT_READY,
     PRIORITIES,
     PUBLISHED_COLUMNS,
@@ -144,9 +145,11 @@ _OMITTABLE = tuple(
 
 @dataclass(frozen=True, eq=False)
 class InsertShape:
-    """Which published columns an insert sends per row; the others are left at their
-    defaults, as literals in the statement. Most batches set no option, and three more
-    bound values a row cost the drivers that escape or bind each one.
+    """Which published columns an insert sends per row. The others are not named at
+    all: the table's own defaults (NULL, and priority's 0, declared by the schema and
+    its migrations) fill them. Most batches set no option, and each column a row
+    names costs the drivers that escape or bind it and the server that parses and
+    evaluates it.
 
     Compared and hashed by identity: `_shape` makes one per set of columns, and the
     drivers' caches look a shape up on every publish, where a field-wise hash would
@@ -157,13 +160,11 @@ class InsertShape:
     #: a row's sent values, as a tuple
     values: Callable[[NewMessage], tuple[Any, ...]]
 
-    def default_sql(self, column: MessageColumn) -> str | None:
-        """The literal SQL of a published column left at its default; None where the
-        column is sent."""
-        if column in self.sent:
-            return None
-        default = PUBLISHED_DEFAULTS[column.name]
-        return "NULL" if default is None else str(default)
+    @property
+    def columns(self) -> tuple[MessageColumn, ...]:
+        """The columns the insert names, in INSERTED_COLUMNS order: those sent, then
+        the initial ones."""
+        return self.sent + INITIAL_COLUMNS
 
 
 @functools.lru_cache(maxsize=64)

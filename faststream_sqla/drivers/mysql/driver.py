@@ -31,7 +31,6 @@ from faststream_sqla.exceptions import MessageTooLargeError
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.schema import (
     CLAIM_COUNTERS,
-    INSERTED_COLUMNS,
     MAX_KEY_LENGTH,
     PRIORITIES,
     Initial,
@@ -88,20 +87,26 @@ _INITIAL_SQL = {
     # the due time's parameters: the publisher's time, else its delay in microseconds
     Initial.DUE: "COALESCE(%s, UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND)",
 }
-_INSERT = f"INSERT INTO {{m}} ({', '.join(c.name for c in INSERTED_COLUMNS)}) VALUES"
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_head(shape: InsertShape) -> str:
+    """An insert's text up to its rows, naming the columns `shape` writes, with `{m}`
+    for the table."""
+    return f"INSERT INTO {{m}} ({', '.join(c.name for c in shape.columns)}) VALUES"
 
 
 @functools.lru_cache(maxsize=64)
 def _row(shape: InsertShape) -> str:
-    """One row's VALUES text: the published columns `shape` sends as parameters, the
-    rest as their defaults."""
+    """One row's VALUES text: a parameter for each published column `shape` sends, the
+    initial values for the rest."""
     return "({})".format(
         ", ".join(
-            shape.default_sql(c) or "%s"
+            "%s"
             if c.published_as
             # every column publishers do not fill has an initial value
             else _INITIAL_SQL.get(c.initial, str(c.initial))  # type: ignore[call-overload]
-            for c in INSERTED_COLUMNS
+            for c in shape.columns
         )
     )
 
@@ -407,7 +412,7 @@ class MySQLDriver(Driver):
         for r, values in zip(rows, map(shape.values, rows), strict=True):
             params += values
             params += (r.publish_at, round(r.publish_delay * 1_000_000))
-        sql = f"{_INSERT.format(m=m)} {', '.join([_row(shape)] * len(rows))}"
+        sql = f"{_insert_head(shape).format(m=m)} {', '.join([_row(shape)] * len(rows))}"
         if self.insert_returning:
             try:
                 return sorted(row[0] for row in await run(f"{sql} RETURNING id", tuple(params)))

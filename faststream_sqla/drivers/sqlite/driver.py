@@ -37,7 +37,6 @@ from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.schema import (
     CLAIM_COUNTERS,
     CLAIMED_COLUMNS,
-    INSERTED_COLUMNS,
     PRIORITIES,
     Initial,
     QueueTables,
@@ -109,15 +108,11 @@ def chunks(rows: int, most: int) -> list[tuple[int, int]]:
 
 @functools.lru_cache(maxsize=64)
 def _insert_row(shape: InsertShape) -> tuple[str, int, frozenset[int]]:
-    """One row's VALUES text for `shape`, its bound values, and the positions among its
-    sent values that are times."""
+    """One row's VALUES text for `shape` (the columns it names, see InsertShape), its
+    bound values, and the positions among its sent values that are times."""
     values = [
-        shape.default_sql(c) or "?"
-        if c.published_as
-        else "?"
-        if isinstance(c.initial, Initial)
-        else str(c.initial)
-        for c in INSERTED_COLUMNS
+        "?" if c.published_as or isinstance(c.initial, Initial) else str(c.initial)
+        for c in shape.columns
     ]
     times = frozenset(i for i, c in enumerate(shape.sent) if c.type is Timestamp)
     return f"({', '.join(values)})", values.count("?"), times
@@ -125,7 +120,7 @@ def _insert_row(shape: InsertShape) -> tuple[str, int, frozenset[int]]:
 
 @functools.lru_cache(maxsize=256)
 def _insert_sql(table: str, rows: int, shape: InsertShape) -> str:
-    columns = ", ".join(c.name for c in INSERTED_COLUMNS)
+    columns = ", ".join(c.name for c in shape.columns)
     return f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([_insert_row(shape)[0]] * rows)
 
 
