@@ -59,6 +59,7 @@ from ..base import (
     Outcome,
     WakeupHooks,
     attempt_micros,
+    claimed_order,
     insert_shape,
     leases_document,
 )
@@ -237,21 +238,19 @@ class MySQLDriver(Driver):
         # Each priority's ready rows, highest first. MariaDB runs every branch of a
         # UNION (no lateral joins), so a claim reads up to `limit` rows of each of the
         # eleven priorities and keeps the first `limit`; the others stay locked only
-        # until the claim's commit, a moment later.
-        self._lock_ready = (
-            sa.union_all(
-                *(
-                    ready_ids(tables, priority_literal(level), *columns).with_for_update(
-                        skip_locked=True
-                    )
-                    for level in PRIORITIES
+        # until the claim's commit, a moment later. No ORDER BY over the union: the
+        # server streams a UNION ALL branch by branch, in the order written, so the
+        # first `limit` rows are the highest priorities' oldest (the priority
+        # tests hold it to that); an ORDER BY copied every claimed row, payload and
+        # all, into a temporary table to sort it. `claim` sorts the rows it returns.
+        self._lock_ready = sa.union_all(
+            *(
+                ready_ids(tables, priority_literal(level), *columns).with_for_update(
+                    skip_locked=True
                 )
+                for level in PRIORITIES
             )
-            .order_by(
-                *(sa.literal_column(name) for name in ("priority DESC", "next_attempt_at", "id"))
-            )
-            .limit(claim_limit())
-        )
+        ).limit(claim_limit())
         self._on_driver = DriverStatements()
         self.max_packet = DEFAULT_MAX_PACKET
         self.insert_returning = True
@@ -453,7 +452,10 @@ class MySQLDriver(Driver):
                 _mark_processing_sql(self._q(engine, self.tables.message), len(locked)),
                 (locked[0][_ACQUIRED], *(row[0] for row in locked)),
             )
-        return self.read_claimed(locked)  # CLAIMED_COLUMNS as they now stand, in claim order
+        claimed = self.read_claimed(locked)  # CLAIMED_COLUMNS as they now stand
+        # in claim order whatever order the server streamed them in (see _lock_ready)
+        claimed.sort(key=claimed_order)
+        return claimed
 
     def _statements(
         self, engine: AsyncEngine
