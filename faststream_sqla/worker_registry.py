@@ -18,6 +18,7 @@ again if it went missing meanwhile.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -55,7 +56,10 @@ PRUNE_AFTER = 3600.0
 PRUNE_EVERY = 600.0
 
 
+@functools.cache
 def package_version() -> str:
+    # read once: the installed metadata does not change under a running process, and
+    # reading it parses the distribution's METADATA file (milliseconds, at every start)
     try:
         return metadata.version("faststream-sqla")[:MAX_VERSION_LENGTH]
     except metadata.PackageNotFoundError:
