@@ -219,3 +219,23 @@ def test_instruction_count_benchmark_reports_a_count_a_message() -> None:
     (line,) = proc.stdout.splitlines()
     assert line.startswith("drain on sqlite: "), line
     assert float(line.split(": ")[1].split(" ")[0].replace(",", "")) > 0, line
+
+
+def test_database_work_benchmark_counts_sqlite_instructions_by_statement() -> None:
+    # SQLite only, as above: the counted drain uses a file of its own
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.database_work", "--databases", "sqlite",
+         "--messages", "300"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    first, *statements = proc.stdout.splitlines()
+    assert first.startswith("working tree, sqlite: "), first
+    assert float(first.split(": ")[1].split(" ")[0].replace(",", "")) > 0, first
+    # the claim's UPDATE and the outcomes' archive copy are among the statements counted
+    assert any("UPDATE message SET state" in line for line in statements), statements
+    assert any("INSERT INTO message_archive" in line for line in statements), statements
