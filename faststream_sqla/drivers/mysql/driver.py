@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -146,6 +147,8 @@ _OUTCOME_ROWS = """JSON_TABLE(:outcomes, '$[*]' COLUMNS (
     attempts INT PATH '$[3]', deliveries INT PATH '$[4]',
     first_us BIGINT PATH '$[5]', last_us BIGINT PATH '$[6]',
     next_us BIGINT PATH '$[7]', error LONGTEXT PATH '$[8]')) AS o"""
+_KEYED = operator.attrgetter("keyed")
+_FIRST = operator.itemgetter(0)
 _STATE = "ELT(o.state_code, " + ", ".join(f"'{s.value}'" for s in MessageState) + ")"
 
 
@@ -187,7 +190,7 @@ async def _apply_outcome_statements(
     if not states.isdisjoint(TERMINAL):
         # counted by the archive copy: the keyed delete's count includes the key rows
         changed += await cursor.execute(archive.sql, archive.arguments(params)) or 0
-        if any(o.keyed for o in outcomes):
+        if any(map(_KEYED, outcomes)):  # in C: this runs for every outcome
             delete = delete_keyed
         await cursor.execute(delete.sql, delete.arguments(params))
     if not states.issubset(TERMINAL):
@@ -450,7 +453,7 @@ class MySQLDriver(Driver):
             # than the statement for a thousand ids.
             await cursor.execute(
                 _mark_processing_sql(self._q(engine, self.tables.message), len(locked)),
-                (locked[0][_ACQUIRED], *(row[0] for row in locked)),
+                (locked[0][_ACQUIRED], *map(_FIRST, locked)),
             )
         claimed = self.read_claimed(locked)  # CLAIMED_COLUMNS as they now stand
         # in claim order whatever order the server streamed them in (see _lock_ready)

@@ -87,6 +87,9 @@ def outcome_parameters(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     """The outcome statement's parameters: a text array per column, times as
     microseconds since 1970, and the errors as a list only when there are any."""
     first_us, last_us = attempt_micros(outcomes)
+    # lists and a count in C, where any() over a generator resumed it once per outcome
+    next_at = [o.next_attempt_at for o in outcomes]
+    errors = [o.last_error for o in outcomes]
     return {
         "ids": array_literal([o.id for o in outcomes]),
         "tokens": array_literal([o.token for o in outcomes]),
@@ -99,15 +102,11 @@ def outcome_parameters(outcomes: Sequence[Outcome]) -> dict[str, Any]:
         # unnest pads a NULL array with NULLs: no array at all in the common cases, an
         # acknowledged batch (no retry times) and one without errors
         "next_us": (
-            array_literal([micros_since_epoch(o.next_attempt_at) for o in outcomes])
-            if any(o.next_attempt_at is not None for o in outcomes)
+            array_literal([micros_since_epoch(at) for at in next_at])
+            if next_at.count(None) != len(next_at)
             else None
         ),
-        "errors": (
-            [o.last_error for o in outcomes]
-            if any(o.last_error is not None for o in outcomes)
-            else None
-        ),
+        "errors": errors if errors.count(None) != len(errors) else None,
     }
 
 

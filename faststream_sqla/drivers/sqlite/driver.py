@@ -51,6 +51,7 @@ from .._pool import check_in
 from ..base import (
     READS_ONLY,
     SHARED_CLAIM_COLUMNS,
+    TERMINAL,
     TOKEN_COLUMN,
     Driver,
     InsertShape,
@@ -531,7 +532,8 @@ class SQLiteDriver(Driver):
         # an executemany of the same work); requeues, rarer, an executemany.
         m = self._q(engine, self.tables.message)
         a = self._q(engine, self.tables.archive)
-        done = [o for o in outcomes if o.archives]
+        # the state, not the `archives` property: two Python calls less per outcome
+        done = [o for o in outcomes if o.state in TERMINAL]
         statements: list[tuple[str, tuple[Any, ...], bool]] = []  # sql, values, counts
         for start, size in chunks(len(done), _MAX_ARCHIVE_ROWS):
             chunk = done[start : start + size]
@@ -563,7 +565,7 @@ class SQLiteDriver(Driver):
                 o.token,
             )
             for o in outcomes
-            if not o.archives
+            if o.state not in TERMINAL
         ]
         requeue = self._requeue_statement(engine)
 
