@@ -14,6 +14,7 @@ they never depend on the insert returning one id per item in order.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -35,8 +36,12 @@ MAX_RACES = 10
 AfterInsert = Callable[[AsyncConnection, "Sequence[NewMessage]", list[int]], Awaitable[None]]
 
 
+_IDEMPOTENCY_KEY = operator.attrgetter("idempotency_key")
+
+
 def has_keys(rows: Sequence[NewMessage]) -> bool:
-    return any(row.idempotency_key is not None for row in rows)
+    # all in C: a generator here was resumed once per row of every publish
+    return list(map(_IDEMPOTENCY_KEY, rows)).count(None) != len(rows)
 
 
 def is_key_taken(exc: BaseException) -> bool:

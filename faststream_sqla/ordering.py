@@ -24,6 +24,7 @@ The statements are in `drivers/ordering.py`; this module decides when they run.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
@@ -45,8 +46,12 @@ if TYPE_CHECKING:
 KEYS_PER_SWEEP = 500
 
 
+_ORDERING_KEY = operator.attrgetter("ordering_key")
+
+
 def has_ordering_keys(rows: Sequence[NewMessage]) -> bool:
-    return any(row.ordering_key is not None for row in rows)
+    # all in C: a generator here was resumed once per row of every publish
+    return list(map(_ORDERING_KEY, rows)).count(None) != len(rows)
 
 
 async def hold_behind_keys(

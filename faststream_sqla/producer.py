@@ -162,6 +162,12 @@ def checked_priority(value: object) -> int:
 
 def row_options(options: DeliveryOptions) -> tuple[Any, ...]:
     """A message's validated options, in `NewMessage` order from publish_at on."""
+    if options is NO_OPTIONS:  # most publishes: nothing given, nothing to check
+        return _NO_ROW_OPTIONS
+    return _checked_row_options(options)
+
+
+def _checked_row_options(options: DeliveryOptions) -> tuple[Any, ...]:
     return (
         *timing(options),
         checked_priority(options.priority),
@@ -169,6 +175,10 @@ def row_options(options: DeliveryOptions) -> tuple[Any, ...]:
         checked_key(options.idempotency_key, "idempotency_key"),
         checked_message_channel(checked_key(options.channel, "channel")),
     )
+
+
+#: the options of a message given none, checked once
+_NO_ROW_OPTIONS = _checked_row_options(NO_OPTIONS)
 
 
 def checked_correlation_id(value: Any) -> str | None:

@@ -114,6 +114,7 @@ def outcome_parameters(outcomes: Sequence[Outcome]) -> dict[str, Any]:
 #: with a value per row
 _SHARED = tuple(c for c in PUBLISHED_COLUMNS if c.shared)
 _PER_ROW = tuple(c for c in PUBLISHED_COLUMNS if not c.shared)
+_SHARED_NAMES = tuple(c.name for c in _SHARED)
 _shared_values = operator.attrgetter(*(c.published_attribute for c in _SHARED))
 _PER_ROW_VALUES = tuple((c, operator.attrgetter(c.published_attribute)) for c in _PER_ROW)
 INSERT_PARAMETERS = (
@@ -571,7 +572,7 @@ archived AS (
 
     def _insert_parameters(self, run: Sequence[NewMessage]) -> dict[str, Any]:
         first = run[0]
-        parameters = {c.name: getattr(first, c.published_attribute) for c in _SHARED}
+        parameters = dict(zip(_SHARED_NAMES, _shared_values(first), strict=True))
         for c, get in _PER_ROW_VALUES:
             values = list(map(get, run))
             # an option no message of the run sets travels as NULL, not an array of
