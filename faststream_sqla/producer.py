@@ -198,8 +198,8 @@ def checked_headers(headers: Mapping[str, Any] | None) -> dict[str, Any]:
     """A copy of `headers`, once they are known to be stored and read back as given:
     string names, JSON values (no NaN or Infinity, which no database's JSON holds), and
     a valid queue in a reply-to header."""
-    if headers is None:
-        return {}
+    if headers is None or (headers.__class__ is dict and not headers):
+        return {}  # FastStream passes {} for no headers: nothing to check or encode
     if not isinstance(headers, Mapping):
         msg = f"headers must be a dict of header names to values, got {type(headers).__name__}"
         raise InvalidOptionError(msg)
