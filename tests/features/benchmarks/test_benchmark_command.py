@@ -185,19 +185,27 @@ def test_channel_benchmark_reports_its_scenarios(database_url: str, tmp_path: Pa
         assert found["keys"][kind]["ratio"] > 0 and len(found["keys"][kind]["pair_ratios"]) == 1
 
 
-def test_claim_phase_benchmark_reports_both_phases() -> None:
-    # SQLite only: its file is the script's own, so no other test's database is touched
+def sqlite_benchmark_lines(module: str, *args: str, timeout: float) -> list[str]:
+    """The output lines of `python -m <module> --databases sqlite <args>`, which must
+    succeed. SQLite only: its file is the script's own, so no other test's database is
+    touched."""
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.claim_phases", "--databases", "sqlite",
-         "--messages", "300", "--claim", "100", "--rounds", "1"],
+        [sys.executable, "-m", module, "--databases", "sqlite", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    (line,) = proc.stdout.splitlines()
+    return proc.stdout.splitlines()
+
+
+def test_claim_phase_benchmark_reports_both_phases() -> None:
+    (line,) = sqlite_benchmark_lines(
+        "benchmarks.claim_phases", "--messages", "300", "--claim", "100", "--rounds", "1",
+        timeout=120,
+    )  # fmt: skip
     claim = float(line.split("claim")[1].split("µs")[0])
     write = float(line.split("outcome write")[1].split("µs")[0])
     assert claim > 0 and write > 0, line
@@ -205,35 +213,18 @@ def test_claim_phase_benchmark_reports_both_phases() -> None:
 
 @pytest.mark.timeout(600)
 def test_instruction_count_benchmark_reports_a_count_a_message() -> None:
-    # SQLite only, as above; tiny sizes, since everything runs under valgrind
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.instructions", "--databases", "sqlite",
-         "--small", "20", "--large", "60"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (line,) = proc.stdout.splitlines()
+    # tiny sizes, since everything runs under valgrind
+    (line,) = sqlite_benchmark_lines(
+        "benchmarks.instructions", "--small", "20", "--large", "60", timeout=600
+    )
     assert line.startswith("drain on sqlite: "), line
     assert float(line.split(": ")[1].split(" ")[0].replace(",", "")) > 0, line
 
 
 def test_database_work_benchmark_counts_sqlite_instructions_by_statement() -> None:
-    # SQLite only, as above: the counted drain uses a file of its own
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.database_work", "--databases", "sqlite",
-         "--messages", "300"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    first, *statements = proc.stdout.splitlines()
+    first, *statements = sqlite_benchmark_lines(
+        "benchmarks.database_work", "--messages", "300", timeout=120
+    )
     assert first.startswith("working tree, sqlite: "), first
     assert float(first.split(": ")[1].split(" ")[0].replace(",", "")) > 0, first
     # the claim's UPDATE and the outcomes' archive copy are among the statements counted
