@@ -107,13 +107,15 @@ async def test_delayed_delivery_waits_for_next_attempt_at(make_broker, engine, t
         await broker.start()
         later = datetime.now(timezone.utc) + timedelta(hours=1)
         await broker.publish("later", queue="q", next_attempt_at=later)
-        await broker.publish("soon", queue="q", delay=0.3)
+        # a delay well beyond the next publish, so a slow host cannot make "soon" due
+        # before "now" is stored
+        await broker.publish("soon", queue="q", delay=1.0)
         await broker.publish("now", queue="q")
         await got.wait_for(2)
 
     assert [c[0] for c in got.calls] == ["now", "soon"]
     _, created, eligible = got.calls[1]
-    assert eligible - created >= timedelta(seconds=0.29)
+    assert eligible - created >= timedelta(seconds=0.99)
     (pending,) = await rows(engine, tables.message)
     assert pending["state"] == MessageState.PENDING
     assert abs(pending["next_attempt_at"] - later.replace(tzinfo=None)) < timedelta(milliseconds=1)
