@@ -14,13 +14,13 @@ they never depend on the insert returning one id per item in order.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from faststream_sqla.drivers.base import any_row_sets
 from faststream_sqla.exceptions import IdempotencyConflictError, shown
 
 if TYPE_CHECKING:
@@ -36,12 +36,8 @@ MAX_RACES = 10
 AfterInsert = Callable[[AsyncConnection, "Sequence[NewMessage]", list[int]], Awaitable[None]]
 
 
-_IDEMPOTENCY_KEY = operator.attrgetter("idempotency_key")
-
-
 def has_keys(rows: Sequence[NewMessage]) -> bool:
-    # all in C: a generator here was resumed once per row of every publish
-    return list(map(_IDEMPOTENCY_KEY, rows)).count(None) != len(rows)
+    return any_row_sets(rows, "idempotency_key")
 
 
 def is_key_taken(exc: BaseException) -> bool:

@@ -24,10 +24,10 @@ The statements are in `drivers/ordering.py`; this module decides when they run.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
+from faststream_sqla.drivers.base import any_row_sets
 from faststream_sqla.drivers.ordering import (
     IDS_PER_STATEMENT,
     hold_waiting,
@@ -46,12 +46,8 @@ if TYPE_CHECKING:
 KEYS_PER_SWEEP = 500
 
 
-_ORDERING_KEY = operator.attrgetter("ordering_key")
-
-
 def has_ordering_keys(rows: Sequence[NewMessage]) -> bool:
-    # all in C: a generator here was resumed once per row of every publish
-    return list(map(_ORDERING_KEY, rows)).count(None) != len(rows)
+    return any_row_sets(rows, "ordering_key")
 
 
 async def hold_behind_keys(

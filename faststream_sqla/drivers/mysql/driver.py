@@ -59,6 +59,7 @@ from ..base import (
     NewMessage,
     Outcome,
     WakeupHooks,
+    any_row_sets,
     attempt_micros,
     claimed_order,
     insert_shape,
@@ -149,9 +150,6 @@ _OUTCOME_ROWS = """JSON_TABLE(:outcomes, '$[*]' COLUMNS (
     next_us BIGINT PATH '$[7]', error LONGTEXT PATH '$[8]')) AS o"""
 _KEYED = operator.attrgetter("keyed")
 _FIRST = operator.itemgetter(0)
-#: what makes a new message keyed (NewMessage.keyed), and its values in a plain one
-_KEY_FIELDS = operator.attrgetter("ordering_key", "idempotency_key", "channel")
-_NO_KEYS = (None, None, None)
 _STATE = "ELT(o.state_code, " + ", ".join(f"'{s.value}'" for s in MessageState) + ")"
 
 
@@ -382,8 +380,9 @@ class MySQLDriver(Driver):
         """The keyed messages' rows of the keys table (schema.build_keys_table), in the
         insert's transaction: a key another publisher holds fails here, and the whole
         publish with it, as the message table's own unique index would elsewhere."""
-        if list(map(_KEY_FIELDS, rows)).count(_NO_KEYS) == len(rows):
-            return  # the common case, found in C: no row has a key or a channel
+        # what makes a new message keyed (NewMessage.keyed)
+        if not any_row_sets(rows, "ordering_key", "idempotency_key", "channel"):
+            return  # the common case: no row has a key or a channel
         keyed = [
             (message_id, row.queue, row.ordering_key, row.idempotency_key, row.channel)
             for row, message_id in zip(rows, ids, strict=True)
