@@ -8,6 +8,7 @@ from user input.
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -172,21 +173,10 @@ class QueueTables:
     attempts: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:
-        self.metadata = sa.MetaData()
-        mysql_family = self.dialect in MYSQL_FAMILY
-        self.message = build_message_table(
-            self.metadata, self.names.message, ready_at_column=mysql_family
-        )
-        self.archive = build_archive_table(self.metadata, self.names.archive)
-        self.keys = build_keys_table(self.metadata, self.names.message) if mysql_family else None
-        self.controls = build_controls_table(self.metadata, self.names.message)
-        self.schedule = build_schedule_table(self.metadata, self.names.message)
-        self.breaker_events = build_breaker_events_table(self.metadata, self.names.message)
-        self.workers = build_workers_table(self.metadata, self.names.message)
-        self.bindings = build_bindings_table(self.metadata, self.names.message)
-        self.endpoints = build_endpoints_table(self.metadata, self.names.message)
-        self.endpoint_topics = build_endpoint_topics_table(self.metadata, self.names.message)
-        self.attempts = build_attempts_table(self.metadata, self.names.message)
+        built = _built_tables(self.names, self.dialect in MYSQL_FAMILY)
+        self.metadata, self.message, self.archive, self.keys = built[:4]
+        self.controls, self.schedule, self.breaker_events, self.workers = built[4:8]
+        self.bindings, self.endpoints, self.endpoint_topics, self.attempts = built[8:]
 
     @property
     def key_index(self) -> sa.Table:
@@ -206,6 +196,29 @@ class QueueTables:
         if (dialect in MYSQL_FAMILY) == (self.dialect in MYSQL_FAMILY):
             return self
         return QueueTables(self.names, dialect)
+
+
+@functools.lru_cache(maxsize=64)
+def _built_tables(names: TableNames, mysql_family: bool) -> tuple[Any, ...]:
+    """The tables of one set of names and shape, built once per process and shared:
+    every broker, driver and admin API on the same tables reads the same `sa.Table`
+    objects, which nothing changes once built. Building them anew for each broker
+    left some three thousand objects per broker for the garbage collector to walk."""
+    metadata = sa.MetaData()
+    return (
+        metadata,
+        build_message_table(metadata, names.message, ready_at_column=mysql_family),
+        build_archive_table(metadata, names.archive),
+        build_keys_table(metadata, names.message) if mysql_family else None,
+        build_controls_table(metadata, names.message),
+        build_schedule_table(metadata, names.message),
+        build_breaker_events_table(metadata, names.message),
+        build_workers_table(metadata, names.message),
+        build_bindings_table(metadata, names.message),
+        build_endpoints_table(metadata, names.message),
+        build_endpoint_topics_table(metadata, names.message),
+        build_attempts_table(metadata, names.message),
+    )
 
 
 class Initial(str, enum.Enum):

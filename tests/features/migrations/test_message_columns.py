@@ -67,3 +67,15 @@ def test_the_option_keywords_and_the_options_record_declare_the_same_options():
     assert set(get_type_hints(DeliveryOptionArgs)) == {
         f.name for f in dataclasses.fields(DeliveryOptions)
     }
+
+
+def test_tables_of_the_same_names_and_shape_are_built_once_and_shared():
+    from faststream_sqla.schema import TableNames
+
+    first, second = QueueTables(dialect="postgresql"), QueueTables(dialect="sqlite")
+    assert first.message is second.message and first.metadata is second.metadata
+    mariadb = QueueTables(dialect="mysql")
+    assert mariadb.message is not first.message and mariadb.keys is not None
+    other = QueueTables(TableNames(message="jobs", archive="jobs_done"), dialect="sqlite")
+    assert other.message.name == "jobs" and other.archive.name == "jobs_done"
+    assert other.metadata is not first.metadata
