@@ -112,11 +112,11 @@ async def count_drain(database: str, messages: int, *, batch: bool) -> dict[str,
     found: dict[str, Any] = {}
     timed = ours.timed_drain
 
-    async def counted_drain(broker: Any, countdown: Any, n: int) -> float:
+    async def counted_drain(broker: Any, countdown: Any, n: int, *rest: Any) -> float:
         before = await mysql_status(target.url) if database == "mysql" else {}
         sqlite_counter.counting = True
         try:
-            return await timed(broker, countdown, n)
+            return await timed(broker, countdown, n, *rest)
         finally:
             sqlite_counter.counting = False
             if database == "mysql":

@@ -29,6 +29,7 @@ from . import pipeline, raw
 from .common import (
     DEFAULT_CLAIMS,
     QUEUE,
+    CollectorActivity,
     CountDown,
     Results,
     Target,
@@ -143,8 +144,9 @@ async def drain_once(
     await broker.connect()  # engine and schema check: not part of the drain
     database = broker.engine.dialect.name
     server_before = server_cpu_seconds(database)
+    collector = CollectorActivity()
     with silenced_access_log() if access_log else contextlib.nullcontext():
-        elapsed = await timed_drain(broker, countdown, n)
+        elapsed = await timed_drain(broker, countdown, n, collector)
     server_after = server_cpu_seconds(database)
     problem = await verify_drained(url, n)
     return {
@@ -158,6 +160,8 @@ async def drain_once(
             else 1e6 * (server_after - server_before) / n
         ),
         "problem": problem,
+        "full_collections": collector.full_collections,
+        "collector_seconds": sum(collector.seconds),
     }
 
 
@@ -210,6 +214,8 @@ async def run_drain(
         options=runs[best]["options"],
         by_claims={k: v["msg_per_s"] for k, v in runs.items()},
         repeat_runs=repeated["runs"],
+        # a full garbage collection inside a run slows it visibly (watched_collector)
+        full_collections=repeated["full_collections"],
         logger=None,
     )
     if batch:
@@ -245,7 +251,7 @@ async def _median_drain(
     baseline measured minutes earlier can flatter or sink a ratio, and one measured on
     one side only still moves with a drift that runs through the pair.
     """
-    rates, ratios = [], []
+    rates, ratios, full_collections = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
 
         async def baseline() -> float:
@@ -257,6 +263,7 @@ async def _median_drain(
             if run["problem"]:
                 raise RuntimeError(run["problem"])
             rates.append(run["msg_per_s"])
+            full_collections.append(run["full_collections"])
             if before is not None:
                 after = await baseline()
                 ratios.append(over_neighbours(run["msg_per_s"], before, after))
@@ -264,6 +271,7 @@ async def _median_drain(
     return {
         "median": statistics.median(rates),
         "runs": rates,
+        "full_collections": full_collections,
         "paired_median": statistics.median(ratios) if ratios else None,
         "paired_ratios": ratios,
     }

@@ -122,6 +122,9 @@ def check_sqlite_figures(figures: dict) -> None:
     """The SQLite-only figures: the drain's claim sizes and ratios, the pairings."""
     drain = figures[("faststream-sqla", "drain", "msg_per_s", "sqlite")]
     assert set(drain["details"]["by_claims"]) == {"100-1000", "100", "500", "1000"}
+    collections = drain["details"]["full_collections"]
+    assert len(collections) == len(drain["details"]["repeat_runs"])
+    assert all(isinstance(count, int) and count >= 0 for count in collections)
     assert drain["ratios"]["pipeline"] > 0
     assert drain["ratios"]["raw"] > 0
     paired = figures[("faststream-sqla", "drain", "over_paired_pipeline", "sqlite")]
@@ -230,3 +233,17 @@ def test_database_work_benchmark_counts_sqlite_instructions_by_statement() -> No
     # the claim's UPDATE and the outcomes' archive copy are among the statements counted
     assert any("UPDATE message SET state" in line for line in statements), statements
     assert any("INSERT INTO message_archive" in line for line in statements), statements
+
+
+def test_the_collector_watch_counts_full_collections_inside_its_block_only() -> None:
+    import gc
+
+    from benchmarks.common import watched_collector
+
+    with watched_collector() as activity:
+        gc.collect()
+        gc.collect(0)
+    gc.collect()
+    assert activity.full_collections == 1
+    assert activity.collections[0] == 1
+    assert activity.seconds[2] > 0
