@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faststream_sqla.drivers.base import any_row_sets
+from faststream_sqla.drivers.base import any_row_has
 from faststream_sqla.exceptions import IdempotencyConflictError, shown
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ AfterInsert = Callable[[AsyncConnection, "Sequence[NewMessage]", list[int]], Awa
 
 
 def has_keys(rows: Sequence[NewMessage]) -> bool:
-    return any_row_sets(rows, "idempotency_key")
+    return any_row_has(rows, "idempotency_key")
 
 
 def is_key_taken(exc: BaseException) -> bool:

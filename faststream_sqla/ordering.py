@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
-from faststream_sqla.drivers.base import any_row_sets
+from faststream_sqla.drivers.base import any_row_has
 from faststream_sqla.drivers.ordering import (
     IDS_PER_STATEMENT,
     hold_waiting,
@@ -47,7 +47,7 @@ KEYS_PER_SWEEP = 500
 
 
 def has_ordering_keys(rows: Sequence[NewMessage]) -> bool:
-    return any_row_sets(rows, "ordering_key")
+    return any_row_has(rows, "ordering_key")
 
 
 async def hold_behind_keys(

@@ -85,7 +85,7 @@ def _fields_of(fields: tuple[str, ...]) -> tuple[Callable[[Any], Any], Any]:
     return getter, (None if len(fields) == 1 else (None,) * len(fields))
 
 
-def any_row_sets(rows: Sequence[NewMessage], *fields: str) -> bool:
+def any_row_has(rows: Sequence[NewMessage], *fields: str) -> bool:
     """Whether any row has one of `fields` set (not None).
 
     Every publish asks this of its batch, so the scan runs in C (`map` and

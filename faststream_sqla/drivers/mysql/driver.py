@@ -59,7 +59,7 @@ from ..base import (
     NewMessage,
     Outcome,
     WakeupHooks,
-    any_row_sets,
+    any_row_has,
     attempt_micros,
     claimed_order,
     insert_shape,
@@ -381,7 +381,7 @@ class MySQLDriver(Driver):
         insert's transaction: a key another publisher holds fails here, and the whole
         publish with it, as the message table's own unique index would elsewhere."""
         # what makes a new message keyed (NewMessage.keyed)
-        if not any_row_sets(rows, "ordering_key", "idempotency_key", "channel"):
+        if not any_row_has(rows, "ordering_key", "idempotency_key", "channel"):
             return  # the common case: no row has a key or a channel
         keyed = [
             (message_id, row.queue, row.ordering_key, row.idempotency_key, row.channel)
