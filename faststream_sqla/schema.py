@@ -11,7 +11,7 @@ import enum
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -174,9 +174,11 @@ class QueueTables:
 
     def __post_init__(self) -> None:
         built = _built_tables(self.names, self.dialect in MYSQL_FAMILY)
-        self.metadata, self.message, self.archive, self.keys = built[:4]
-        self.controls, self.schedule, self.breaker_events, self.workers = built[4:8]
-        self.bindings, self.endpoints, self.endpoint_topics, self.attempts = built[8:]
+        self.metadata, self.message, self.archive = built.metadata, built.message, built.archive
+        self.keys, self.controls, self.schedule = built.keys, built.controls, built.schedule
+        self.breaker_events, self.workers = built.breaker_events, built.workers
+        self.bindings, self.endpoints = built.bindings, built.endpoints
+        self.endpoint_topics, self.attempts = built.endpoint_topics, built.attempts
 
     @property
     def key_index(self) -> sa.Table:
@@ -198,14 +200,29 @@ class QueueTables:
         return QueueTables(self.names, dialect)
 
 
+class _BuiltTables(NamedTuple):
+    metadata: sa.MetaData
+    message: sa.Table
+    archive: sa.Table
+    keys: sa.Table | None
+    controls: sa.Table
+    schedule: sa.Table
+    breaker_events: sa.Table
+    workers: sa.Table
+    bindings: sa.Table
+    endpoints: sa.Table
+    endpoint_topics: sa.Table
+    attempts: sa.Table
+
+
 @functools.lru_cache(maxsize=64)
-def _built_tables(names: TableNames, mysql_family: bool) -> tuple[Any, ...]:
-    """The tables of one set of names and shape, built once per process and shared:
-    every broker, driver and admin API on the same tables reads the same `sa.Table`
-    objects, which nothing changes once built. Building them anew for each broker
-    left some three thousand objects per broker for the garbage collector to walk."""
+def _built_tables(names: TableNames, mysql_family: bool) -> _BuiltTables:
+    """The tables of one set of names and shape, shared while cached: every broker,
+    driver and admin API on the same tables reads the same `sa.Table` objects, which
+    nothing changes once built. Built anew per broker, they cost each construction
+    time, and every full garbage collection a walk over thousands more objects."""
     metadata = sa.MetaData()
-    return (
+    return _BuiltTables(
         metadata,
         build_message_table(metadata, names.message, ready_at_column=mysql_family),
         build_archive_table(metadata, names.archive),
