@@ -161,7 +161,6 @@ async def drain_once(
         ),
         "problem": problem,
         "full_collections": collector.full_collections,
-        "collector_seconds": sum(collector.seconds),
     }
 
 
@@ -215,7 +214,9 @@ async def run_drain(
         by_claims={k: v["msg_per_s"] for k, v in runs.items()},
         repeat_runs=repeated["runs"],
         # a full garbage collection inside a run slows it visibly (watched_collector)
-        full_collections=repeated["full_collections"],
+        full_collections=(
+            repeated["full_collections"] if repeats > 1 else [runs[best]["full_collections"]]
+        ),
         logger=None,
     )
     if batch:

@@ -116,7 +116,7 @@ async def delivered(
     url: str, receiver_url: str, count: int, concurrency: int, *, with_slow: bool
 ) -> float:
     """Deliveries a second to the fast endpoint, from start to the last archived."""
-    await fresh_target_tables(url)
+    await reset_our_schema(url)
     async with QueueAdmin(url) as admin:
         await admin.add_endpoint(
             "fast", receiver_url + "/hook", topics=["bench.fast"], allow_private=True
@@ -142,10 +142,6 @@ async def delivered(
             await asyncio.sleep(0.02)
         elapsed = time.perf_counter() - start
     return count / elapsed
-
-
-async def fresh_target_tables(url: str) -> None:
-    await reset_our_schema(url)
 
 
 async def main(databases: list[str], count: int, concurrency: int) -> int:
