@@ -175,6 +175,37 @@ async def test_explicit_publish_time_is_stored_exactly(engine, tables, driver):
     assert row["created_at"] < at
 
 
+OPTIONS = {
+    "expires_at": datetime(2031, 5, 6, 7, 8, 9, 123000),
+    "priority": 7,
+    "ordering_key": "customer-1",
+    "idempotency_key": "order-1",
+    "channel": "tenant-1",
+    "redriven_from": 12345,
+}
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one_by_one", "in_one_batch"])
+async def test_every_option_of_a_message_is_stored_as_given_and_none_when_unset(
+    engine, tables, driver, batched
+):
+    """A single publish and a batch take different routes to the same columns."""
+    given = NewMessage(
+        queue="q", headers={}, headers_json="{}", payload=b"x", correlation_id=None,
+        publish_at=None, **OPTIONS,
+    )
+    plain = new()
+    if batched:
+        given_id, plain_id = await insert(engine, driver, given, plain)
+    else:
+        (given_id,), (plain_id,) = [await insert(engine, driver, m) for m in (given, plain)]
+    stored = {r["id"]: r for r in await rows(engine, tables.message)}
+    assert {name: stored[given_id][name] for name in OPTIONS} == OPTIONS
+    assert {name: stored[plain_id][name] for name in OPTIONS} == {
+        **dict.fromkeys(OPTIONS), "priority": 0
+    }
+
+
 async def test_outbox_insert_joins_the_callers_transaction(engine, tables, driver):
     async with engine.connect() as conn:
         await driver.insert_messages(conn, [new()])

@@ -116,7 +116,20 @@ _SHARED = tuple(c for c in PUBLISHED_COLUMNS if c.shared)
 _PER_ROW = tuple(c for c in PUBLISHED_COLUMNS if not c.shared)
 _SHARED_NAMES = tuple(c.name for c in _SHARED)
 _shared_values = operator.attrgetter(*(c.published_attribute for c in _SHARED))
-_PER_ROW_VALUES = tuple((c, operator.attrgetter(c.published_attribute)) for c in _PER_ROW)
+_NO_DEFAULT = object()
+#: per column: its parameter's name, the value that means "option unused" (else
+#: _NO_DEFAULT), and how to read it from a message
+_PER_ROW_PARAMETERS = tuple(
+    (
+        f"{c.name}_values",
+        PUBLISHED_DEFAULTS.get(c.name, _NO_DEFAULT),
+        operator.attrgetter(c.published_attribute),
+    )
+    for c in _PER_ROW
+)
+#: every per-row value of one message at once (a single publish reads them so)
+_per_row_values = operator.attrgetter(*(c.published_attribute for c in _PER_ROW))
+assert len(_PER_ROW) > 1, "attrgetter of one name returns a value, not a tuple"
 INSERT_PARAMETERS = (
     *(c.name for c in _SHARED),
     "publish_at",
@@ -573,15 +586,21 @@ archived AS (
     def _insert_parameters(self, run: Sequence[NewMessage]) -> dict[str, Any]:
         first = run[0]
         parameters = dict(zip(_SHARED_NAMES, _shared_values(first), strict=True))
-        for c, get in _PER_ROW_VALUES:
-            values = list(map(get, run))
-            # an option no message of the run sets travels as NULL, not an array of
-            # defaults: unnest pads a NULL array with NULLs, which the statement reads
-            # as the default (list.count compares in C, without a Python-level loop)
-            unused = c.name in PUBLISHED_DEFAULTS and values.count(
-                PUBLISHED_DEFAULTS[c.name]
-            ) == len(values)
-            parameters[f"{c.name}_values"] = None if unused else values
+        # An option no message of the run sets travels as NULL, not an array of
+        # defaults: unnest pads a NULL array with NULLs, which the statement reads as
+        # the default.
+        if len(run) == 1:  # a single publish: one read of the message, no lists to scan
+            for (name, default, _get), value in zip(
+                _PER_ROW_PARAMETERS, _per_row_values(first), strict=True
+            ):
+                unused = default is not _NO_DEFAULT and value == default
+                parameters[name] = None if unused else [value]
+        else:
+            for name, default, get in _PER_ROW_PARAMETERS:
+                values = list(map(get, run))
+                # list.count compares in C, without a Python-level loop
+                unused = default is not _NO_DEFAULT and values.count(default) == len(values)
+                parameters[name] = None if unused else values
         parameters.update(
             publish_at=first.publish_at,
             delay=first.publish_delay,
