@@ -74,9 +74,16 @@ def claim_order(row: Sequence[Any]) -> tuple[Any, ...]:
     return (-row[_PRIORITY], row[_DUE], row[_ID])
 
 
-def claimed_order(message: ClaimedMessage) -> tuple[Any, ...]:
-    """`claim_order` of a message already read."""
-    return (-message.priority, message.next_attempt_at, message.id)
+_DUE_AND_ID = operator.attrgetter("next_attempt_at", "id")
+_PRIORITY_OF = operator.attrgetter("priority")
+
+
+def sort_in_claim_order(messages: list[ClaimedMessage]) -> None:
+    """Sort messages already read into `claim_order`, in place. Two stable passes whose
+    keys are read in C: a Python key function was a call per claimed message, and the
+    messages usually arrive in order already, which each pass checks in one walk."""
+    messages.sort(key=_DUE_AND_ID)
+    messages.sort(key=_PRIORITY_OF, reverse=True)  # stable: keeps each priority's order
 
 
 @functools.cache

@@ -61,9 +61,9 @@ from ..base import (
     WakeupHooks,
     any_row_has,
     attempt_micros,
-    claimed_order,
     insert_shape,
     leases_document,
+    sort_in_claim_order,
 )
 from ._asyncmy import DriverTransaction, error_code
 from .channel_claim import MySQLChannelClaim
@@ -461,7 +461,7 @@ class MySQLDriver(Driver):
             )
         claimed = self.read_claimed(locked)  # CLAIMED_COLUMNS as they now stand
         # in claim order whatever order the server streamed them in (see _lock_ready)
-        claimed.sort(key=claimed_order)
+        sort_in_claim_order(claimed)
         return claimed
 
     def _statements(

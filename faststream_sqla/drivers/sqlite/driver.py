@@ -58,9 +58,9 @@ from ..base import (
     NewMessage,
     Outcome,
     WakeupHooks,
-    claimed_order,
     insert_shape,
     leases_document,
+    sort_in_claim_order,
     timestamp_text,
 )
 from ..catalogue import load_catalogue
@@ -221,9 +221,11 @@ assert _SENT_CLAIM_COLUMNS == (
     "id", "headers", "payload", "attempts_count", "deliveries_count", "created_at",
     "next_attempt_at", "first_attempt_at", "last_attempt_at", "correlation_id",
     "claims_count", *_OPTION_COLUMNS,
-), "_claimed_message unpacks a claim's JSON rows in this order"  # fmt: skip
+), "_claimed_messages unpacks a claim's rows in this order"  # fmt: skip
 #: the option columns' values while a message uses none of them
 _NO_OPTIONS = (None, 0, None, None, None, None)
+#: the values a claim sends per row: the plain columns, then the options' part
+_ROW_WIDTH = len(_SENT_CLAIM_COLUMNS) - len(_OPTION_COLUMNS) + 1
 
 
 def _claim_value(name: str) -> str:
@@ -239,7 +241,7 @@ def _claim_value(name: str) -> str:
 
 
 def _claim_row_sql() -> str:
-    """The JSON array a claim returns for one row: its columns, then the options' part."""
+    """One claimed row as JSON: its columns, then the options' part, as an array."""
     plain = [_claim_value(n) for n in _SENT_CLAIM_COLUMNS if n not in _OPTION_COLUMNS]
     unused = " AND ".join(
         f"{name} IS NULL" if default is None else f"{name} = {default}"
@@ -252,39 +254,60 @@ def _claim_row_sql() -> str:
     )
 
 
-def _claimed_message(
-    row: list[Any], queue: str, acquired_at: datetime, claimed_at: float
-) -> ClaimedMessage:
-    """One row of a claim's JSON document as a message: the payload and saved state
-    come as hex (JSON has no bytes), times as SQLite's text. Hot path: one call per
-    claimed message, so one unpacking and no loop over columns."""
-    (
+def _claimed_rows_sql(message: str) -> str:
+    """The claimed rows (ids in the JSON array ?) as one flat JSON array, row after row,
+    `_ROW_WIDTH` values each, and the claim's time. Flat, not an array of arrays: a
+    list per row made a thousand objects per claim for the garbage collector to track,
+    and, alive while the claim's messages were built, they outlived a collection and
+    were promoted to the oldest generation, which every full collection walks again.
+    Each row's own brackets are cut off with substr: its text is plain JSON, so the
+    first and last characters are its brackets."""
+    return (
+        f"SELECT '[' || group_concat(substr(r, 2, length(r) - 2)) || ']', {_NOW} "
+        f"FROM (SELECT {_claim_row_sql()} AS r FROM {message} "
+        "WHERE id IN (SELECT value FROM json_each(?)))"
+    )
+
+
+def _claimed_messages(
+    values: list[Any], queue: str, acquired_at: datetime, claimed_at: float
+) -> list[ClaimedMessage]:
+    """A claim's flat JSON document, read: the payload and saved state come as hex
+    (JSON has no bytes), times as SQLite's text. Hot path: per claimed message, one
+    unpacking of the values zip takes from the list, and no call but the conversions."""
+    claimed: list[ClaimedMessage] = []
+    append = claimed.append
+    fields = iter(values)
+    for (
         id_, headers, payload, attempts, deliveries, created, due, first, last,
         correlation_id, claims, options,
-    ) = row  # fmt: skip
-    expires, priority, ordering_key, idempotency_key, channel, state = options or _NO_OPTIONS
-    return ClaimedMessage(
-        id_,
-        queue,
-        stored_headers(headers),
-        bytes.fromhex(payload),
-        attempts,
-        deliveries,
-        _from_text(created),
-        _from_text(due),
-        acquired_at,
-        None if first is None else _from_text(first),
-        None if last is None else _from_text(last),
-        correlation_id,
-        claims,
-        None if expires is None else _from_text(expires),
-        priority,
-        ordering_key,
-        idempotency_key,
-        channel,
-        None if state is None else bytes.fromhex(state),
-        claimed_at,
-    )
+    ) in zip(*[fields] * _ROW_WIDTH, strict=True):  # fmt: skip
+        expires, priority, ordering_key, idempotency_key, channel, state = options or _NO_OPTIONS
+        append(
+            ClaimedMessage(
+                id_,
+                queue,
+                stored_headers(headers),
+                bytes.fromhex(payload),
+                attempts,
+                deliveries,
+                _from_text(created),
+                _from_text(due),
+                acquired_at,
+                None if first is None else _from_text(first),
+                None if last is None else _from_text(last),
+                correlation_id,
+                claims,
+                None if expires is None else _from_text(expires),
+                priority,
+                ordering_key,
+                idempotency_key,
+                channel,
+                None if state is None else bytes.fromhex(state),
+                claimed_at,
+            )
+        )
+    return claimed
 
 
 _from_text = datetime.fromisoformat
@@ -465,10 +488,7 @@ class SQLiteDriver(Driver):
             # takes the GIL back once per row, the hand-off in_driver_thread avoids.
             # The returned values are those the UPDATE below writes.
             # What all rows share (the queue asked for, the claim's time) comes once.
-            select = (
-                f"SELECT json_group_array({_claim_row_sql()}), {_NOW} "
-                f"FROM {m} WHERE id IN (SELECT value FROM json_each(?))"
-            )
+            select = _claimed_rows_sql(m)
             # The ids the probes found (the transaction holds the write lock); the time
             # read above is the one stored.
             update = (
@@ -515,11 +535,9 @@ class SQLiteDriver(Driver):
         document, now = result
         acquired_at = datetime.fromisoformat(now)  # shared by every row: read once
         claimed_at = time.monotonic()
-        claimed = [
-            _claimed_message(row, queue, acquired_at, claimed_at) for row in json.loads(document)
-        ]
+        claimed = _claimed_messages(json.loads(document), queue, acquired_at, claimed_at)
         # Aggregate order is unspecified in SQLite.
-        claimed.sort(key=claimed_order)
+        sort_in_claim_order(claimed)
         return claimed
 
     def _requeue_statement(self, engine: AsyncEngine) -> str:

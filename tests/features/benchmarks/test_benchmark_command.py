@@ -240,6 +240,7 @@ def test_the_collector_watch_counts_full_collections_inside_its_block_only() -> 
 
     from benchmarks.common import watched_collector
 
+    was_enabled = gc.isenabled()
     gc.disable()  # no automatic collection inside the block: only the two asked for
     try:
         with watched_collector() as activity:
@@ -247,7 +248,8 @@ def test_the_collector_watch_counts_full_collections_inside_its_block_only() -> 
             gc.collect(0)
         gc.collect()
     finally:
-        gc.enable()
+        if was_enabled:
+            gc.enable()
     assert activity.full_collections == 1
     assert activity.collections[0] == 1
     assert activity.seconds[2] > 0

@@ -4,13 +4,38 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from datetime import datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from faststream_sqla import Envelope, MessageState, SqlaBroker
+from faststream_sqla.drivers.base import sort_in_claim_order
 from faststream_sqla.exceptions import InvalidOptionError, QueueFullError
+from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.retry import ConstantRetryStrategy
 from tests.support.helpers import FAST, Recorder, recording, rows, wait_until
+
+_T0 = datetime(2026, 1, 1)
+
+
+def _claimed(id_: int, priority: int, due_seconds: int) -> ClaimedMessage:
+    due = _T0 + timedelta(seconds=due_seconds)
+    return ClaimedMessage(id_, "q", {}, b"", 0, 1, _T0, due, _T0, priority=priority)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 10), st.integers(0, 3)), min_size=0, max_size=30
+    ).map(lambda specs: [_claimed(i, p, d) for i, (p, d) in enumerate(specs)]),
+    st.randoms(use_true_random=False),
+)
+def test_claimed_messages_sort_higher_priority_first_then_due_then_id(messages, random) -> None:
+    expected = [m.id for m in sorted(messages, key=lambda m: (-m.priority, m.next_attempt_at, m.id))]
+    random.shuffle(messages)
+    sort_in_claim_order(messages)
+    assert [m.id for m in messages] == expected
 
 
 async def test_a_claim_takes_higher_priorities_first(database_url, engine, tables, driver):
