@@ -241,16 +241,18 @@ def _claim_value(name: str) -> str:
 
 
 def _claim_row_sql() -> str:
-    """One claimed row as JSON: its columns, then the options' part, as an array."""
+    """One claimed row as JSON: its columns, the options' part (an array) before the
+    last, the claim count."""
     plain = [_claim_value(n) for n in _SENT_CLAIM_COLUMNS if n not in _OPTION_COLUMNS]
+    assert plain[0] == "id" and plain[-1] == "claims_count + 1"
     unused = " AND ".join(
         f"{name} IS NULL" if default is None else f"{name} = {default}"
         for name, default in zip(_OPTION_COLUMNS, _NO_OPTIONS, strict=True)
     )
     options = ", ".join(map(_claim_value, _OPTION_COLUMNS))
     return (
-        f"json_array({', '.join(plain)}, "
-        f"CASE WHEN {unused} THEN NULL ELSE json_array({options}) END)"
+        f"json_array({', '.join(plain[:-1])}, "
+        f"CASE WHEN {unused} THEN NULL ELSE json_array({options}) END, {plain[-1]})"
     )
 
 
@@ -260,10 +262,10 @@ def _claimed_rows_sql(message: str) -> str:
     list per row made a thousand objects per claim for the garbage collector to track,
     and, alive while the claim's messages were built, they outlived a collection and
     were promoted to the oldest generation, which every full collection walks again.
-    Each row's own brackets are cut off with substr: its text is plain JSON, so the
-    first and last characters are its brackets."""
+    A row starts with its id and ends with its claim count, both integers, so trimming
+    brackets off its ends takes only its own (substr would count its characters)."""
     return (
-        f"SELECT '[' || group_concat(substr(r, 2, length(r) - 2)) || ']', {_NOW} "
+        f"SELECT '[' || group_concat(trim(r, '[]')) || ']', {_NOW} "
         f"FROM (SELECT {_claim_row_sql()} AS r FROM {message} "
         "WHERE id IN (SELECT value FROM json_each(?)))"
     )
@@ -280,7 +282,7 @@ def _claimed_messages(
     fields = iter(values)
     for (
         id_, headers, payload, attempts, deliveries, created, due, first, last,
-        correlation_id, claims, options,
+        correlation_id, options, claims,
     ) in zip(*[fields] * _ROW_WIDTH, strict=True):  # fmt: skip
         expires, priority, ordering_key, idempotency_key, channel, state = options or _NO_OPTIONS
         append(
