@@ -2,8 +2,9 @@
 queue's depth and follows it live; a dead letter redriven from its page is handled by
 a running broker; a queue paused from its page is claimed no more; read-only pages
 show no action and the API refuses a change; a browser signs in with the token and
-its changes carry the CSRF token; a channel's limits are edited; a schedule is paused
-and resumed; an open breaker is reset; every dead letter is replayed after a count,
+its changes carry the CSRF token; a channel's limits are edited and it is paused; a
+schedule is paused and resumed; an open breaker is reset (each page redraws its table
+after an action); every dead letter is replayed after a count,
 and nothing moves when the count is declined. On every database."""
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ async def test_dead_letters_are_redriven_by_selection_and_by_filter_after_a_coun
     assert len(await driver.claim(engine, "billing", 10)) == 3
 
 
-async def test_a_channels_limits_are_edited_from_the_channels_page(database_url):
+async def test_a_channels_limits_are_edited_and_it_is_paused_from_the_channels_page(database_url):
     async with SqlaBroker(database_url) as broker:
         await broker.connect()
         await broker.publish_batch(Envelope("a", channel="acme"), queue="orders")
@@ -209,8 +210,14 @@ async def test_a_channels_limits_are_edited_from_the_channels_page(database_url)
                 await page.get_by_label("rate of acme").fill("")  # an emptied field removes it
                 await page.get_by_role("button", name="Save").click()
                 await expect(page.locator("#flash")).to_have_text("saved")
+                # the table is redrawn with what the database now holds
+                limit_in_force = page.locator("table.channels tbody tr").first.locator("td").nth(4)
+                await expect(limit_in_force).to_have_text("3")
+                await page.get_by_role("button", name="Pause").click()
+                await expect(page.locator(".badge.paused")).to_be_visible()
+                await expect(page.get_by_role("button", name="Resume")).to_be_visible()
         (acme,) = await admin.channels("orders")
-    assert (acme.max_concurrency, acme.rate) == (3, None)
+    assert (acme.max_concurrency, acme.rate, acme.paused) == (3, None, True)
 
 
 async def test_a_schedule_is_paused_and_resumed_from_the_schedules_page(database_url):
@@ -224,8 +231,7 @@ async def test_a_schedule_is_paused_and_resumed_from_the_schedules_page(database
             (daily,) = await admin.schedules()
             assert (daily.name, daily.paused) == ("daily", True)
 
-            await page.reload()  # the schedules page does not refresh itself
-            await expect(page.locator(".badge.paused")).to_be_visible()
+            await expect(page.locator(".badge.paused")).to_be_visible()  # redrawn
             await page.get_by_role("button", name="Resume").click()
             await expect(page.locator("#flash")).to_have_text("saved")
             (daily,) = await admin.schedules()
@@ -244,8 +250,7 @@ async def test_an_open_breaker_is_reset_from_the_breakers_page(database_url, eng
                 await expect(row).to_contain_text("OPEN")
                 await page.get_by_role("button", name="Reset").click()
                 await expect(page.locator("#flash")).to_have_text("done")
-                await page.reload()  # the breakers page does not refresh itself
-                await expect(row).to_contain_text("CLOSED")
+                await expect(row).to_contain_text("CLOSED")  # redrawn
                 assert asked == ["Close this breaker and forget its failures?"]
         (breaker,) = await admin.breakers("billing")
     assert (breaker.state, breaker.consecutive_failures) == ("CLOSED", 0)
