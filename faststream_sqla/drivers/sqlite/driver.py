@@ -221,7 +221,7 @@ assert _SENT_CLAIM_COLUMNS == (
     "id", "headers", "payload", "attempts_count", "deliveries_count", "created_at",
     "next_attempt_at", "first_attempt_at", "last_attempt_at", "correlation_id",
     "claims_count", *_OPTION_COLUMNS,
-), "_claimed_messages unpacks a claim's rows in this order"  # fmt: skip
+), "_claim_row_sql sends these, the options as one part before the claim count"  # fmt: skip
 #: the option columns' values while a message uses none of them
 _NO_OPTIONS = (None, 0, None, None, None, None)
 #: the values a claim sends per row: the plain columns, then the options' part
