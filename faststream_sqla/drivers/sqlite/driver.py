@@ -224,7 +224,7 @@ assert _SENT_CLAIM_COLUMNS == (
 ), "_claim_row_sql sends these, the options as one part before the claim count"  # fmt: skip
 #: the option columns' values while a message uses none of them
 _NO_OPTIONS = (None, 0, None, None, None, None)
-#: the values a claim sends per row: the plain columns, then the options' part
+#: the values a claim sends per row: the plain columns, and the options as one value
 _ROW_WIDTH = len(_SENT_CLAIM_COLUMNS) - len(_OPTION_COLUMNS) + 1
 
 
@@ -265,7 +265,7 @@ def _claimed_rows_sql(message: str) -> str:
     A row starts with its id and ends with its claim count, both integers, so trimming
     brackets off its ends takes only its own (substr would count its characters)."""
     return (
-        f"SELECT '[' || group_concat(trim(r, '[]')) || ']', {_NOW} "
+        f"SELECT coalesce('[' || group_concat(trim(r, '[]')) || ']', '[]'), {_NOW} "
         f"FROM (SELECT {_claim_row_sql()} AS r FROM {message} "
         "WHERE id IN (SELECT value FROM json_each(?)))"
     )

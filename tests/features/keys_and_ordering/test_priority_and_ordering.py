@@ -31,9 +31,12 @@ def _claimed(id_: int, priority: int, due_seconds: int) -> ClaimedMessage:
     ).map(lambda specs: [_claimed(i, p, d) for i, (p, d) in enumerate(specs)]),
     st.randoms(use_true_random=False),
 )
-def test_claimed_messages_sort_higher_priority_first_then_due_then_id(messages, random) -> None:
-    expected = [m.id for m in sorted(messages, key=lambda m: (-m.priority, m.next_attempt_at, m.id))]
-    random.shuffle(messages)
+def test_claimed_messages_sort_higher_priority_first_then_due_then_id(messages, rng) -> None:
+    def claim_order(m: ClaimedMessage) -> tuple:
+        return (-m.priority, m.next_attempt_at, m.id)
+
+    expected = [m.id for m in sorted(messages, key=claim_order)]
+    rng.shuffle(messages)
     sort_in_claim_order(messages)
     assert [m.id for m in messages] == expected
 
