@@ -390,6 +390,45 @@ def immediate_transaction(work: Callable[[Any], T]) -> Callable[[Any], T]:
     return on_cursor(in_transaction)
 
 
+#: how often a connection tries to switch a file to WAL while others are switching it
+_WAL_SWITCH_ATTEMPTS = 10
+
+
+def switch_to_wal(cursor: Any, statement: str) -> None:
+    """Put the file in WAL mode with `statement`, waiting while others switch it.
+
+    Switching a file that is not yet in WAL mode (a new file, or one migrated by an
+    engine of the user's) goes from a shared lock to an exclusive one. When two
+    connections try it at once, SQLite refuses one at once rather than let both wait
+    on each other, whatever busy_timeout says: two brokers or admins opening such a
+    file together could fail on their first connection with "database is locked".
+    The one refused waits for the other's lock as any writer does (BEGIN IMMEDIATE
+    waits under busy_timeout, on the driver's thread) and tries again; by then the
+    file is in WAL mode, and the switch is a no-op that takes no lock.
+    """
+    for attempt in range(1, _WAL_SWITCH_ATTEMPTS + 1):
+        try:
+            cursor.execute(statement)
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or attempt == _WAL_SWITCH_ATTEMPTS:
+                raise
+        cursor.execute(_BEGIN_WRITE)
+        cursor.execute(_ROLLBACK)
+
+
+#: SQLite's primary result code for a lock another connection holds
+_SQLITE_BUSY = 5
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    # sqlite_errorcode is Python 3.11's; on 3.10 the message is all there is
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return bool((code & 0xFF) == _SQLITE_BUSY)
+    return "database is locked" in str(exc)
+
+
 class SQLiteDriver(Driver):
     name = "sqlite"
     queries_package = "faststream_sqla.drivers.sqlite"
@@ -421,12 +460,12 @@ class SQLiteDriver(Driver):
 
     def configure_engine(self, engine: AsyncEngine, *, owned: bool) -> None:
         if not owned:
-            return  # a user's engine keeps its own settings; WAL is set on the file below
+            # A user's engine keeps its own settings. WAL is the file's own once set: any
+            # engine of ours that opened the file set it.
+            return
 
-        pragmas = [
-            _QUERIES.without_tables(name)
-            for name in ("busy_timeout", "journal_mode_wal", "foreign_keys")
-        ]
+        pragmas = [_QUERIES.without_tables(name) for name in ("busy_timeout", "foreign_keys")]
+        use_wal = _QUERIES.without_tables("journal_mode_wal")
         begin_read, begin_write = map(_QUERIES.without_tables, ("begin_read", "begin_write"))
 
         @event.listens_for(engine.sync_engine, "connect")
@@ -438,6 +477,7 @@ class SQLiteDriver(Driver):
             cursor = dbapi_conn.cursor()
             for pragma in pragmas:
                 cursor.execute(pragma)
+            switch_to_wal(cursor, use_wal)
             cursor.close()
 
         @event.listens_for(engine.sync_engine, "begin")

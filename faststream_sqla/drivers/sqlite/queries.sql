@@ -10,7 +10,9 @@
 PRAGMA busy_timeout = 30000
 
 -- name: journal_mode_wal
--- Readers never wait for a writer, nor a writer for readers.
+-- Readers never wait for a writer, nor a writer for readers. A no-op once the file is
+-- in WAL mode; the first switch may be refused while another connection switches it
+-- (switch_to_wal in driver.py).
 PRAGMA journal_mode = WAL
 
 -- name: foreign_keys
