@@ -769,6 +769,13 @@ class QueueAdmin:
         async with self._reads() as conn:
             return await topics.route(conn, self.driver, topic)
 
+    async def route_endpoints(self, topic: str) -> list[str]:
+        """The enabled webhook endpoints a message published to `topic` now reaches, by
+        name: those with a topic pattern that matches it (docs/webhooks.md)."""
+        await self._prepare()
+        async with self._reads() as conn:
+            return await topics.route_endpoints(conn, self.driver, topic)
+
     # -- webhook endpoints (docs/webhooks.md) -------------------------------------------
 
     async def add_endpoint(

@@ -10,7 +10,7 @@ from faststream_sqla.clock import to_aware
 from faststream_sqla.drivers import Driver
 from faststream_sqla.drivers import topics as store
 from faststream_sqla.schema import QueueTables, validate_queue_name
-from faststream_sqla.topics import checked_pattern, checked_topic
+from faststream_sqla.topics import checked_pattern, checked_topic, route_targets
 from faststream_sqla.topics import route as matching_queues
 
 from .models import Binding
@@ -45,3 +45,11 @@ async def route(conn: AsyncConnection, driver: Driver, topic: str) -> list[str]:
     checked_topic(topic)
     candidates = await store.candidate_bindings(conn, driver.tables, topic, lambda stmt: stmt)
     return matching_queues(candidates, topic)
+
+
+async def route_endpoints(conn: AsyncConnection, driver: Driver, topic: str) -> list[str]:
+    """The enabled endpoints a publish to `topic` makes a delivery for, by name: the
+    targets a publish computes (`route_targets`), its endpoints' part."""
+    checked_topic(topic)
+    candidates = await store.candidate_targets(conn, driver.tables, topic, lambda stmt: stmt)
+    return [endpoint for _, endpoint in route_targets(candidates, topic) if endpoint is not None]

@@ -190,7 +190,11 @@ def _published_to_topic(
         typer.echo(json.dumps({"ids": ids, "topic": topic, "content_type": content_type}))
         return
     if not ids:
-        out.print(f"No queue is bound to topic {topic}: nothing was stored.", highlight=False)
+        out.print(
+            f"No queue is bound to topic {topic} and no enabled endpoint subscribes to it: "
+            "nothing was stored.",
+            highlight=False,
+        )
         return
     copies = "copy" if len(ids) == 1 else "copies"
     listed = ", ".join(map(str, ids))

@@ -1,9 +1,9 @@
-"""`faststream-sqla topic bind|unbind|list|route`: which queues a topic reaches,
+"""`faststream-sqla topic bind|unbind|list|route`: which queues (and endpoints) a topic reaches,
 through `faststream_sqla.admin` (the commands only parse, draw and exit)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -12,6 +12,9 @@ from faststream_sqla.formatting import timestamp
 
 from .common import Admin, admin_command, app, out, print_json
 from .operate import listing
+
+if TYPE_CHECKING:
+    from faststream_sqla.admin import QueueAdmin
 
 topic_app = typer.Typer(
     help="Topics: bind patterns to queues, unbind, list, and see where a topic goes.",
@@ -76,12 +79,24 @@ def topic_route(
     admin: Admin,
     topic: Annotated[str, typer.Argument(metavar="TOPIC", help="A topic, without wildcards.")],
 ) -> None:
-    """The queues a message published to TOPIC reaches now."""
-    found = admin(lambda a: a.route(topic))
+    """The queues and webhook endpoints a message published to TOPIC reaches now."""
+    queues, endpoints = admin(lambda a: _reached(a, topic))
     if admin.json_output:
-        return print_json({"topic": topic, "queues": found})
-    if not found:
-        out.print(f"No queue is bound to a pattern matching {escape(topic)}.")
+        return print_json({"topic": topic, "queues": queues, "endpoints": endpoints})
+    if not queues and not endpoints:
+        out.print(
+            f"No queue is bound to a pattern matching {escape(topic)}, "
+            "and no enabled endpoint subscribes to one."
+        )
         return None
-    out.print("\n".join(escape(q) for q in found))
+    table = listing("name", "kind", first=[*queues, *endpoints])
+    for queue in queues:
+        table.add_row(escape(queue), "queue")
+    for endpoint in endpoints:
+        table.add_row(escape(endpoint), "webhook endpoint")
+    out.print(table)
     return None
+
+
+async def _reached(admin: QueueAdmin, topic: str) -> tuple[list[str], list[str]]:
+    return await admin.route(topic), await admin.route_endpoints(topic)

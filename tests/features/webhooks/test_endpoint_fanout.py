@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.exceptions import QueueFullError
 from faststream_sqla.schema import DELIVERY_QUEUE
+from tests.support.cli import cli, cli_json
 from tests.support.helpers import rows
 
 PUBLIC = "https://93.184.215.14/hook"
@@ -40,6 +41,27 @@ async def test_a_topic_reaches_each_matching_endpoint_once_after_the_queues(
     webhook_ids = [stored[i]["headers"]["webhook-id"] for i in ids[1:]]
     assert len(set(webhook_ids)) == 2 and all(w.startswith("msg_") for w in webhook_ids)
     assert all(stored[i]["topic"] == "orders.created" for i in ids)
+
+
+async def test_a_topic_route_names_the_enabled_endpoints_it_reaches(database_url) -> None:
+    async with QueueAdmin(database_url) as admin:
+        await admin.bind("orders.*", "billing")
+        await admin.add_endpoint("shop", PUBLIC, topics=["orders.*", "orders.#"])
+        await admin.add_endpoint("crm", PUBLIC, topics=["#.created"])
+        await admin.add_endpoint("ledger", PUBLIC, topics=["payments.#"])
+        await admin.add_endpoint("archive", PUBLIC, topics=["#"])
+        await admin.disable_endpoint("archive")
+        assert await admin.route_endpoints("orders.created") == ["crm", "shop"]
+        assert await admin.route_endpoints("orders") == ["shop"]
+        assert await admin.route("orders.created") == ["billing"]
+        assert await admin.route_endpoints("refunds") == []
+    routed = await cli_json(database_url, "topic", "route", "orders.created")
+    assert routed == {"topic": "orders.created", "queues": ["billing"], "endpoints": ["crm", "shop"]}
+    table = (await cli(database_url, "topic", "route", "orders.created")).stdout
+    assert "crm" in table and "shop" in table and "webhook endpoint" in table
+    assert "ledger" not in table and "archive" not in table
+    out = await cli(database_url, "topic", "route", "refunds")
+    assert "no enabled endpoint subscribes" in out.stdout
 
 
 async def test_a_rolled_back_outbox_publish_leaves_no_delivery(
