@@ -112,9 +112,11 @@ async def test_a_dead_letter_redriven_from_its_page_is_handled(database_url, eng
                 await page.get_by_role("button", name="Redrive", exact=True).click()
                 await expect(page.locator("#flash")).to_have_text("moved 1")
                 assert await got.wait_for(1) == ["charge card 42"]
-                # the archived message now points at the message it became
-                await page.reload()
+                # redrawn: the archived message now points at the message it became,
+                # and a redriven message offers no second redrive
                 await expect(page.get_by_text("Moved on to")).to_be_visible()
+                await expect(page.get_by_text("REDRIVEN")).to_be_visible()
+                await expect(page.get_by_role("button", name="Redrive", exact=True)).to_have_count(0)
 
 
 async def test_a_queue_paused_from_its_page_is_claimed_no_more(database_url):
@@ -189,8 +191,11 @@ async def test_dead_letters_are_redriven_by_selection_and_by_filter_after_a_coun
         await page.locator('input[name="ids"]').first.check()
         await page.get_by_role("button", name="Redrive selected").click()
         await expect(page.locator("#flash")).to_have_text("moved 1")
+        # redrawn: the redriven dead letter is no longer listed
+        await expect(page.locator('input[name="ids"]')).to_have_count(2)
         await page.get_by_role("button", name="Redrive all matching").click()
         await expect(page.locator("#flash")).to_have_text("moved 2")
+        await expect(page.get_by_text("None matches.")).to_be_visible()
         assert asked == ["Redrive the selected dead letters?", "Redrive 2 messages?"]
     # three new messages, ready to be claimed
     assert len(await driver.claim(engine, "billing", 10)) == 3
