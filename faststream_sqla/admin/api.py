@@ -764,7 +764,8 @@ class QueueAdmin:
             return await topics.bindings(conn, self.tables, queue=queue)
 
     async def route(self, topic: str) -> list[str]:
-        """The queues a message published to `topic` now reaches, by name."""
+        """The queues a message published to `topic` now reaches, by name; the webhook
+        endpoints it reaches are `route_endpoints`'."""
         await self._prepare()
         async with self._reads() as conn:
             return await topics.route(conn, self.driver, topic)

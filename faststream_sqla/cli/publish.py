@@ -87,7 +87,8 @@ def publish(
         str | None,
         typer.Option(
             help="Publish to a topic instead of a queue: a copy goes to every queue bound "
-            "to it (docs/topics.md); then only BODY is given.",
+            "to it (docs/topics.md) and a delivery to every enabled webhook endpoint "
+            "subscribed to it (docs/webhooks.md); then only BODY is given.",
             show_default=False,
         ),
     ] = None,
@@ -126,7 +127,8 @@ def publish(
     message_table: MessageTable = DEFAULT_MESSAGE_TABLE,
     archive_table: ArchiveTable = DEFAULT_ARCHIVE_TABLE,
 ) -> None:
-    """Publish one message and print its id (with --topic: the id of each copy)."""
+    """Publish one message and print its id (with --topic: the id of each copy and
+    webhook delivery)."""
     from faststream_sqla.broker.broker import SqlaBroker  # the broker only for this command
 
     names = names_of(message_table, archive_table)

@@ -390,28 +390,30 @@ def immediate_transaction(work: Callable[[Any], T]) -> Callable[[Any], T]:
     return on_cursor(in_transaction)
 
 
-#: how often a connection tries to switch a file to WAL while others are switching it
-_WAL_SWITCH_ATTEMPTS = 10
+#: how long a connection tries to switch a file to WAL, all attempts together: the busy
+#: timeout's length (queries.sql), so a switch never waits longer than a write would
+_WAL_SWITCH_SECONDS = 30.0
 
 
-def switch_to_wal(cursor: Any, statement: str) -> None:
-    """Put the file in WAL mode with `statement`, waiting while others switch it.
+def switch_to_wal(cursor: Any, statement: str, within: float = _WAL_SWITCH_SECONDS) -> None:
+    """Put the file in WAL mode with `statement`, waiting for other connections' locks.
 
     Switching a file that is not yet in WAL mode (a new file, or one migrated by an
-    engine of the user's) goes from a shared lock to an exclusive one. When two
-    connections try it at once, SQLite refuses one at once rather than let both wait
-    on each other, whatever busy_timeout says: two brokers or admins opening such a
+    engine of the user's) needs the file to itself. While another connection holds
+    its write lock (a writer, or another connection switching it), SQLite refuses the
+    switch at once, whatever busy_timeout says: two brokers or admins opening such a
     file together could fail on their first connection with "database is locked".
-    The one refused waits for the other's lock as any writer does (BEGIN IMMEDIATE
-    waits under busy_timeout, on the driver's thread) and tries again; by then the
-    file is in WAL mode, and the switch is a no-op that takes no lock.
+    The one refused waits for that lock as any writer does (BEGIN IMMEDIATE waits
+    under busy_timeout, on the driver's thread) and tries again, for `within` seconds
+    in all. Once the file is in WAL mode the switch is a no-op that takes no lock.
     """
-    for attempt in range(1, _WAL_SWITCH_ATTEMPTS + 1):
+    deadline = time.monotonic() + within
+    while True:
         try:
             cursor.execute(statement)
             return
         except sqlite3.OperationalError as exc:
-            if not _is_busy(exc) or attempt == _WAL_SWITCH_ATTEMPTS:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
                 raise
         cursor.execute(_BEGIN_WRITE)
         cursor.execute(_ROLLBACK)

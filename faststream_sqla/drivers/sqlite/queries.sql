@@ -11,8 +11,8 @@ PRAGMA busy_timeout = 30000
 
 -- name: journal_mode_wal
 -- Readers never wait for a writer, nor a writer for readers. A no-op once the file is
--- in WAL mode; the first switch may be refused while another connection switches it
--- (switch_to_wal in driver.py).
+-- in WAL mode; until then it is refused at once while another connection holds the
+-- write lock (switch_to_wal in driver.py waits for it and tries again).
 PRAGMA journal_mode = WAL
 
 -- name: foreign_keys

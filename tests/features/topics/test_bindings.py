@@ -5,7 +5,6 @@ queues a topic reaches. On every database."""
 from __future__ import annotations
 
 import asyncio
-import re
 
 import pytest
 
@@ -88,7 +87,7 @@ async def test_topic_commands_bind_list_route_and_unbind(database_url: str) -> N
     assert "orders.#" in table and "billing" not in table
 
     routed = (await cli(database_url, "topic", "route", "orders.created")).stdout
-    assert re.findall(r"(\w+)\s+│\s+queue\b", routed) == ["audit", "billing"]
+    assert "audit" in routed and "billing" in routed and "endpoint" not in routed
     routed = await cli_json(database_url, "topic", "route", "orders")
     assert routed == {"topic": "orders", "queues": ["audit"], "endpoints": []}
 

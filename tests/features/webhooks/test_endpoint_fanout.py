@@ -43,7 +43,9 @@ async def test_a_topic_reaches_each_matching_endpoint_once_after_the_queues(
     assert all(stored[i]["topic"] == "orders.created" for i in ids)
 
 
-async def test_a_topic_route_names_the_enabled_endpoints_it_reaches(database_url) -> None:
+async def test_a_topic_route_names_the_enabled_endpoints_a_publish_reaches(
+    make_broker, database_url, engine, tables
+) -> None:
     async with QueueAdmin(database_url) as admin:
         await admin.bind("orders.*", "billing")
         await admin.add_endpoint("shop", PUBLIC, topics=["orders.*", "orders.#"])
@@ -55,8 +57,18 @@ async def test_a_topic_route_names_the_enabled_endpoints_it_reaches(database_url
         assert await admin.route_endpoints("orders") == ["shop"]
         assert await admin.route("orders.created") == ["billing"]
         assert await admin.route_endpoints("refunds") == []
+    broker = make_broker()
+    async with broker:
+        await broker.connect()
+        await broker.publish({"order": 1}, topic="orders.created")
+    delivered = [row["channel"] for row in await _deliveries(engine, tables)]
+    assert sorted(delivered) == ["crm", "shop"]
     routed = await cli_json(database_url, "topic", "route", "orders.created")
-    assert routed == {"topic": "orders.created", "queues": ["billing"], "endpoints": ["crm", "shop"]}
+    assert routed == {
+        "topic": "orders.created",
+        "queues": ["billing"],
+        "endpoints": ["crm", "shop"],
+    }
     table = (await cli(database_url, "topic", "route", "orders.created")).stdout
     assert "crm" in table and "shop" in table and "webhook endpoint" in table
     assert "ledger" not in table and "archive" not in table
