@@ -21,14 +21,19 @@ async def _deliveries(engine, tables) -> list[sa.RowMapping]:
     return await rows(engine, m, m.c.queue == DELIVERY_QUEUE)
 
 
+async def _billing_and_three_endpoints(admin: QueueAdmin) -> None:
+    """billing bound to orders.*; shop and crm take orders.created, ledger does not."""
+    await admin.bind("orders.*", "billing")
+    await admin.add_endpoint("shop", PUBLIC, topics=["orders.*", "orders.#"])
+    await admin.add_endpoint("crm", PUBLIC, topics=["#.created"])
+    await admin.add_endpoint("ledger", PUBLIC, topics=["payments.#"])
+
+
 async def test_a_topic_reaches_each_matching_endpoint_once_after_the_queues(
     make_broker, database_url, engine, tables
 ) -> None:
     async with QueueAdmin(database_url) as admin:
-        await admin.bind("orders.*", "billing")
-        await admin.add_endpoint("shop", PUBLIC, topics=["orders.*", "orders.#"])
-        await admin.add_endpoint("crm", PUBLIC, topics=["#.created"])
-        await admin.add_endpoint("ledger", PUBLIC, topics=["payments.#"])
+        await _billing_and_three_endpoints(admin)
     broker = make_broker()
     async with broker:
         await broker.connect()
@@ -47,10 +52,7 @@ async def test_a_topic_route_names_the_enabled_endpoints_a_publish_reaches(
     make_broker, database_url, engine, tables
 ) -> None:
     async with QueueAdmin(database_url) as admin:
-        await admin.bind("orders.*", "billing")
-        await admin.add_endpoint("shop", PUBLIC, topics=["orders.*", "orders.#"])
-        await admin.add_endpoint("crm", PUBLIC, topics=["#.created"])
-        await admin.add_endpoint("ledger", PUBLIC, topics=["payments.#"])
+        await _billing_and_three_endpoints(admin)
         await admin.add_endpoint("archive", PUBLIC, topics=["#"])
         await admin.disable_endpoint("archive")
         assert await admin.route_endpoints("orders.created") == ["crm", "shop"]
