@@ -26,6 +26,7 @@ from .models import (
     ReplicaLag,
     ScheduleInfo,
     Throughput,
+    TopicRoute,
     WorkerInfo,
     to_json,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "ReplicaLag",
     "ScheduleInfo",
     "Throughput",
+    "TopicRoute",
     "WorkerInfo",
     "to_json",
 ]

@@ -69,6 +69,7 @@ from .models import (
     ReplicaLag,
     ScheduleInfo,
     Throughput,
+    TopicRoute,
     WorkerInfo,
 )
 
@@ -764,18 +765,16 @@ class QueueAdmin:
             return await topics.bindings(conn, self.tables, queue=queue)
 
     async def route(self, topic: str) -> list[str]:
-        """The queues a message published to `topic` now reaches, by name; the webhook
-        endpoints it reaches are `route_endpoints`'."""
+        """The queues a message published to `topic` now reaches, by name; `topic_route`
+        names the webhook endpoints it reaches too."""
+        return (await self.topic_route(topic)).queues
+
+    async def topic_route(self, topic: str) -> TopicRoute:
+        """Where a message published to `topic` goes now, read once: the bound queues
+        and the enabled webhook endpoints with a pattern that matches it, by name."""
         await self._prepare()
         async with self._reads() as conn:
             return await topics.route(conn, self.driver, topic)
-
-    async def route_endpoints(self, topic: str) -> list[str]:
-        """The enabled webhook endpoints a message published to `topic` now reaches, by
-        name: those with a topic pattern that matches it (docs/webhooks.md)."""
-        await self._prepare()
-        async with self._reads() as conn:
-            return await topics.route_endpoints(conn, self.driver, topic)
 
     # -- webhook endpoints (docs/webhooks.md) -------------------------------------------
 

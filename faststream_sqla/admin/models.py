@@ -220,6 +220,15 @@ class Binding:
 
 
 @dataclass(frozen=True)
+class TopicRoute:
+    """Where a message published to a topic goes now: the bound `queues` and the
+    enabled webhook `endpoints` whose patterns match it, each by name."""
+
+    queues: list[str]
+    endpoints: list[str]
+
+
+@dataclass(frozen=True)
 class Endpoint:
     """An HTTP endpoint that receives webhooks (docs/webhooks.md). `secret_hint` is the
     start of its secret, enough to tell two apart; the secret itself is shown only when

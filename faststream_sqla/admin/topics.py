@@ -11,9 +11,8 @@ from faststream_sqla.drivers import Driver
 from faststream_sqla.drivers import topics as store
 from faststream_sqla.schema import QueueTables, validate_queue_name
 from faststream_sqla.topics import checked_pattern, checked_topic, route_targets
-from faststream_sqla.topics import route as matching_queues
 
-from .models import Binding
+from .models import Binding, TopicRoute
 
 
 async def bind(driver: Driver, engine: AsyncEngine, pattern: str, queue: str) -> bool:
@@ -41,15 +40,13 @@ async def bindings(
     ]
 
 
-async def route(conn: AsyncConnection, driver: Driver, topic: str) -> list[str]:
-    checked_topic(topic)
-    candidates = await store.candidate_bindings(conn, driver.tables, topic, lambda stmt: stmt)
-    return matching_queues(candidates, topic)
-
-
-async def route_endpoints(conn: AsyncConnection, driver: Driver, topic: str) -> list[str]:
-    """The enabled endpoints a publish to `topic` makes a delivery for, by name: the
-    targets a publish computes (`route_targets`), its endpoints' part."""
+async def route(conn: AsyncConnection, driver: Driver, topic: str) -> TopicRoute:
+    """The queues and endpoints a publish to `topic` writes to: the targets a publish
+    computes (`route_targets`) from the same one read."""
     checked_topic(topic)
     candidates = await store.candidate_targets(conn, driver.tables, topic, lambda stmt: stmt)
-    return [endpoint for _, endpoint in route_targets(candidates, topic) if endpoint is not None]
+    targets = route_targets(candidates, topic)
+    return TopicRoute(
+        queues=[queue for queue, endpoint in targets if endpoint is None],
+        endpoints=[endpoint for _, endpoint in targets if endpoint is not None],
+    )

@@ -3,7 +3,7 @@ through `faststream_sqla.admin` (the commands only parse, draw and exit)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -12,9 +12,6 @@ from faststream_sqla.formatting import timestamp
 
 from .common import Admin, admin_command, app, out, print_json
 from .operate import listing
-
-if TYPE_CHECKING:
-    from faststream_sqla.admin import QueueAdmin
 
 topic_app = typer.Typer(
     help="Topics: bind patterns to queues, unbind, list, and see where a topic goes.",
@@ -80,7 +77,8 @@ def topic_route(
     topic: Annotated[str, typer.Argument(metavar="TOPIC", help="A topic, without wildcards.")],
 ) -> None:
     """The queues and webhook endpoints a message published to TOPIC reaches now."""
-    queues, endpoints = admin(lambda a: _reached(a, topic))
+    found = admin(lambda a: a.topic_route(topic))
+    queues, endpoints = found.queues, found.endpoints
     if admin.json_output:
         return print_json({"topic": topic, "queues": queues, "endpoints": endpoints})
     if not queues and not endpoints:
@@ -96,7 +94,3 @@ def topic_route(
         table.add_row(escape(endpoint), "webhook endpoint")
     out.print(table)
     return None
-
-
-async def _reached(admin: QueueAdmin, topic: str) -> tuple[list[str], list[str]]:
-    return await admin.route(topic), await admin.route_endpoints(topic)

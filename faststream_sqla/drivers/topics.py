@@ -86,32 +86,19 @@ async def bindings(
     return [BindingRow(*row) for row in result]
 
 
-async def candidate_bindings(
-    conn: AsyncConnection,
-    tables: QueueTables,
-    topic: str,
-    latest: Callable[[sa.Select], sa.Select],
-) -> list[tuple[str, str]]:
-    """The (pattern, queue) bindings that may match `topic` (their root is its first
-    word, or they start with a wildcard), in the caller's transaction. `latest` is the
-    driver's `latest_rows`: a binding committed before this read is seen even in a
-    transaction whose snapshot is older (MySQL's REPEATABLE READ), and the read holds
-    the rows it found until the publish commits, so no unbind slips in between."""
-    b = tables.bindings
-    stmt = sa.select(b.c.pattern, b.c.queue).where(b.c.root.in_([topic_root(topic), ""]))
-    result = await conn.execute(latest(stmt))
-    return [(pattern, queue) for pattern, queue in result]
-
-
 async def candidate_targets(
     conn: AsyncConnection,
     tables: QueueTables,
     topic: str,
     latest: Callable[[sa.Select], sa.Select],
 ) -> list[tuple[str, str, str | None]]:
-    """`candidate_bindings` and the topics of the enabled endpoints, in one statement:
-    (pattern, queue, channel) with channel None for a bound queue, and the endpoint's
-    name (its channel of the delivery queue) for an endpoint."""
+    """The (pattern, queue, channel) bindings and endpoint topics that may match `topic`
+    (their root is its first word, or they start with a wildcard), in one statement:
+    channel None for a bound queue, the endpoint's name (its channel of the delivery
+    queue) for an enabled endpoint. In the caller's transaction; `latest` is the
+    driver's `latest_rows`: a row committed before this read is seen even in a
+    transaction whose snapshot is older (MySQL's REPEATABLE READ), and the read holds
+    the rows it found until the publish commits, so no unbind slips in between."""
     b, t, e = tables.bindings, tables.endpoint_topics, tables.endpoints
     roots = [topic_root(topic), ""]
     queues = sa.select(b.c.pattern, b.c.queue, sa.null().label("channel")).where(

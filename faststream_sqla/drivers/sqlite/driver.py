@@ -427,7 +427,7 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     # sqlite_errorcode is Python 3.11's; on 3.10 the message is all there is
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
-        return bool((code & 0xFF) == _SQLITE_BUSY)
+        return (code & 0xFF) == _SQLITE_BUSY
     return "database is locked" in str(exc)
 
 

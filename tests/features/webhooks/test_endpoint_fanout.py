@@ -7,7 +7,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from faststream_sqla.admin import QueueAdmin
+from faststream_sqla.admin import QueueAdmin, TopicRoute
 from faststream_sqla.exceptions import QueueFullError
 from faststream_sqla.schema import DELIVERY_QUEUE
 from tests.support.cli import cli, cli_json
@@ -55,10 +55,12 @@ async def test_a_topic_route_names_the_enabled_endpoints_a_publish_reaches(
         await _billing_and_three_endpoints(admin)
         await admin.add_endpoint("archive", PUBLIC, topics=["#"])
         await admin.disable_endpoint("archive")
-        assert await admin.route_endpoints("orders.created") == ["crm", "shop"]
-        assert await admin.route_endpoints("orders") == ["shop"]
+        assert await admin.topic_route("orders.created") == TopicRoute(
+            queues=["billing"], endpoints=["crm", "shop"]
+        )
+        assert (await admin.topic_route("orders")).endpoints == ["shop"]
         assert await admin.route("orders.created") == ["billing"]
-        assert await admin.route_endpoints("refunds") == []
+        assert (await admin.topic_route("refunds")).endpoints == []
     broker = make_broker()
     async with broker:
         await broker.connect()
