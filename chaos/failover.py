@@ -11,9 +11,11 @@ at `rate` a second throughout. The run then reports:
 
 - acked: publishes that returned; lost: those never handled (0 with a synchronous
   standby: an acknowledged publish is on it);
-- duplicates, each with its cause: handled before the promotion and again after it with the
-  same `deliveries_count` (its claim was lost with the old primary) or a higher one
-  (its outcome was lost, and the claim released);
+- duplicates, each with its cause: claimed before the promotion and again after it with
+  the same `deliveries_count` (its claim was lost with the old primary) or a higher one
+  (its outcome was lost, and the claim released). Claim times, not handling times: a
+  worker holds what it claimed through the outage and handles it once the database
+  answers, which may be after the promotion;
 - the first publish acknowledged after the promotion, how long after;
 - stuck: messages still in the message table `settle` seconds after the promotion
   (release-stuck would take `release_stuck_timeout` to free them);
@@ -90,6 +92,7 @@ class Handled:
     deliveries: int
     token: int
     at: float
+    claimed_at: float
 
 
 class Publisher:
@@ -125,19 +128,23 @@ def read_handled(files: list[Path]) -> list[Handled]:
         if not path.exists():
             continue
         for line in path.read_text().splitlines():
-            value, pid, deliveries, token, at = line.split()
-            handled.append(Handled(int(value), int(pid), int(deliveries), int(token), float(at)))
+            value, pid, deliveries, token, at, claimed_at = line.split()
+            handled.append(Handled(
+                int(value), int(pid), int(deliveries), int(token), float(at), float(claimed_at)
+            ))
     return handled
 
 
 def explain(runs: list[Handled], promoted_at: float) -> list[str]:
-    """The cause of each repeat of one value, in the order handled. The old primary's
+    """The cause of each repeat of one value, in the order claimed. The old primary's
     backends serve on for a moment after its postmaster is killed (until they notice),
-    and what they write then is lost too: the boundary is the promotion."""
-    runs = sorted(runs, key=lambda h: h.at)
+    and what they write then is lost too: the boundary is the promotion. A repeat whose
+    two claims fall on the same side of it is unexplained: one database gave the same
+    message to two claims."""
+    runs = sorted(runs, key=lambda h: h.claimed_at)
     causes = []
     for before, again in zip(runs, runs[1:]):
-        if not before.at < promoted_at <= again.at:
+        if not before.claimed_at < promoted_at <= again.claimed_at:
             causes.append(UNEXPLAINED)
         elif again.deliveries == before.deliveries:
             causes.append(CLAIM_LOST)

@@ -6,8 +6,8 @@ Usage: python chaos/worker.py DATABASE_URL RELEASE_STUCK_TIMEOUT [RECORD_FILE]. 
 READY once consuming; SIGTERM stops it gracefully; SIGKILL is what the chaos run sends.
 
 With RECORD_FILE (chaos/failover.py), each handled value is appended to that file
-instead, as a line "value pid deliveries_count token unix_time": the database itself
-may lose recent writes in a failover, the file does not. The handler then takes
+instead, as a line "value pid deliveries_count token handled_at claimed_at" (unix
+times): the database itself may lose recent writes in a failover, the file does not. The handler then takes
 HANDLER_SECONDS (default 0) too, so a drain lasts long enough to be interrupted.
 """
 
@@ -50,7 +50,11 @@ async def handle(value: int, message: SqlaMessage) -> None:
         return
     await asyncio.sleep(HANDLER_SECONDS)  # the work a real handler does
     raw = message.raw_message
-    line = f"{value} {os.getpid()} {raw.deliveries_count} {raw.token} {time.time():.6f}\n"
+    now = time.time()
+    # a claim held through an outage is handled after it: failover.py tells claims apart
+    # by when they were made, not when they were handled
+    claimed = now - (time.monotonic() - raw.claimed_at_monotonic)
+    line = f"{value} {os.getpid()} {raw.deliveries_count} {raw.token} {now:.6f} {claimed:.6f}\n"
     os.write(RECORD, line.encode())  # one append per line: whole lines, whatever the rest
 
 
