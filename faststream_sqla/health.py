@@ -8,7 +8,9 @@ and every message run meanwhile spends an attempt on the outage. So the first fa
 that says "unreachable" (`Driver.is_unreachable`) opens an outage: it is logged once,
 workers stop starting handlers and hold what they claimed, loops retry without
 logging, and a single probe (`SELECT 1`) watches for the database's return, which is
-logged once too and resumes everything.
+logged once too and resumes everything. Before it does, the checks registered with
+`before_resuming` run (a subscriber gives back prefetched messages whose claims the
+database no longer shows): no held message starts until they are done.
 
 A handler's own unreachable error may be about another service (its own database, an
 HTTP API): the probe is asked first, so such a failure is an ordinary failed attempt
@@ -20,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from faststream_sqla.drivers.probe import select_one
@@ -38,6 +40,8 @@ PROBE_TIMEOUT = 5.0
 #: first and longest pause between probes during an outage
 FIRST_PROBE_DELAY = 0.1
 MAX_PROBE_DELAY = 2.0
+#: how long the checks before resuming may take together; past it, work resumes anyway
+RESUME_CHECK_TIMEOUT = 10.0
 
 
 class DatabaseHealth:
@@ -60,6 +64,7 @@ class DatabaseHealth:
         #: when the latest outage began (time.monotonic()), None before the first
         self.last_outage_began: float | None = None
         self._on_recovery: list[Callable[[], None]] = []
+        self._before_resuming: list[Callable[[], Awaitable[object]]] = []
 
     def connect(self, engine: AsyncEngine, driver: Driver, log: Log) -> None:
         self._engine, self._driver, self.log = engine, driver, log
@@ -123,6 +128,31 @@ class DatabaseHealth:
         self._on_recovery.append(callback)
         return lambda: self._on_recovery.remove(callback)
 
+    def before_resuming(self, check: Callable[[], Awaitable[object]]) -> Callable[[], None]:
+        """Await `check` each time an outage ends, after the database answers and before
+        workers and loops resume; returns what unregisters it. A check that fails or
+        overruns RESUME_CHECK_TIMEOUT is logged and work resumes as it would without."""
+        self._before_resuming.append(check)
+        return lambda: self._before_resuming.remove(check)
+
+    async def _run_resume_checks(self) -> None:
+        checks = [check() for check in list(self._before_resuming)]
+        if not checks:
+            return
+        try:
+            results = await asyncio.wait_for(
+                asyncio.gather(*checks, return_exceptions=True), RESUME_CHECK_TIMEOUT
+            )
+        except asyncio.TimeoutError:
+            results = [TimeoutError(f"not done within {RESUME_CHECK_TIMEOUT:g}s")]
+        for result in results:
+            if isinstance(result, Exception):
+                self.log(
+                    logging.WARNING,
+                    "checking the claims held through the outage failed "
+                    f"({type(result).__name__}: {result}); resuming without",
+                )
+
     def _forget_probe(self, _done: asyncio.Future[bool]) -> None:
         self._probing = None
 
@@ -149,6 +179,7 @@ class DatabaseHealth:
             delay = min(delay * 2, MAX_PROBE_DELAY)
         seconds = time.monotonic() - self._down_since
         self.log(logging.WARNING, f"the database answers again after {seconds:.1f}s; resuming")
+        await self._run_resume_checks()
         self._watcher = None
         self._set_reachable()
         for callback in list(self._on_recovery):

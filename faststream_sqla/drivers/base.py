@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequ
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -238,6 +238,14 @@ def attempt_micros(outcomes: Sequence[Outcome]) -> tuple[list[int | None], list[
 def leases_document(leases: Sequence[tuple[int, int]]) -> str:
     """(id, token) pairs as a JSON array of [id, token] arrays."""
     return json.dumps(leases, separators=(",", ":"))
+
+
+class StoredClaim(NamedTuple):
+    """A message's claim as its row shows it: its token (`claims_count`) and whether it
+    is PROCESSING."""
+
+    token: int
+    processing: bool
 
 
 @dataclass(frozen=True)
@@ -475,6 +483,23 @@ class Driver(abc.ABC):
                 )
                 released += max(result.rowcount or 0, 0)
         return released
+
+    async def stored_claims(
+        self, engine: AsyncEngine, ids: Sequence[int]
+    ) -> dict[int, StoredClaim]:
+        """The claim each of these messages' rows shows, by id; a message whose row is
+        gone (settled, or never reached this server) is left out. A read only."""
+        m = self.tables.message
+        found: dict[int, StoredClaim] = {}
+        async with reading(engine) as conn:
+            for start in range(0, len(ids), RELEASE_CHUNK):
+                chunk = ids[start : start + RELEASE_CHUNK]
+                result = await conn.execute(
+                    sa.select(m.c.id, m.c[TOKEN_COLUMN], m.c.state).where(m.c.id.in_(chunk))
+                )
+                for row_id, token, state in result:
+                    found[row_id] = StoredClaim(token, state == MessageState.PROCESSING)
+        return found
 
     @abc.abstractmethod
     async def insert_messages(self, conn: AsyncConnection, rows: Sequence[NewMessage]) -> list[int]:

@@ -11,6 +11,15 @@ database still shows PROCESSING under that very token are put back to PENDING. T
 token (`claims_count`) fences the release: a message claimed again since, by any
 process, has another token and is left alone, and a claim this process still holds
 is never among the written ones.
+
+The claims themselves can be lost the same way: a message claimed just before the
+failover sits in this process's prefetch buffer while the new primary shows it PENDING,
+and another process claims it there. So before work resumes (`DatabaseHealth.
+before_resuming`) the rows of the held messages are read once: a buffered message
+whose row shows no claim, or another claim, goes back unhandled (its release is fenced
+and changes nothing), and the queue delivers it again. A row still PROCESSING under
+the same token may be this claim or a later one that counted to the same token after
+the loss; it is kept, as is a message whose row is gone: this copy may be its last.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from faststream_sqla.drivers.base import Outcome, with_retries
+from faststream_sqla.drivers.base import Outcome, StoredClaim, with_retries
 
 from .loops import Backoff, Log, StoppableLoop, log_failure
 
@@ -84,15 +93,20 @@ class ClaimRecovery(StoppableLoop):
         written: WrittenClaims,
         held: dict[int, ClaimedMessage],
         on_released: Callable[[], None],
+        give_back: Callable[[Callable[[ClaimedMessage], bool]], int],
         log: Log,
         health: DatabaseHealth,
     ) -> None:
         super().__init__()
         self.engine, self.driver, self.written, self.held = engine, driver, written, held
         self.on_released, self.log, self.health = on_released, log, health
+        #: takes the buffered messages a predicate picks and releases them unstarted
+        self.give_back = give_back
         self.recovered = asyncio.Event()
-        #: messages released so far, and releases run (read by tests)
+        #: messages released so far, buffered messages given back for lost claims, and
+        #: releases run (read by tests)
         self.released = 0
+        self.given_back = 0
         self.rounds = 0
         self.ran = asyncio.Event()
 
@@ -117,7 +131,36 @@ class ClaimRecovery(StoppableLoop):
             self.on_released()
         return count
 
+    async def give_back_lost_claims(self) -> int:
+        """Before work resumes: give back the buffered messages whose rows show no claim
+        or another one (see the module's docstring). One read for every held message."""
+        held = list(self.held.values())
+        if not held:
+            return 0
+
+        async def read() -> dict[int, StoredClaim]:
+            return await self.driver.stored_claims(self.engine, [raw.id for raw in held])
+
+        stored = await with_retries(self.driver, read)
+        lost = {
+            raw.id
+            for raw in held
+            if (claim := stored.get(raw.id)) is not None
+            and (claim.token != raw.token or not claim.processing)
+        }
+        count = self.give_back(lambda raw: raw.id in lost) if lost else 0
+        if count:
+            self.given_back += count
+            self.log(
+                logging.WARNING,
+                f"gave back {count} prefetched messages unhandled: the database no longer "
+                "shows this process's claims on them (a failover to a standby the claims "
+                "had not reached); the queue delivers them again",
+            )
+        return count
+
     async def run(self) -> None:
+        forget_check = self.health.before_resuming(self.give_back_lost_claims)
         forget = self.health.on_recovery(self.recovered.set)
         backoff = Backoff()
         try:
@@ -141,6 +184,7 @@ class ClaimRecovery(StoppableLoop):
                 self.ran.set()
         finally:
             forget()
+            forget_check()
 
     def request_stop(self) -> None:
         super().request_stop()

@@ -272,6 +272,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             written=self._written,
             held=self._held,
             on_released=self._wake.set,
+            give_back=self._give_back_where,
             log=self._log,
             health=self._outer_config.health,
         )
@@ -356,12 +357,19 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     def _give_back_buffered(self, queue: str) -> None:
         """The queue's breaker opened: its messages waiting in the buffer go back to the
         queue unstarted (no attempt, no delivery spent), as at shutdown."""
+        self._give_back_where(lambda raw: raw.queue == queue)
+
+    def _give_back_where(self, wanted: Callable[[ClaimedMessage], bool]) -> int:
+        """The buffered messages `wanted` picks go back to the queue unstarted (no
+        attempt, no delivery spent); how many did."""
         if self._flusher is None:
-            return
-        for raw in self._buffer.take_where(lambda raw: raw.queue == queue):
+            return 0
+        taken = self._buffer.take_where(wanted)
+        for raw in taken:
             self._flusher.add(lifecycle.released(raw, started=False))
         if self._fetcher is not None:
             self._fetcher.notify_taken()
+        return len(taken)
 
     async def _release_keys(self, outcomes: Sequence[Outcome]) -> None:
         """Once outcomes are committed: the next message of each ordering key whose

@@ -16,7 +16,7 @@ from faststream_sqla.channels.claim import claim_channelled
 from faststream_sqla.admin.channels import set_channel_paused
 from faststream_sqla.channels.store import set_limits
 from faststream_sqla.drivers import driver_for
-from faststream_sqla.drivers.base import NewMessage, Outcome
+from faststream_sqla.drivers.base import NewMessage, Outcome, StoredClaim
 from faststream_sqla.message import ClaimedMessage
 from faststream_sqla.schema import MAX_QUEUE_NAME_LENGTH, BreakerState, MessageState, QueueTables
 
@@ -136,6 +136,17 @@ async def test_leases_extend_only_current_claims(engine, tables, driver):
     assert await driver.extend_leases(engine, [(a, 1), (b, 5)]) == 1
     after = {r["id"]: r["acquired_at"] for r in await rows(engine, tables.message)}
     assert after[a] >= old[a] and after[b] == old[b]
+
+
+async def test_stored_claims_give_each_rows_token_and_whether_it_is_processing(
+    engine, tables, driver
+):
+    a, b, c = await insert(engine, driver, new(), new(), new())
+    first, second = await claim(engine, driver, "q", 2)
+    assert await driver.write_outcomes(engine, [lifecycle.completed(second, second.acquired_at)]) == 1
+    absent = list(range(10**9, 10**9 + 700))  # more ids than one statement takes
+    stored = await driver.stored_claims(engine, [*absent, a, b, c])
+    assert stored == {a: StoredClaim(first.token, True), c: StoredClaim(0, False)}
 
 
 async def test_release_stuck_only_touches_old_claims_of_given_queues(engine, tables, driver):
