@@ -5,8 +5,10 @@ Every one derives from `SqlaBrokerError`, so a caller can catch them all, or by 
 
 from __future__ import annotations
 
+import logging
 import math
 from datetime import timedelta
+from typing import ClassVar
 
 #: the longest a handler may ask a message to wait before its retry (RetryAfter, nack)
 MAX_RETRY_DELAY_SECONDS = 24 * 3600
@@ -173,6 +175,10 @@ class RetryAfter(SqlaBrokerError):
     """Raise from a handler to retry the message after exactly `seconds` (at most 24
     hours; longer is cut to that) instead of the retry strategy's backoff. The strategy's
     `max_attempts` still applies, so a message that keeps asking still ends FAILED."""
+
+    #: a request, not a fault: the broker's logger writes it as one line at this level,
+    #: without a traceback (broker/logging.py)
+    handler_log_level: ClassVar[int] = logging.WARNING
 
     def __init__(self, seconds: float | timedelta, reason: str = "") -> None:
         value = seconds.total_seconds() if isinstance(seconds, timedelta) else seconds

@@ -43,7 +43,7 @@ from faststream_sqla.schema import QueueTables, TableNames
 from faststream_sqla.urls import masked, parse_url
 from faststream_sqla.vacuum import MessageTableVacuum
 
-from .logging import make_sqla_logger_state
+from .logging import make_sqla_logger_state, one_line_handler_signals
 from .registrator import SqlaRegistrator
 
 if TYPE_CHECKING:
@@ -222,6 +222,8 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             TableNames(message=message_table, archive=archive_table),
             dialect=url.get_backend_name(),
         )
+        if isinstance(logger, logging.Logger):
+            one_line_handler_signals(logger)  # a RetryAfter is a line, not a traceback
         super().__init__(
             url_or_engine=url_or_engine,
             engine_options=dict(engine_options or {}),

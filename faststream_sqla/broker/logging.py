@@ -52,6 +52,7 @@ class SqlaParamsStorage(DefaultLoggerStorage):
                 log_level=self.logger_log_level,
             )
             _share_fields_filter(lg, context)
+            one_line_handler_signals(lg)
             self._logger_ref.add(lg)
         return lg
 
@@ -89,6 +90,30 @@ def _share_fields_filter(logger: logging.Logger, context: ContextRepo) -> None:
         shared = _EveryBrokersFields(message_id_ln=MESSAGE_ID_LENGTH)
         logger.addFilter(shared)
     shared.contexts.add(context)
+
+
+class _OneLineHandlerSignals(logging.Filter):
+    """FastStream logs whatever a handler raises at ERROR with its traceback. An
+    exception whose class names a `handler_log_level` (RetryAfter: a request to retry,
+    not a fault) is written as its one line at that level instead, and dropped where the
+    logger does not write that level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        level = getattr(type(exc), "handler_log_level", None)
+        if not isinstance(level, int):
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(level):
+            return False
+        record.levelno, record.levelname = level, logging.getLevelName(level)
+        record.exc_info = record.exc_text = None
+        return True
+
+
+def one_line_handler_signals(logger: logging.Logger) -> None:
+    """Adds the filter of `_OneLineHandlerSignals` to `logger`, once."""
+    if not any(isinstance(f, _OneLineHandlerSignals) for f in logger.filters):
+        logger.addFilter(_OneLineHandlerSignals())
 
 
 make_sqla_logger_state = partial(make_logger_state, default_storage_cls=SqlaParamsStorage)

@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from faststream import AckPolicy
 
@@ -62,6 +62,9 @@ def _utc_naive() -> datetime:
 class DeliveryRefused(Exception):
     """A delivery that is not retried: a 4xx response, an endpoint that is gone or
     refused, or the retries spent. Recorded as the dead letter's error."""
+
+    #: logged as one line: the traceback would show only this module
+    handler_log_level: ClassVar[int] = logging.ERROR
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import logging
 from datetime import timedelta
 
 import sqlalchemy as sa
@@ -16,7 +17,7 @@ from faststream_sqla import MessageState
 from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.schema import DELIVERY_QUEUE
 from faststream_sqla.webhooks import WebhookDelivery, verify
-from tests.support.helpers import rows, wait_until
+from tests.support.helpers import captured_logger, rows, wait_until
 from tests.support.receiver import Reply, receiving
 
 FAST_RETRIES = [0.1, 0.1, 0.1]
@@ -31,8 +32,8 @@ async def _endpoint(database_url: str, url: str, **options) -> str:
     return made.secret
 
 
-def _deliverer(make_broker):
-    broker = make_broker()
+def _deliverer(make_broker, **options):
+    broker = make_broker(**options)
     WebhookDelivery(broker, max_workers=4, endpoint_refresh=0)
     return broker
 
@@ -134,18 +135,24 @@ async def test_a_400_dead_letters_after_one_attempt(
     assert len(receiver.requests) == 1
 
 
-async def test_retries_past_the_schedule_dead_letter(
-    make_broker, database_url, engine, tables
+async def test_retries_past_the_schedule_dead_letter_and_each_failure_logs_one_line(
+    make_broker, database_url, engine, tables, dialect_name
 ) -> None:
+    logger, lines = captured_logger(f"test.webhooks.retries.{dialect_name}")
     with receiving(*[Reply(503)] * 5) as (receiver, url):
         await _endpoint(database_url, url, retry_schedule=[0.1])
-        broker = _deliverer(make_broker)
+        broker = _deliverer(make_broker, logger=logger)
         async with broker:
             await broker.start()
             await broker.publish("x", topic="orders.paid")
             (dead,) = await _archived(engine, tables)
     assert dead["state"] == MessageState.FAILED and dead["attempts_count"] == 2
     assert "the last its retry schedule allows" in dead["last_error"]
+    (retry,) = lines.containing("RetryAfter")
+    assert retry.getMessage() == "RetryAfter: retry after 0.1s: HTTP 503 from 'hook'"
+    assert (retry.levelno, retry.exc_info) == (logging.WARNING, None)
+    (refused,) = lines.containing("DeliveryRefused")
+    assert (refused.levelno, refused.exc_info) == (logging.ERROR, None)
 
 
 async def test_a_host_that_does_not_resolve_is_retried_not_dead_lettered_at_once(
