@@ -99,8 +99,9 @@ class _OneLineHandlerSignals(logging.Filter):
     logger does not write that level."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        level = getattr(type(exc), "handler_log_level", None)
+        if not record.exc_info:  # every line but a failure's: passed as it is
+            return True
+        level = getattr(type(record.exc_info[1]), "handler_log_level", None)
         if not isinstance(level, int):
             return True
         if not logging.getLogger(record.name).isEnabledFor(level):
