@@ -7,8 +7,9 @@ READY once consuming; SIGTERM stops it gracefully; SIGKILL is what the chaos run
 
 With RECORD_FILE (chaos/failover.py), each handled value is appended to that file
 instead, as a line "value pid deliveries_count token handled_at claimed_at" (unix
-times): the database itself may lose recent writes in a failover, the file does not. The handler then takes
-HANDLER_SECONDS (default 0) too, so a drain lasts long enough to be interrupted.
+times): the database itself may lose recent writes in a failover, the file does not.
+The handler then takes HANDLER_SECONDS (default 0) too, so a drain lasts long enough
+to be interrupted.
 """
 
 import asyncio

@@ -9,8 +9,9 @@ that says "unreachable" (`Driver.is_unreachable`) opens an outage: it is logged 
 workers stop starting handlers and hold what they claimed, loops retry without
 logging, and a single probe (`SELECT 1`) watches for the database's return, which is
 logged once too and resumes everything. Before it does, the checks registered with
-`before_resuming` run (a subscriber gives back prefetched messages whose claims the
-database no longer shows): no held message starts until they are done.
+`before_resuming` run (a subscriber drops prefetched messages whose claims the
+database no longer shows): no held message starts until they are done, or until
+RESUME_CHECK_TIMEOUT has passed.
 
 A handler's own unreachable error may be about another service (its own database, an
 HTTP API): the probe is asked first, so such a failure is an ordinary failed attempt
@@ -136,12 +137,17 @@ class DatabaseHealth:
         return lambda: self._before_resuming.remove(check)
 
     async def _run_resume_checks(self) -> None:
-        checks = [check() for check in list(self._before_resuming)]
+        checks = list(self._before_resuming)
         if not checks:
             return
+
+        async def run(check: Callable[[], Awaitable[object]]) -> None:
+            await check()
+
         try:
             results = await asyncio.wait_for(
-                asyncio.gather(*checks, return_exceptions=True), RESUME_CHECK_TIMEOUT
+                asyncio.gather(*(run(check) for check in checks), return_exceptions=True),
+                RESUME_CHECK_TIMEOUT,
             )
         except asyncio.TimeoutError:
             results = [TimeoutError(f"not done within {RESUME_CHECK_TIMEOUT:g}s")]
@@ -149,8 +155,8 @@ class DatabaseHealth:
             if isinstance(result, Exception):
                 self.log(
                     logging.WARNING,
-                    "checking the claims held through the outage failed "
-                    f"({type(result).__name__}: {result}); resuming without",
+                    f"a check before resuming failed ({type(result).__name__}: {result}); "
+                    "resuming without it",
                 )
 
     def _forget_probe(self, _done: asyncio.Future[bool]) -> None:

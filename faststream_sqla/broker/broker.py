@@ -222,8 +222,7 @@ class SqlaBroker(SqlaRegistrator, BrokerUsecase[ClaimedMessage, AsyncEngine, Sql
             TableNames(message=message_table, archive=archive_table),
             dialect=url.get_backend_name(),
         )
-        if isinstance(logger, logging.Logger):
-            one_line_handler_signals(logger)  # a RetryAfter is a line, not a traceback
+        one_line_handler_signals(logger)  # a RetryAfter is a line, not a traceback
         super().__init__(
             url_or_engine=url_or_engine,
             engine_options=dict(engine_options or {}),

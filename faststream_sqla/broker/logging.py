@@ -93,28 +93,39 @@ def _share_fields_filter(logger: logging.Logger, context: ContextRepo) -> None:
 
 
 class _OneLineHandlerSignals(logging.Filter):
-    """FastStream logs whatever a handler raises at ERROR with its traceback. An
-    exception whose class names a `handler_log_level` (RetryAfter: a request to retry,
-    not a fault) is written as its one line at that level instead, and dropped where the
-    logger does not write that level."""
+    """FastStream logs whatever a handler raises at ERROR with its traceback, as the
+    line "Type: message". For an exception whose class names a `handler_log_level`
+    (RetryAfter: a request to retry, not a fault) that line is written at that level
+    instead, without the traceback, and dropped where `logger` does not write that
+    level. Every other record passes as it is."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__()
+        self.logger = logger
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not record.exc_info:  # every line but a failure's: passed as it is
             return True
-        level = getattr(type(record.exc_info[1]), "handler_log_level", None)
-        if not isinstance(level, int):
+        exc = record.exc_info[1]
+        level = getattr(type(exc), "handler_log_level", None)
+        if not isinstance(level, int) or record.getMessage() != f"{type(exc).__name__}: {exc}":
             return True
-        if not logging.getLogger(record.name).isEnabledFor(level):
+        if not self.logger.isEnabledFor(level):
             return False
         record.levelno, record.levelname = level, logging.getLevelName(level)
         record.exc_info = record.exc_text = None
         return True
 
 
-def one_line_handler_signals(logger: logging.Logger) -> None:
-    """Adds the filter of `_OneLineHandlerSignals` to `logger`, once."""
-    if not any(isinstance(f, _OneLineHandlerSignals) for f in logger.filters):
-        logger.addFilter(_OneLineHandlerSignals())
+def one_line_handler_signals(logger: object) -> None:
+    """Adds `_OneLineHandlerSignals` to `logger` once: a `logging.Logger`, or the one a
+    `logging.LoggerAdapter` wraps. Other logger objects are left as they are."""
+    while isinstance(logger, logging.LoggerAdapter):
+        logger = logger.logger
+    if isinstance(logger, logging.Logger) and not any(
+        isinstance(f, _OneLineHandlerSignals) for f in logger.filters
+    ):
+        logger.addFilter(_OneLineHandlerSignals(logger))
 
 
 make_sqla_logger_state = partial(make_logger_state, default_storage_cls=SqlaParamsStorage)

@@ -13,13 +13,14 @@ process, has another token and is left alone, and a claim this process still hol
 is never among the written ones.
 
 The claims themselves can be lost the same way: a message claimed just before the
-failover sits in this process's prefetch buffer while the new primary shows it PENDING,
-and another process claims it there. So before work resumes (`DatabaseHealth.
-before_resuming`) the rows of the held messages are read once: a buffered message
-whose row shows no claim, or another claim, goes back unhandled (its release is fenced
-and changes nothing), and the queue delivers it again. A row still PROCESSING under
-the same token may be this claim or a later one that counted to the same token after
-the loss; it is kept, as is a message whose row is gone: this copy may be its last.
+failover sits in this process's prefetch buffer while the new primary shows it PENDING
+again, under the token before this claim's. So before work resumes (`DatabaseHealth.
+before_resuming`) the rows of the buffered messages are read once, and a message whose
+row shows no claim, or another claim, is dropped from this process unhandled: the
+queue delivers it again. Nothing is written for it: a release fenced by this claim's
+token would match the next claim of that row, which counts to the same token. A row
+still PROCESSING under the same token may be this claim or such a later one; it is
+kept, as is a message whose row is gone: this copy may be its last.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
     from faststream_sqla.drivers import Driver
     from faststream_sqla.health import DatabaseHealth
     from faststream_sqla.message import ClaimedMessage
+
+    from .buffer import PrefetchBuffer
 
 #: the most written claims remembered: older ones are left to release-stuck
 MAX_REMEMBERED = 100_000
@@ -82,8 +85,9 @@ class WrittenClaims:
 
 
 class ClaimRecovery(StoppableLoop):
-    """When the broker's outage ends, releases the written claims the database still
-    shows PROCESSING (see the module's docstring); skips what this process holds."""
+    """When the broker's outage ends: before work resumes, drops the buffered messages
+    whose claims the database lost; then releases the written claims the database still
+    shows PROCESSING, skipping what this process holds (see the module's docstring)."""
 
     def __init__(
         self,
@@ -93,20 +97,21 @@ class ClaimRecovery(StoppableLoop):
         written: WrittenClaims,
         held: dict[int, ClaimedMessage],
         on_released: Callable[[], None],
-        give_back: Callable[[Callable[[ClaimedMessage], bool]], int],
+        buffer: PrefetchBuffer,
+        forget: Callable[[Sequence[ClaimedMessage]], None],
         log: Log,
         health: DatabaseHealth,
     ) -> None:
         super().__init__()
         self.engine, self.driver, self.written, self.held = engine, driver, written, held
         self.on_released, self.log, self.health = on_released, log, health
-        #: takes the buffered messages a predicate picks and releases them unstarted
-        self.give_back = give_back
+        #: the prefetch buffer, and what lets go of messages taken out of it unhandled
+        self.buffer, self.forget = buffer, forget
         self.recovered = asyncio.Event()
-        #: messages released so far, buffered messages given back for lost claims, and
+        #: messages released so far, buffered messages dropped for lost claims, and
         #: releases run (read by tests)
         self.released = 0
-        self.given_back = 0
+        self.dropped = 0
         self.rounds = 0
         self.ran = asyncio.Event()
 
@@ -131,36 +136,39 @@ class ClaimRecovery(StoppableLoop):
             self.on_released()
         return count
 
-    async def give_back_lost_claims(self) -> int:
-        """Before work resumes: give back the buffered messages whose rows show no claim
-        or another one (see the module's docstring). One read for every held message."""
-        held = list(self.held.values())
-        if not held:
+    async def drop_lost_claims(self) -> int:
+        """Before work resumes: drop the buffered messages whose rows show no claim or
+        another one (see the module's docstring). One read for all of them."""
+        buffered = [raw for raw in self.buffer.items if raw is not None]
+        if not buffered:
             return 0
 
         async def read() -> dict[int, StoredClaim]:
-            return await self.driver.stored_claims(self.engine, [raw.id for raw in held])
+            return await self.driver.stored_claims(self.engine, [raw.id for raw in buffered])
 
         stored = await with_retries(self.driver, read)
         lost = {
-            raw.id
-            for raw in held
+            (raw.id, raw.token)
+            for raw in buffered
             if (claim := stored.get(raw.id)) is not None
             and (claim.token != raw.token or not claim.processing)
         }
-        count = self.give_back(lambda raw: raw.id in lost) if lost else 0
-        if count:
-            self.given_back += count
+        if not lost:
+            return 0
+        dropped = self.buffer.take_where(lambda raw: (raw.id, raw.token) in lost)
+        self.forget(dropped)
+        if dropped:
+            self.dropped += len(dropped)
             self.log(
                 logging.WARNING,
-                f"gave back {count} prefetched messages unhandled: the database no longer "
-                "shows this process's claims on them (a failover to a standby the claims "
-                "had not reached); the queue delivers them again",
+                f"dropped {len(dropped)} prefetched messages unhandled: the database no "
+                "longer shows this process's claims on them (a failover to a standby the "
+                "claims had not reached); the queue delivers them again",
             )
-        return count
+        return len(dropped)
 
     async def run(self) -> None:
-        forget_check = self.health.before_resuming(self.give_back_lost_claims)
+        forget_check = self.health.before_resuming(self.drop_lost_claims)
         forget = self.health.on_recovery(self.recovered.set)
         backoff = Backoff()
         try:

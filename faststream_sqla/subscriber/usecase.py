@@ -272,7 +272,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             written=self._written,
             held=self._held,
             on_released=self._wake.set,
-            give_back=self._give_back_where,
+            buffer=self._buffer,
+            forget=self._forget_unhandled,
             log=self._log,
             health=self._outer_config.health,
         )
@@ -357,19 +358,24 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     def _give_back_buffered(self, queue: str) -> None:
         """The queue's breaker opened: its messages waiting in the buffer go back to the
         queue unstarted (no attempt, no delivery spent), as at shutdown."""
-        self._give_back_where(lambda raw: raw.queue == queue)
-
-    def _give_back_where(self, wanted: Callable[[ClaimedMessage], bool]) -> int:
-        """The buffered messages `wanted` picks go back to the queue unstarted (no
-        attempt, no delivery spent); how many did."""
         if self._flusher is None:
-            return 0
-        taken = self._buffer.take_where(wanted)
-        for raw in taken:
+            return
+        for raw in self._buffer.take_where(lambda raw: raw.queue == queue):
             self._flusher.add(lifecycle.released(raw, started=False))
         if self._fetcher is not None:
             self._fetcher.notify_taken()
-        return len(taken)
+
+    def _forget_unhandled(self, dropped: Sequence[ClaimedMessage]) -> None:
+        """Messages taken out of the buffer with no outcome to write (their claims were
+        lost, recovery.py): they are no longer held, and their room may be claimed."""
+        held = self._held
+        for raw in dropped:
+            if held.get(raw.id) is raw:
+                del held[raw.id]
+        if dropped:
+            self._wake.set()
+            if self._fetcher is not None:
+                self._fetcher.notify_taken()
 
     async def _release_keys(self, outcomes: Sequence[Outcome]) -> None:
         """Once outcomes are committed: the next message of each ordering key whose

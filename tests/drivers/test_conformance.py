@@ -143,7 +143,8 @@ async def test_stored_claims_give_each_rows_token_and_whether_it_is_processing(
 ):
     a, b, c = await insert(engine, driver, new(), new(), new())
     first, second = await claim(engine, driver, "q", 2)
-    assert await driver.write_outcomes(engine, [lifecycle.completed(second, second.acquired_at)]) == 1
+    done = lifecycle.completed(second, second.acquired_at)
+    assert await driver.write_outcomes(engine, [done]) == 1
     absent = list(range(10**9, 10**9 + 700))  # more ids than one statement takes
     stored = await driver.stored_claims(engine, [*absent, a, b, c])
     assert stored == {a: StoredClaim(first.token, True), c: StoredClaim(0, False)}

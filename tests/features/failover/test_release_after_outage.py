@@ -1,18 +1,21 @@
 """When an outage ends, a subscriber puts back at once the messages the database still
 shows PROCESSING under claims whose outcomes it had written (a failover to a standby
 the outcome writes had not reached), instead of waiting out release_stuck_timeout; a
-claim it still holds is never among them. Before its workers resume, it gives back
-unhandled the prefetched messages whose claims the database no longer shows."""
+claim it still holds is never among them. Before its workers resume, it drops unhandled
+the prefetched messages whose claims the database no longer shows."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 import pytest
 import sqlalchemy as sa
 
+import faststream_sqla.health as health_module
 from faststream_sqla import MessageState
 from faststream_sqla.annotations import SqlaMessage
+from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import TOKEN_COLUMN
 from tests.support.helpers import FAST, Recorder, captured_logger, rows, wait_until
 
@@ -112,11 +115,17 @@ async def test_a_claim_still_held_is_not_released_when_the_outage_ends(
     assert not lines.containing("released")
 
 
-@pytest.mark.parametrize("claim_lost", [True, False], ids=["claim_lost", "claim_kept"])
+#: what the new primary shows for a claimed message waiting in the buffer
+CLAIM_LOST = "claim_lost"  # PENDING again, under the token before the claim's
+CLAIMED_ELSEWHERE = "claimed_elsewhere"  # lost, then claimed there by another process
+CLAIM_KEPT = "claim_kept"
+
+
+@pytest.mark.parametrize("after_failover", [CLAIM_LOST, CLAIMED_ELSEWHERE, CLAIM_KEPT])
 async def test_a_prefetched_message_runs_after_the_outage_only_if_its_claim_survived(
-    make_broker, dialect_name, engine, tables, claim_lost
+    make_broker, dialect_name, engine, tables, after_failover
 ):
-    logger, lines = captured_logger(f"test.recovery.prefetched.{dialect_name}.{claim_lost}")
+    logger, lines = captured_logger(f"test.recovery.prefetched.{dialect_name}.{after_failover}")
     broker = make_broker(logger=logger)
     got = Recorder()
     running, finish = asyncio.Event(), asyncio.Event()
@@ -139,33 +148,48 @@ async def test_a_prefetched_message_runs_after_the_outage_only_if_its_claim_surv
             return len(found) == 2 and all(r["state"] == MessageState.PROCESSING for r in found)
 
         await wait_until(both_claimed)
+        second = max(r["id"] for r in await rows(engine, m))
         (subscriber,) = broker.subscribers
         recovery = subscriber._recovery
-        if claim_lost:
-            # the new primary never saw this claim, and another process has claimed
-            # the message there since: its row shows the next token
-            async with engine.begin() as conn:
+        async with engine.begin() as conn:
+            if after_failover == CLAIM_LOST:
+                # due later, so that only this test decides when it is claimed again
                 await conn.execute(
                     sa.update(m)
-                    .where(m.c.id == max(r["id"] for r in await rows(engine, m)))
-                    .values({TOKEN_COLUMN: m.c[TOKEN_COLUMN] + 1})
+                    .where(m.c.id == second)
+                    .values({
+                        "state": MessageState.PENDING, "acquired_at": None,
+                        "next_attempt_at": utc_now(3600),
+                        TOKEN_COLUMN: m.c[TOKEN_COLUMN] - 1,
+                        "deliveries_count": m.c.deliveries_count - 1,
+                    })  # fmt: skip
+                )
+            elif after_failover == CLAIMED_ELSEWHERE:
+                await conn.execute(
+                    sa.update(m).where(m.c.id == second).values({TOKEN_COLUMN: 2})
                 )
         an_outage(broker)
         await recovery.ran.wait()  # after the check that runs before workers resume
         finish.set()
-        if claim_lost:
+        if after_failover != CLAIM_KEPT:
 
             async def first_archived() -> bool:
                 return len(await rows(engine, tables.archive)) == 1
 
             await wait_until(first_archived)
-            assert got.calls == [("first", 1)]  # "second" was given back, not run
+            assert got.calls == [("first", 1)]  # "second" was dropped, not run
+            assert second not in subscriber._held
             (row,) = await rows(engine, m)
-            assert (row["state"], row[TOKEN_COLUMN]) == (MessageState.PROCESSING, 2)
-            # the other process's claim lapses; this process delivers it again
+            expected = (MessageState.PENDING, 0) if after_failover == CLAIM_LOST else (
+                MessageState.PROCESSING, 2
+            )
+            assert (row["state"], row[TOKEN_COLUMN]) == expected  # nothing written
+            # the queue delivers it again: due now, or the other claim lapsed
             async with engine.begin() as conn:
                 await conn.execute(
-                    sa.update(m).values(state=MessageState.PENDING, acquired_at=None)
+                    sa.update(m).values(
+                        state=MessageState.PENDING, acquired_at=None, next_attempt_at=utc_now(-1)
+                    )
                 )
         await got.wait_for(2)
 
@@ -173,15 +197,62 @@ async def test_a_prefetched_message_runs_after_the_outage_only_if_its_claim_surv
             return len(await rows(engine, tables.archive)) == 2
 
         await wait_until(both_archived)
-    assert got.calls == [("first", 1), ("second", 2 if claim_lost else 1)]
-    assert recovery.given_back == (1 if claim_lost else 0)
-    assert len(lines.containing("gave back 1 prefetched messages")) == (1 if claim_lost else 0)
+        assert subscriber._held == {}
+    again = 2 if after_failover == CLAIMED_ELSEWHERE else 1
+    assert got.calls == [("first", 1), ("second", again)]
+    assert recovery.dropped == (0 if after_failover == CLAIM_KEPT else 1)
+    dropped_lines = lines.containing("dropped 1 prefetched messages unhandled")
+    assert len(dropped_lines) == (0 if after_failover == CLAIM_KEPT else 1)
+    assert not lines.containing("stale")
 
 
+async def test_no_held_message_starts_before_the_checks_before_resuming_are_done(make_broker):
+    broker = make_broker()
+    async with broker:
+        await broker.connect()
+        health = broker.config.health
+        checking, done = asyncio.Event(), asyncio.Event()
+
+        async def slow_check() -> None:
+            checking.set()
+            await done.wait()
+
+        forget = health.before_resuming(slow_check)
+        an_outage(broker)
+        await checking.wait()  # the database answers: the probe is through
+        assert health.is_down and not health.reachable.is_set()
+        done.set()
+        await health.reachable.wait()
+        assert not health.is_down
+        forget()
+
+
+def raises_at_once() -> Awaitable[None]:
+    raise RuntimeError("the read failed")
+
+
+async def raises_when_awaited() -> None:
+    raise RuntimeError("the read failed")
+
+
+async def never_done() -> None:
+    await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize(
+    ("check", "logged"),
+    [
+        (raises_at_once, "RuntimeError: the read failed"),
+        (raises_when_awaited, "RuntimeError: the read failed"),
+        (never_done, "TimeoutError: not done within 0.2s"),
+    ],
+    ids=["raises_at_once", "raises_when_awaited", "never_done"],
+)
 async def test_a_check_before_resuming_that_fails_is_logged_and_work_resumes(
-    make_broker, dialect_name
+    make_broker, dialect_name, monkeypatch, check, logged
 ):
-    logger, lines = captured_logger(f"test.recovery.check.{dialect_name}")
+    monkeypatch.setattr(health_module, "RESUME_CHECK_TIMEOUT", 0.2)
+    logger, lines = captured_logger(f"test.recovery.check.{dialect_name}.{check.__name__}")
     broker = make_broker(logger=logger)
     got = Recorder()
 
@@ -189,20 +260,14 @@ async def test_a_check_before_resuming_that_fails_is_logged_and_work_resumes(
     async def handle(body: str) -> None:
         got.record(body)
 
-    async def fails() -> None:
-        raise RuntimeError("the read failed")
-
     async with broker:
         await broker.start()
         health = broker.config.health
-        forget = health.before_resuming(fails)
+        forget = health.before_resuming(check)
         an_outage(broker)
         await health.reachable.wait()
         forget()
         await broker.publish("after", queue="q")
         await got.wait_for(1)
     assert got.calls == ["after"]
-    assert lines.containing(
-        "checking the claims held through the outage failed (RuntimeError: the read failed); "
-        "resuming without"
-    )
+    assert lines.containing(f"a check before resuming failed ({logged}); resuming without it")

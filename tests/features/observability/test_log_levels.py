@@ -81,3 +81,36 @@ async def test_a_logger_that_writes_only_errors_leaves_the_retry_after_out(datab
         await handled.wait_for(3)
     assert not lines.containing("RetryAfter")
     assert lines.containing("RuntimeError: a real fault")
+
+
+async def test_a_logger_built_directly_and_one_behind_an_adapter_get_the_same_lines(
+    database_url, request
+):
+    lines = LogLines()
+    built = logging.Logger(f"levels-built-{request.node.name}", logging.ERROR)  # not registered
+    built.addHandler(lines)
+    broker = SqlaBroker(database_url, logger=built)
+    handled = Recorder()
+    retry_then_fail_then_succeed(broker, handled)
+    async with broker:
+        await broker.start()
+        await broker.publish("m", queue="q")
+        await handled.wait_for(3)
+    assert not lines.containing("RetryAfter")  # the logger it is on writes only errors
+
+    adapted, adapted_lines = captured_logger(f"levels-adapted-{request.node.name}")
+    SqlaBroker(database_url, logger=logging.LoggerAdapter(adapted, {}))
+    adapted.error("RetryAfter: retry after 1s", exc_info=RetryAfter(1))
+    (line,) = adapted_lines.records
+    assert (line.levelno, line.exc_info) == (logging.WARNING, None)
+
+
+def test_your_own_lines_about_a_retry_after_keep_their_level_and_traceback(request):
+    logger, lines = captured_logger(f"levels-own-{request.node.name}")
+    SqlaBroker("sqlite+aiosqlite://", logger=logger)
+    try:
+        raise RetryAfter(5, "later")
+    except RetryAfter:
+        logger.exception("the payment service asked us to wait")
+    (line,) = lines.records
+    assert line.levelno == logging.ERROR and line.exc_info is not None
