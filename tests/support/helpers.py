@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -411,3 +412,18 @@ async def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-c", code, *args],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
+
+
+@asynccontextmanager
+async def threads_finish_before_the_loop_closes() -> AsyncIterator[None]:
+    """Waits, at the end of the block, for the threads started inside it. aiosqlite stops
+    a connection that failed to open by queueing a close to its worker thread without
+    awaiting it; if the test's event loop closes first, that thread fails on it."""
+    before = set(threading.enumerate())
+    yield
+    started = [t for t in threading.enumerate() if t not in before]
+
+    async def finished() -> bool:
+        return not any(t.is_alive() for t in started)
+
+    await wait_until(finished)

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from faststream_sqla import DatabaseUnreachableError, SqlaBroker, upgrade_schema
 from faststream_sqla.exceptions import InvalidOptionError
 from tests.support.cli import invoke as cli
+from tests.support.helpers import threads_finish_before_the_loop_closes
 
 
 # -- bad URLs: one typed error, not a driver's traceback ------------------------------------
@@ -35,12 +36,13 @@ async def test_upgrade_schema_on_a_bad_url_is_the_unreachable_error(
     database_url, dialect_name, tmp_path
 ):
     for problem, url in bad_urls(database_url, dialect_name, tmp_path).items():
-        with pytest.raises(DatabaseUnreachableError, match="cannot reach the database") as info:
-            await upgrade_schema(url)
-        assert "WrOnG-SeCrEt" not in str(info.value), problem
-        # the same words as the broker's start
-        with pytest.raises(DatabaseUnreachableError, match="cannot reach the database"):
-            await SqlaBroker(url).start()
+        async with threads_finish_before_the_loop_closes():
+            with pytest.raises(DatabaseUnreachableError, match="cannot reach the database") as info:
+                await upgrade_schema(url)
+            assert "WrOnG-SeCrEt" not in str(info.value), problem
+            # the same words as the broker's start
+            with pytest.raises(DatabaseUnreachableError, match="cannot reach the database"):
+                await SqlaBroker(url).start()
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from datetime import datetime
 
 import pytest
@@ -22,7 +21,15 @@ from faststream_sqla.exceptions import (
 )
 from faststream_sqla.schema import QueueTables
 from tests.conftest import on_servers
-from tests.support.helpers import FAST, Recorder, handle_one, recording, rows, wait_until
+from tests.support.helpers import (
+    FAST,
+    Recorder,
+    handle_one,
+    recording,
+    rows,
+    threads_finish_before_the_loop_closes,
+    wait_until,
+)
 
 
 async def test_graceful_stop_requeues_prefetched_and_finishes_running(database_url, engine, tables):
@@ -271,17 +278,9 @@ async def test_unreachable_database_is_a_typed_error(dialect_name, tmp_path):
         "postgresql": "postgresql+asyncpg://postgres@127.0.0.1:1/test",
         "mysql": "mysql+asyncmy://root@127.0.0.1:1/test",
     }[dialect_name]
-    before = set(threading.enumerate())
-    with pytest.raises(DatabaseUnreachableError, match="cannot reach"):
-        await SqlaBroker(url).start()
-    # aiosqlite stops a connection that failed to open by queueing a close to its worker
-    # thread without awaiting it; let that thread finish while this loop still runs.
-    started = [t for t in threading.enumerate() if t not in before]
-
-    async def threads_finished() -> bool:
-        return not any(t.is_alive() for t in started)
-
-    await wait_until(threads_finished)
+    async with threads_finish_before_the_loop_closes():
+        with pytest.raises(DatabaseUnreachableError, match="cannot reach"):
+            await SqlaBroker(url).start()
 
 
 # -- connection loss (server databases: an embedded SQLite has no connection to lose) --
