@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from faststream_sqla import RetryAfter, SqlaBroker
 from faststream_sqla.retry import ConstantRetryStrategy
 from tests.support.helpers import FAST, LogLines, Recorder, captured_logger, wait_until
@@ -69,8 +71,20 @@ async def test_the_default_logger_writes_a_retry_after_as_one_warning(database_u
     assert fault.levelno == logging.ERROR and fault.exc_info is not None
 
 
-async def test_a_logger_that_writes_only_errors_leaves_the_retry_after_out(database_url, request):
-    logger, lines = captured_logger(f"levels-{request.node.name}")
+def built_logger(name: str) -> tuple[logging.Logger, LogLines]:
+    """A logger made directly, not through logging.getLogger: not in the registry."""
+    logger, lines = logging.Logger(name), LogLines()
+    logger.addHandler(lines)
+    return logger, lines
+
+
+@pytest.mark.parametrize(
+    "make_logger", [captured_logger, built_logger], ids=["registered", "built_directly"]
+)
+async def test_a_logger_that_writes_only_errors_leaves_the_retry_after_out(
+    database_url, request, make_logger
+):
+    logger, lines = make_logger(f"levels-{request.node.name}")
     logger.setLevel(logging.ERROR)
     broker = SqlaBroker(database_url, logger=logger)
     handled = Recorder()
@@ -83,25 +97,11 @@ async def test_a_logger_that_writes_only_errors_leaves_the_retry_after_out(datab
     assert lines.containing("RuntimeError: a real fault")
 
 
-async def test_a_logger_built_directly_and_one_behind_an_adapter_get_the_same_lines(
-    database_url, request
-):
-    lines = LogLines()
-    built = logging.Logger(f"levels-built-{request.node.name}", logging.ERROR)  # not registered
-    built.addHandler(lines)
-    broker = SqlaBroker(database_url, logger=built)
-    handled = Recorder()
-    retry_then_fail_then_succeed(broker, handled)
-    async with broker:
-        await broker.start()
-        await broker.publish("m", queue="q")
-        await handled.wait_for(3)
-    assert not lines.containing("RetryAfter")  # the logger it is on writes only errors
-
-    adapted, adapted_lines = captured_logger(f"levels-adapted-{request.node.name}")
-    SqlaBroker(database_url, logger=logging.LoggerAdapter(adapted, {}))
-    adapted.error("RetryAfter: retry after 1s", exc_info=RetryAfter(1))
-    (line,) = adapted_lines.records
+def test_the_logger_behind_an_adapter_writes_a_retry_after_as_one_warning(request):
+    logger, lines = captured_logger(f"levels-adapted-{request.node.name}")
+    SqlaBroker("sqlite+aiosqlite://", logger=logging.LoggerAdapter(logger, {}))
+    logger.error("RetryAfter: retry after 1s", exc_info=RetryAfter(1))  # as FastStream logs it
+    (line,) = lines.records
     assert (line.levelno, line.exc_info) == (logging.WARNING, None)
 
 
