@@ -16,7 +16,10 @@ from tests.support.helpers import wait_until
 
 #: the worker scripts the process tests run
 WORKERS = Path(__file__).resolve().parent / "workers"
-LINE_TIMEOUT = 30.0
+#: how long a subprocess may take to print its next line: a deadline for a process that
+#: hangs or died, generous because a starting Python's imports share two cores with
+#: the rest of the suite (a Spark JVM among them)
+LINE_TIMEOUT = 60.0
 EXIT_TIMEOUT = 30.0
 
 

@@ -20,7 +20,8 @@ from faststream_sqla.schema import MessageState
 from tests.support.helpers import rows, wait_until
 from tests.support.processes import WORKERS, exit_code, read_line, spawn
 
-pytestmark = pytest.mark.slow
+# three worker processes, each waited for line by line on a loaded CI host
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 WORKER = WORKERS / "downstream.py"
 QUEUE = "downstream"
