@@ -306,7 +306,8 @@ MESSAGE_COLUMNS: tuple[MessageColumn, ...] = (
         "correlation_id", sa.String(MAX_CORRELATION_ID_LENGTH), published_as="correlation_id"
     ),
     # The claim token: unlike deliveries_count it never goes down (a message given back
-    # unstarted keeps it), so no two claims of a message ever share one.
+    # unstarted keeps it), so no two claims of a message share one, unless a failover
+    # lost a claim: the next claim of that row counts to its token again (recovery.py).
     MessageColumn("claims_count", sa.Integer(), nullable=False, initial="0", counts_claims=True),
     MessageColumn("expires_at", Timestamp, published_as="expires_at"),
     MessageColumn(

@@ -260,6 +260,14 @@ class Breakers:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def dropped(self, raw: ClaimedMessage) -> None:
+        """`raw` left this process unhandled, with no outcome (its claim was lost in a
+        failover, recovery.py): if it was this process's probe, another may be claimed."""
+        view = self.views.get(raw.queue)
+        if view is not None and view.probe_message == raw.id:
+            view.probe_message = None
+            self.wake.set()
+
     def handed(self, raw: ClaimedMessage, outcome: Outcome) -> None:
         """An outcome goes to the flusher: a failure is uncounted until written."""
         if not self._own_breaker(raw) and attempt_kind(raw, outcome) is Attempt.FAILED:

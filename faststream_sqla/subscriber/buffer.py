@@ -41,6 +41,10 @@ class PrefetchBuffer:
         if self.items:
             self._filled.set()
 
+    def messages(self) -> list[ClaimedMessage]:
+        """The buffered messages, in order, without the stop sentinels."""
+        return [item for item in self.items if item is not None]
+
     def take_where(self, wanted: Callable[[ClaimedMessage], bool]) -> list[ClaimedMessage]:
         """Take out every buffered message `wanted` says, keeping the others' order."""
         taken = [item for item in self.items if item is not None and wanted(item)]

@@ -163,6 +163,12 @@ class Fetcher:
         backoff = Backoff()
         await self.controls_read.wait()
         while not self.stopping:
+            if self.health.is_down:
+                # Nothing claimed until the database answers and the checks before
+                # resuming are done (recovery.py reads the buffered claims then).
+                self.wake.clear()
+                await self.health.until_reachable(self.wake)
+                continue
             batch = self.batch_size
             if self.channelled:
                 batch = self.idle_room()

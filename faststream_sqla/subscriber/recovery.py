@@ -15,12 +15,14 @@ is never among the written ones.
 The claims themselves can be lost the same way: a message claimed just before the
 failover sits in this process's prefetch buffer while the new primary shows it PENDING
 again, under the token before this claim's. So before work resumes (`DatabaseHealth.
-before_resuming`) the rows of the buffered messages are read once, and a message whose
-row shows no claim, or another claim, is dropped from this process unhandled: the
-queue delivers it again. Nothing is written for it: a release fenced by this claim's
-token would match the next claim of that row, which counts to the same token. A row
-still PROCESSING under the same token may be this claim or such a later one; it is
-kept, as is a message whose row is gone: this copy may be its last.
+before_resuming`; the fetchers claim nothing meanwhile) the rows of the buffered
+messages are read once, and a message whose row shows no claim, or another claim, is
+dropped from this process unhandled: the queue delivers it again. Nothing is written
+for it: a release fenced by this claim's token would match the next claim of that
+row, which counts to the same token. A row still PROCESSING under the same token may
+be this claim or such a later one; it is kept, as is a message whose row is gone: this
+copy may be its last. A stop during the check gives the buffer back as any stop does,
+with fenced releases.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class ClaimRecovery(StoppableLoop):
         held: dict[int, ClaimedMessage],
         on_released: Callable[[], None],
         buffer: PrefetchBuffer,
-        forget: Callable[[Sequence[ClaimedMessage]], None],
+        let_go: Callable[[Sequence[ClaimedMessage]], None],
         log: Log,
         health: DatabaseHealth,
     ) -> None:
@@ -106,7 +108,7 @@ class ClaimRecovery(StoppableLoop):
         self.engine, self.driver, self.written, self.held = engine, driver, written, held
         self.on_released, self.log, self.health = on_released, log, health
         #: the prefetch buffer, and what lets go of messages taken out of it unhandled
-        self.buffer, self.forget = buffer, forget
+        self.buffer, self.let_go = buffer, let_go
         self.recovered = asyncio.Event()
         #: messages released so far, buffered messages dropped for lost claims, and
         #: releases run (read by tests)
@@ -139,7 +141,7 @@ class ClaimRecovery(StoppableLoop):
     async def drop_lost_claims(self) -> int:
         """Before work resumes: drop the buffered messages whose rows show no claim or
         another one (see the module's docstring). One read for all of them."""
-        buffered = [raw for raw in self.buffer.items if raw is not None]
+        buffered = self.buffer.messages()
         if not buffered:
             return 0
 
@@ -148,15 +150,15 @@ class ClaimRecovery(StoppableLoop):
 
         stored = await with_retries(self.driver, read)
         lost = {
-            (raw.id, raw.token)
+            id(raw)  # this very object: another claim of the row may be buffered too
             for raw in buffered
             if (claim := stored.get(raw.id)) is not None
             and (claim.token != raw.token or not claim.processing)
         }
         if not lost:
             return 0
-        dropped = self.buffer.take_where(lambda raw: (raw.id, raw.token) in lost)
-        self.forget(dropped)
+        dropped = self.buffer.take_where(lambda raw: id(raw) in lost)
+        self.let_go(dropped)
         if dropped:
             self.dropped += len(dropped)
             self.log(

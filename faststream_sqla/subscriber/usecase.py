@@ -273,7 +273,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
             held=self._held,
             on_released=self._wake.set,
             buffer=self._buffer,
-            forget=self._forget_unhandled,
+            let_go=self._let_go_unhandled,
             log=self._log,
             health=self._outer_config.health,
         )
@@ -365,13 +365,16 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         if self._fetcher is not None:
             self._fetcher.notify_taken()
 
-    def _forget_unhandled(self, dropped: Sequence[ClaimedMessage]) -> None:
+    def _let_go_unhandled(self, dropped: Sequence[ClaimedMessage]) -> None:
         """Messages taken out of the buffer with no outcome to write (their claims were
-        lost, recovery.py): they are no longer held, and their room may be claimed."""
+        lost, recovery.py): they are no longer held, nor this process's breaker probe,
+        and their room may be claimed."""
         held = self._held
         for raw in dropped:
             if held.get(raw.id) is raw:
                 del held[raw.id]
+            if self._breakers is not None:
+                self._breakers.dropped(raw)
         if dropped:
             self._wake.set()
             if self._fetcher is not None:

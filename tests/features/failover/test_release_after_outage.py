@@ -11,13 +11,22 @@ from collections.abc import Awaitable
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
 
 import faststream_sqla.health as health_module
-from faststream_sqla import MessageState
+from faststream_sqla import MessageState, SqlaBroker
+from faststream_sqla.admin import QueueAdmin
 from faststream_sqla.annotations import SqlaMessage
 from faststream_sqla.clock import utc_now
-from faststream_sqla.schema import TOKEN_COLUMN
-from tests.support.helpers import FAST, Recorder, captured_logger, rows, wait_until
+from faststream_sqla.schema import TOKEN_COLUMN, QueueTables
+from tests.support.helpers import (
+    FAST,
+    CuttableDatabase,
+    Recorder,
+    captured_logger,
+    rows,
+    wait_until,
+)
 
 #: longer than any test: release-stuck can free nothing here
 NEVER = 3600.0
@@ -116,12 +125,17 @@ async def test_a_claim_still_held_is_not_released_when_the_outage_ends(
 
 
 #: what the new primary shows for a claimed message waiting in the buffer
-CLAIM_LOST = "claim_lost"  # PENDING again, under the token before the claim's
-CLAIMED_ELSEWHERE = "claimed_elsewhere"  # lost, then claimed there by another process
+CLAIM_LOST = "claim_lost"  # PENDING again, under the token before the claim's, due later
+CLAIM_LOST_DUE_NOW = "claim_lost_due_now"  # the same, due at once: claimed again here
+# claimed since by another process, under a later token (a claim after the loss counts
+# to this claim's own token, which reads as CLAIM_KEPT: the row cannot tell them apart)
+CLAIMED_ELSEWHERE = "claimed_elsewhere"
 CLAIM_KEPT = "claim_kept"
 
 
-@pytest.mark.parametrize("after_failover", [CLAIM_LOST, CLAIMED_ELSEWHERE, CLAIM_KEPT])
+@pytest.mark.parametrize(
+    "after_failover", [CLAIM_LOST, CLAIM_LOST_DUE_NOW, CLAIMED_ELSEWHERE, CLAIM_KEPT]
+)
 async def test_a_prefetched_message_runs_after_the_outage_only_if_its_claim_survived(
     make_broker, dialect_name, engine, tables, after_failover
 ):
@@ -138,7 +152,17 @@ async def test_a_prefetched_message_runs_after_the_outage_only_if_its_claim_surv
             await finish.wait()  # the only worker is busy: "second" waits in the buffer
 
     m = tables.message
+    written: list[int] = []  # the ids of every outcome written
     async with broker:
+        await broker.connect()
+        driver = broker.config.driver
+        write = driver.write_outcomes
+
+        async def recorded(engine_, outcomes):
+            written.extend(o.id for o in outcomes)
+            return await write(engine_, outcomes)
+
+        driver.write_outcomes = recorded  # type: ignore[method-assign]
         await broker.start()
         await broker.publish_batch("first", "second", queue="q")
         await running.wait()
@@ -152,14 +176,14 @@ async def test_a_prefetched_message_runs_after_the_outage_only_if_its_claim_surv
         (subscriber,) = broker.subscribers
         recovery = subscriber._recovery
         async with engine.begin() as conn:
-            if after_failover == CLAIM_LOST:
-                # due later, so that only this test decides when it is claimed again
+            if after_failover in (CLAIM_LOST, CLAIM_LOST_DUE_NOW):
                 await conn.execute(
                     sa.update(m)
                     .where(m.c.id == second)
                     .values({
                         "state": MessageState.PENDING, "acquired_at": None,
-                        "next_attempt_at": utc_now(3600),
+                        # due later: only this test decides when it is claimed again
+                        "next_attempt_at": utc_now(3600 if after_failover == CLAIM_LOST else -1),
                         TOKEN_COLUMN: m.c[TOKEN_COLUMN] - 1,
                         "deliveries_count": m.c.deliveries_count - 1,
                     })  # fmt: skip
@@ -171,7 +195,7 @@ async def test_a_prefetched_message_runs_after_the_outage_only_if_its_claim_surv
         an_outage(broker)
         await recovery.ran.wait()  # after the check that runs before workers resume
         finish.set()
-        if after_failover != CLAIM_KEPT:
+        if after_failover in (CLAIM_LOST, CLAIMED_ELSEWHERE):
 
             async def first_archived() -> bool:
                 return len(await rows(engine, tables.archive)) == 1
@@ -200,13 +224,81 @@ async def test_a_prefetched_message_runs_after_the_outage_only_if_its_claim_surv
         assert subscriber._held == {}
     again = 2 if after_failover == CLAIMED_ELSEWHERE else 1
     assert got.calls == [("first", 1), ("second", again)]
+    assert written.count(second) == 1  # its completion: nothing for the dropped claim
     assert recovery.dropped == (0 if after_failover == CLAIM_KEPT else 1)
     dropped_lines = lines.containing("dropped 1 prefetched messages unhandled")
     assert len(dropped_lines) == (0 if after_failover == CLAIM_KEPT else 1)
     assert not lines.containing("stale")
 
 
-async def test_no_held_message_starts_before_the_checks_before_resuming_are_done(make_broker):
+async def test_a_dropped_breaker_probe_is_probed_again_by_this_process(
+    database_url, dialect_name, tmp_path
+):
+    """This process holds the queue breaker's probe; the outage loses the probe's claim
+    while the message waits in the buffer. Once dropped, it is no longer this process's
+    probe: it claims the message again as its probe, and the breaker closes."""
+    database = CuttableDatabase(database_url, dialect_name, tmp_path)
+    await database.start()
+    direct = create_async_engine(database.direct_url)
+    tables = QueueTables()
+    m = tables.message
+    async with direct.begin() as conn:  # the breaker is due to probe
+        await conn.execute(tables.controls.insert().values(
+            queue="probed", channel="", updated_at=utc_now(), breaker_state="OPEN",
+            breaker_failures=1, breaker_changed_at=utc_now(-10), breaker_reopens_at=utc_now(-1),
+        ))  # fmt: skip
+    async with SqlaBroker(database.direct_url) as publisher:
+        await publisher.publish("m", queue="probed")
+    broker = SqlaBroker(database.url)
+    got = Recorder()
+
+    @broker.subscriber(
+        "probed", circuit_breaker_threshold=1, circuit_breaker_cooldown=0.1,
+        release_stuck_timeout=NEVER, **FAST,
+    )  # fmt: skip
+    async def handle(body: str, msg: SqlaMessage) -> None:
+        got.record(msg.deliveries_count)
+        if len(got.calls) == 1:
+            # the failover: the new primary never saw this claim
+            async with direct.begin() as conn:
+                await conn.execute(sa.update(m).values({
+                    "state": MessageState.PENDING, "acquired_at": None,
+                    TOKEN_COLUMN: m.c[TOKEN_COLUMN] - 1,
+                    "deliveries_count": m.c.deliveries_count - 1,
+                }))  # fmt: skip
+            await database.cut(broker.engine)
+            raise ConnectionRefusedError("the primary is gone")
+
+    try:
+        async with broker:
+            await broker.start()
+            (subscriber,) = broker.subscribers
+            health = broker.config.health
+
+            async def held_in_the_buffer() -> bool:
+                return health.is_down and bool(subscriber._buffer.messages())
+
+            await wait_until(held_in_the_buffer)
+            await database.restore()
+            await got.wait_for(2)
+
+            async def closed() -> bool:
+                async with QueueAdmin(direct) as admin:
+                    (status,) = await admin.breakers("probed")
+                return status.state == "CLOSED"
+
+            await wait_until(closed)
+        (row,) = await rows(direct, tables.archive)
+    finally:
+        await direct.dispose()
+    assert got.calls == [1, 1]
+    assert row["state"] == MessageState.COMPLETED
+    assert subscriber._recovery.dropped == 1
+
+
+async def test_the_database_counts_as_down_until_the_checks_before_resuming_are_done(
+    make_broker,
+):
     broker = make_broker()
     async with broker:
         await broker.connect()
