@@ -64,7 +64,7 @@ async def test_the_row_outlives_a_database_outage_without_log_lines_of_its_own(
     logger, log = captured_logger(f"test.workers.outage.{dialect_name}")
     broker = SqlaBroker(database.url, logger=logger)
 
-    @broker.subscriber("jobs", release_stuck_timeout=0.6, **FAST)
+    @broker.subscriber("jobs", release_stuck_timeout=3.0, **FAST)
     async def handle(body: str) -> None:
         pass
 

@@ -2,7 +2,8 @@
 
 Usage: registered.py DATABASE_URL. Starts its broker, prints `WORKER <worker_id>` once
 its row is written, then runs until SIGTERM, when it stops gracefully. Its leases, and
-so its row, are renewed every 0.3 s: the test sees it gone soon after a SIGKILL.
+so its row, are renewed every second: the test sees it gone three seconds after a
+SIGKILL.
 """
 
 import asyncio
@@ -16,7 +17,9 @@ logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 broker = SqlaBroker(sys.argv[1], logger=logging.getLogger("worker"))
 
 
-@broker.subscriber("jobs", release_stuck_timeout=0.9, max_fetch_interval=0.05)
+# "gone" three seconds after it falls silent: soon enough for a test to watch, longer
+# than a loaded host's pauses
+@broker.subscriber("jobs", release_stuck_timeout=3.0, max_fetch_interval=0.05)
 async def handle(body: str) -> None:
     pass
 
