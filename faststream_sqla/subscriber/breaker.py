@@ -227,12 +227,17 @@ class Breakers:
         """Whether `raw` counts toward its channel's breaker rather than the queue's."""
         return self.per_channel and raw.channel is not None
 
-    def claimed(self, queue: str, messages: Sequence[ClaimedMessage]) -> None:
+    def claimed(self, queue: str, messages: Sequence[ClaimedMessage]) -> bool:
+        """Note a claim of `queue` that just returned; whether its messages must go back
+        unstarted: the breaker opened, or another process took its probe, while the
+        claim ran (the buffer was given back then, before they were in it)."""
         view = self.views[queue]
         if view.state is HALF_OPEN and view.probe == self.me:
             counted = [raw for raw in messages if not self._own_breaker(raw)]
             if counted:
                 view.probe_message = counted[0].id
+            return False
+        return bool(messages) and view.state is not CLOSED
 
     def admits(self, raw: ClaimedMessage) -> Admission:
         view = self.views[raw.queue]

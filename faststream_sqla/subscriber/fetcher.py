@@ -261,16 +261,20 @@ class Fetcher:
                 used, ahead = ahead, None  # a retry reads afresh
                 return await self.claimer.claim(queue, remaining, channelled=channelled, ahead=used)
 
+            give_back = False
             async with self.claiming:
                 claimed = await with_retries(self.driver, claim)
                 self.on_claimed(claimed)
                 if self.breakers is not None:
-                    self.breakers.claimed(queue, claimed)
+                    give_back = self.breakers.claimed(queue, claimed)
             if channelled and claimed:
                 # before the hand-out: the read's task then runs, and sends its
                 # statement, ahead of the workers it wakes, so the database reads while
                 # they work; after it, the read went out only once they had all run
                 self.reads_ahead.claimed(queue, self.options.max_workers * self.per_worker)
             self.buffer.put_all(claimed)
+            if give_back:
+                assert self.breakers is not None
+                self.breakers.on_opened(queue)  # back to the queue, none started
             got += len(claimed)
         return got

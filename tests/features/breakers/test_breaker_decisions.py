@@ -4,6 +4,7 @@ tests/features/breakers/test_queue_breaker.py run them against each one)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 
 import pytest
@@ -16,6 +17,7 @@ from faststream_sqla.retry import ConstantRetryStrategy
 from faststream_sqla.schema import BreakerState, MessageState
 from faststream_sqla.subscriber.breaker import (
     Attempt,
+    Breakers,
     Tally,
     attempt_kind,
     decide,
@@ -151,3 +153,33 @@ def test_only_the_probe_decides_a_half_open_channel_breaker() -> None:
     # OPEN: no probe is out, whatever settles now ran before it opened
     opened = BreakerRecord(BreakerState.OPEN, 3, changed_at=T0, reopens_at=since)
     assert channel(opened, (FAILED_, since), (SUCCEEDED, since)) is None
+
+
+def breakers_of_q(opened: list[str]) -> Breakers:
+    """A subscriber's breakers of queue "q", as this process sees them (no database)."""
+    return Breakers(
+        engine=None, driver=None, queues=["q"], threshold=3, cooldown=1.0,  # type: ignore[arg-type]
+        silent_after=5.0, log=lambda _level, _message: None, on_opened=opened.append,
+        wake=asyncio.Event(), has_idle_worker=lambda: True, me=ME,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("state", "probe", "goes_back"),
+    [
+        (BreakerState.CLOSED, None, False),
+        (BreakerState.OPEN, None, True),
+        (BreakerState.HALF_OPEN, OTHER, True),
+        (BreakerState.HALF_OPEN, ME, False),
+    ],
+)
+def test_a_claim_that_returns_after_the_breaker_opened_goes_back(state, probe, goes_back) -> None:
+    """The claim ran while the breaker's view changed to `state`: the buffer was given
+    back then, without this claim's messages, which no worker may start."""
+    opened: list[str] = []
+    breakers = breakers_of_q(opened)
+    breakers._apply("q", BreakerRecord(state=state, failures=3, probe=probe))
+    assert breakers.claimed("q", [claimed()]) is goes_back
+    assert breakers.claimed("q", []) is False
+    if state is BreakerState.HALF_OPEN and probe == ME:
+        assert breakers.views["q"].probe_message == 7  # this process's probe
