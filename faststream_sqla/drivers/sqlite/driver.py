@@ -22,6 +22,7 @@ import itertools
 import json
 import sqlite3
 import time
+import traceback
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
@@ -415,8 +416,27 @@ def switch_to_wal(cursor: Any, statement: str, within: float = _WAL_SWITCH_SECON
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc) or time.monotonic() >= deadline:
                 raise
+            _release_failed_statement(exc)
         cursor.execute(_BEGIN_WRITE)
         cursor.execute(_ROLLBACK)
+
+
+def _release_failed_statement(exc: BaseException) -> None:
+    """Free, now, what the frames of a refused statement's exception hold.
+
+    SQLAlchemy 2.0's aiosqlite adapter leaves the cursor of a statement that raised
+    open, held only by the exception's frames, a cycle the garbage collector frees
+    later on the event loop's thread. Finalising that cursor needs its connection's
+    mutex, which the BEGIN IMMEDIATE below holds on the driver's thread for as long as
+    it waits for the write lock: the whole loop would stop until the busy timeout,
+    and the connection holding the lock, when it is this process's, could never
+    commit. Clearing the finished frames frees the cursor here, while the driver's
+    thread is idle. (Frames still running, this function's caller among them, are
+    left as they are.)"""
+    seen: BaseException | None = exc
+    while seen is not None:
+        traceback.clear_frames(seen.__traceback__)
+        seen = seen.__cause__ or seen.__context__
 
 
 #: SQLite's primary result code for a lock another connection holds
