@@ -239,6 +239,11 @@ class Breakers:
             return False
         return bool(messages) and view.state is not CLOSED
 
+    def give_back(self, queue: str) -> None:
+        """Give back, unstarted, what the buffer holds of `queue`: a claim `claimed`
+        said must go back, once it is buffered."""
+        self.on_opened(queue)
+
     def admits(self, raw: ClaimedMessage) -> Admission:
         view = self.views[raw.queue]
         if self._own_breaker(raw):

@@ -267,7 +267,7 @@ class Fetcher:
                 self.on_claimed(claimed)
                 if self.breakers is not None:
                     give_back = self.breakers.claimed(queue, claimed)
-            if channelled and claimed:
+            if channelled and claimed and not give_back:
                 # before the hand-out: the read's task then runs, and sends its
                 # statement, ahead of the workers it wakes, so the database reads while
                 # they work; after it, the read went out only once they had all run
@@ -275,6 +275,6 @@ class Fetcher:
             self.buffer.put_all(claimed)
             if give_back:
                 assert self.breakers is not None
-                self.breakers.on_opened(queue)  # back to the queue, none started
+                self.breakers.give_back(queue)
             got += len(claimed)
         return got

@@ -183,3 +183,10 @@ def test_a_claim_that_returns_after_the_breaker_opened_goes_back(state, probe, g
     assert breakers.claimed("q", []) is False
     if state is BreakerState.HALF_OPEN and probe == ME:
         assert breakers.views["q"].probe_message == 7  # this process's probe
+
+
+def test_giving_back_a_late_claim_gives_back_the_queues_buffer() -> None:
+    opened: list[str] = []
+    breakers = breakers_of_q(opened)
+    breakers.give_back("q")
+    assert opened == ["q"]
