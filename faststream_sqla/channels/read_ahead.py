@@ -264,6 +264,11 @@ class ReadsAhead:
             self._used[queue] = ahead
         return ahead
 
+    def given_back(self, queue: str) -> None:
+        """A claim of `queue` went back unstarted (its breaker opened while it ran):
+        forget the read it used, and read nothing ahead for workers that will not run."""
+        self._used.pop(queue, None)
+
     def claimed(self, queue: str, limit: int) -> None:
         """A claim of `queue` handed messages to the workers: read for the next one,
         of up to `limit`, if claims come close enough together (or leave it what the

@@ -267,7 +267,9 @@ class Fetcher:
                 self.on_claimed(claimed)
                 if self.breakers is not None:
                     give_back = self.breakers.claimed(queue, claimed)
-            if channelled and claimed and not give_back:
+            if give_back:
+                self.reads_ahead.given_back(queue)
+            elif channelled and claimed:
                 # before the hand-out: the read's task then runs, and sends its
                 # statement, ahead of the workers it wakes, so the database reads while
                 # they work; after it, the read went out only once they had all run

@@ -422,7 +422,7 @@ def switch_to_wal(cursor: Any, statement: str, within: float = _WAL_SWITCH_SECON
 
 
 def _release_failed_statement(exc: BaseException) -> None:
-    """Free, now, what the frames of a refused statement's exception hold.
+    """Let go, now, of what the frames of a refused statement's exception hold.
 
     SQLAlchemy 2.0's aiosqlite adapter leaves the cursor of a statement that raised
     open, held only by the exception's frames, a cycle the garbage collector frees
@@ -430,13 +430,10 @@ def _release_failed_statement(exc: BaseException) -> None:
     mutex, which the BEGIN IMMEDIATE below holds on the driver's thread for as long as
     it waits for the write lock: the whole loop would stop until the busy timeout,
     and the connection holding the lock, when it is this process's, could never
-    commit. Clearing the finished frames frees the cursor here, while the driver's
-    thread is idle. (Frames still running, this function's caller among them, are
-    left as they are.)"""
-    seen: BaseException | None = exc
-    while seen is not None:
-        traceback.clear_frames(seen.__traceback__)
-        seen = seen.__cause__ or seen.__context__
+    commit. With the finished frames cleared, the driver's thread frees the cursor
+    when it takes the next call, before that BEGIN runs. (Frames still running, this
+    function's caller among them, are left as they are.)"""
+    traceback.clear_frames(exc.__traceback__)
 
 
 #: SQLite's primary result code for a lock another connection holds
