@@ -52,7 +52,7 @@ class Fetcher:
         options: ConsumeOptions,
         buffer: PrefetchBuffer,
         wake: asyncio.Event,
-        on_claimed: Callable[[Sequence[ClaimedMessage]], None],
+        on_claimed: Callable[[list[ClaimedMessage]], list[ClaimedMessage]],
         on_resized: Callable[[int], None],
         unsettled: Callable[[], int],
         claiming: asyncio.Lock,
@@ -263,8 +263,8 @@ class Fetcher:
 
             give_back = False
             async with self.claiming:
-                claimed = await with_retries(self.driver, claim)
-                self.on_claimed(claimed)
+                # what to hand out: the claim, less any copy this process already runs
+                claimed = self.on_claimed(await with_retries(self.driver, claim))
                 if self.breakers is not None:
                     give_back = self.breakers.claimed(queue, claimed)
             if give_back:

@@ -158,12 +158,13 @@ class OutcomeFlusher(StoppableLoop):
         try:
             changed = await with_retries(self.driver, write)
         except BaseException as exc:
-            self.pending[:0] = batch
             self._nonempty.set()
             if not isinstance(exc, Exception):
+                self.pending[:0] = batch
                 raise  # cancelled: kept for the final flush
             self._failed = True
             log_failure(self.log, f"writing {len(batch)} outcomes", exc, self._backoff, self.health)
+            self.pending[:0] = self._one_outcome_per_claim(batch)
             return False
         self._failed = False
         self._backoff.reset()
@@ -208,6 +209,23 @@ class OutcomeFlusher(StoppableLoop):
                     "delivered again",
                 )
         return True
+
+    def _one_outcome_per_claim(self, batch: list[Outcome]) -> list[Outcome]:
+        """A batch whose write failed, without second outcomes of one claim. Two runs of
+        one message under one token (a claim lost in a failover counts to the same token
+        again) would archive the row twice, and the batch would fail on every try; the
+        first outcome is kept, and the second would have been fenced out anyway."""
+        first: dict[tuple[int, int], Outcome] = {}
+        for outcome in batch:
+            first.setdefault((outcome.id, outcome.token), outcome)
+        if len(first) == len(batch):
+            return batch
+        self.log(
+            logging.WARNING,
+            f"{len(batch) - len(first)} outcomes dropped: another outcome of the same "
+            "claim of their messages was in the batch (a message run twice)",
+        )
+        return list(first.values())
 
     async def flush(self) -> bool:
         """Write everything pending, once the writes in flight are done; False (outcomes

@@ -87,6 +87,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._stopping = asyncio.Event()
         #: claimed and not yet settled in the database: the leases this process keeps
         self._held: dict[int, ClaimedMessage] = {}
+        #: (id, token) of running copies whose rows this process claimed again
+        self._superseded: set[tuple[int, int]] = set()
         #: whether a message with an ordering key was ever claimed here
         self._keyed = False
         self._fetcher: Fetcher | None = None
@@ -186,6 +188,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._held = {}
+        self._superseded = set()
         claiming = asyncio.Lock()
         self._claimer = Claimer(driver, engine, channel_breakers=opts.circuit_breaker_per_channel)
         self._fetcher = Fetcher(
@@ -341,12 +344,49 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         if exit_app and (app := self._outer_config.context.get("app")):
             app.exit()
 
-    def _hold(self, claimed: Sequence[ClaimedMessage]) -> None:
-        held = self._held
+    def _hold(self, claimed: list[ClaimedMessage]) -> list[ClaimedMessage]:
+        """Hold what a claim returned; returns what to hand to the workers."""
+        held, again = self._held, None
         for raw in claimed:
-            held[raw.id] = raw
+            if held.setdefault(raw.id, raw) is not raw:
+                again = [] if again is None else again
+                again.append(raw)
             if raw.ordering_key is not None:
                 self._keyed = True
+        return claimed if again is None else self._claimed_again(claimed, again)
+
+    def _claimed_again(
+        self, claimed: list[ClaimedMessage], again: list[ClaimedMessage]
+    ) -> list[ClaimedMessage]:
+        """The claim returned rows this subscriber already holds, so the database had
+        lost the earlier claims (a failover to a standby they had not reached) before
+        the outage was noticed. An earlier copy still buffered is dropped unhandled. An
+        earlier copy already handed to a worker stands for the new claim when their
+        tokens match (a lost claim counts to the same token again, and its outcome
+        settles this one): the new copy is not run twice. Otherwise the earlier copy's
+        outcome will be fenced out, and the new copy runs."""
+        held = self._held
+        earlier = {id(held[raw.id]) for raw in again}
+        dropped = self._buffer.take_where(lambda raw: id(raw) in earlier)
+        unstarted = {raw.id for raw in dropped}
+        skipped: set[int] = set()
+        for raw in again:
+            running = held[raw.id]
+            if raw.id not in unstarted and running.token == raw.token:
+                skipped.add(id(raw))
+            else:
+                if raw.id not in unstarted:  # its fenced outcome must not let go of `raw`
+                    self._superseded.add((running.id, running.token))
+                held[raw.id] = raw
+        self._let_go_unhandled(dropped)
+        self._log(
+            logging.WARNING,
+            f"a claim returned {len(again)} messages this process already held: the "
+            "database had lost the earlier claims (a failover to a standby they had not "
+            f"reached); {len(dropped)} waiting copies were dropped unhandled, and "
+            f"{len(skipped)} already running are not run again",
+        )
+        return [raw for raw in claimed if id(raw) not in skipped] if skipped else claimed
 
     async def _after_write(self, outcomes: Sequence[Outcome]) -> None:
         try:
@@ -420,6 +460,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
 
     def _release_held(self, outcomes: Sequence[Outcome]) -> None:
         self._written.note(outcomes)
+        if self._superseded:
+            outcomes = self._of_held_claims(outcomes)
         held, freed_key = self._held, False
         if self._keyed:
             for outcome in outcomes:
@@ -440,6 +482,19 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._outer_config.vacuum.note_settled(len(outcomes))
         if self._fetcher is not None:
             self._fetcher.notify_taken()
+
+    def _of_held_claims(self, outcomes: Sequence[Outcome]) -> Sequence[Outcome]:
+        """`outcomes` less those of copies whose rows this process claimed again under
+        another token (`_claimed_again`): the new claim stays held."""
+        superseded = self._superseded
+        kept = []
+        for outcome in outcomes:
+            claim = (outcome.id, outcome.token)
+            if claim in superseded:
+                superseded.discard(claim)
+            else:
+                kept.append(outcome)
+        return kept
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro, name=f"faststream-sqla:{','.join(self.queues)}:{name}")

@@ -175,24 +175,27 @@ async def test_a_prefetched_message_runs_after_the_outage_only_if_its_claim_surv
         second = max(r["id"] for r in await rows(engine, m))
         (subscriber,) = broker.subscribers
         recovery = subscriber._recovery
-        async with engine.begin() as conn:
-            if after_failover in (CLAIM_LOST, CLAIM_LOST_DUE_NOW):
-                await conn.execute(
-                    sa.update(m)
-                    .where(m.c.id == second)
-                    .values({
-                        "state": MessageState.PENDING, "acquired_at": None,
-                        # due later: only this test decides when it is claimed again
-                        "next_attempt_at": utc_now(3600 if after_failover == CLAIM_LOST else -1),
-                        TOKEN_COLUMN: m.c[TOKEN_COLUMN] - 1,
-                        "deliveries_count": m.c.deliveries_count - 1,
-                    })  # fmt: skip
-                )
-            elif after_failover == CLAIMED_ELSEWHERE:
-                await conn.execute(
-                    sa.update(m).where(m.c.id == second).values({TOKEN_COLUMN: 2})
-                )
-        an_outage(broker)
+        # No claim in flight or begun until the outage is known: one of the lost row
+        # before it would find a row this process holds (test_claimed_again.py).
+        async with subscriber._fetcher.claiming:
+            async with engine.begin() as conn:
+                if after_failover in (CLAIM_LOST, CLAIM_LOST_DUE_NOW):
+                    await conn.execute(
+                        sa.update(m)
+                        .where(m.c.id == second)
+                        .values({
+                            "state": MessageState.PENDING, "acquired_at": None,
+                            # due later: only this test decides when it is claimed again
+                            "next_attempt_at": utc_now(3600 if after_failover == CLAIM_LOST else -1),
+                            TOKEN_COLUMN: m.c[TOKEN_COLUMN] - 1,
+                            "deliveries_count": m.c.deliveries_count - 1,
+                        })  # fmt: skip
+                    )
+                elif after_failover == CLAIMED_ELSEWHERE:
+                    await conn.execute(
+                        sa.update(m).where(m.c.id == second).values({TOKEN_COLUMN: 2})
+                    )
+            an_outage(broker)
         await recovery.ran.wait()  # after the check that runs before workers resume
         finish.set()
         if after_failover in (CLAIM_LOST, CLAIMED_ELSEWHERE):
