@@ -32,10 +32,24 @@ class Concurrency:
         self.total_now -= 1
 
 
-def running_handler(got: Recorder, seen: Concurrency, pause: float = 0.02):
+def running_handler(
+    got: Recorder,
+    seen: Concurrency,
+    pause: float = 0.02,
+    until: Callable[[Concurrency], bool] | None = None,
+):
+    """`until`: the first handlers wait, once started, until `until(seen)` holds, so
+    the limits a test expects are reached however slowly the machine claims."""
+    reached = asyncio.Event()
+
     async def handle(body: Any, msg: SqlaMessage) -> None:
         seen.enter(msg.channel)
         try:
+            if until is not None and not reached.is_set():
+                if until(seen):
+                    reached.set()
+                else:
+                    await reached.wait()
             await asyncio.sleep(pause)  # a handler doing I/O: overlap is possible
         finally:
             seen.leave(msg.channel)
@@ -72,11 +86,18 @@ def assert_at_most_per_second(times: list[Any], rate: int) -> None:
 
 
 def measured(
-    broker: SqlaBroker, queue: str = "work", *, pause: float = 0.02, **options: Any
+    broker: SqlaBroker,
+    queue: str = "work",
+    *,
+    pause: float = 0.02,
+    until: Callable[[Concurrency], bool] | None = None,
+    **options: Any,
 ) -> tuple[Recorder, Concurrency]:
     """A subscriber on `queue` (FAST intervals unless `options` say otherwise) whose
-    handler takes `pause` seconds and records `(channel, body)`; returns what it recorded
-    and how many of its calls ran at once, per channel."""
+    handler takes `pause` seconds (the first ones held `until`, see running_handler)
+    and records `(channel, body)`; returns what it recorded and how many of its calls
+    ran at once, per channel."""
     got, seen = Recorder(), Concurrency()
-    broker.subscriber(queue, **{**FAST, **options})(running_handler(got, seen, pause=pause))
+    handler = running_handler(got, seen, pause=pause, until=until)
+    broker.subscriber(queue, **{**FAST, **options})(handler)
     return got, seen

@@ -63,11 +63,17 @@ async def test_a_group_limit_holds_across_every_channel_of_the_group(
     broker = SqlaBroker(database_url)
     got = Recorder()
     seen = Concurrency()
+    both_busy = asyncio.Event()
 
     async def handle(body: Any, msg: SqlaMessage) -> None:
         group = group_of(msg.channel) or msg.channel
         seen.enter(group)
         try:
+            if seen.now.get("acme/") == 2 and seen.now.get("globex", 0) >= 3:
+                both_busy.set()
+            # the first handlers wait until the group is full and the other channel
+            # has more, however slowly the machine claims
+            await both_busy.wait()
             await asyncio.sleep(0.02)  # a handler doing I/O: overlap is possible
         finally:
             seen.leave(group)

@@ -48,7 +48,11 @@ async def test_a_channel_never_runs_more_than_its_limit(make_broker, engine, dri
     await set_limits(driver, engine, "work", "a", max_concurrency=2)
     await set_limits(driver, engine, "work", channel_max_concurrency=3)
     broker = make_broker()
-    got, seen = measured(broker, max_workers=8)
+
+    def both_full(seen: Concurrency) -> bool:
+        return seen.now.get("a") == 2 and seen.now.get("b") == 3
+
+    got, seen = measured(broker, max_workers=8, until=both_full)
     async with broker:
         await broker.start()
         await broker.publish_batch(*(f"a{i}" for i in range(20)), queue="work", channel="a")
@@ -61,7 +65,7 @@ async def test_a_channel_never_runs_more_than_its_limit(make_broker, engine, dri
 async def test_the_queue_limit_holds_across_channels(make_broker, engine, driver):
     await set_limits(driver, engine, "work", max_concurrency=3)
     broker = make_broker()
-    got, seen = measured(broker, max_workers=8)
+    got, seen = measured(broker, max_workers=8, until=lambda seen: seen.total_now == 3)
     async with broker:
         await broker.start()
         for channel in "abcd":
@@ -109,16 +113,35 @@ async def test_a_rate_limited_channel_starts_at_most_its_rate(database_url, engi
 async def test_limits_change_while_workers_run(make_broker, engine, driver):
     await set_limits(driver, engine, "work", "a", max_concurrency=1)
     broker = make_broker()
-    got, seen = measured(broker, max_workers=8, pause=0.05)
+    got, seen = Recorder(), Concurrency()
+    raised = False
+    four_at_once = asyncio.Event()
+
+    @broker.subscriber("work", max_workers=8, **FAST)
+    async def handle(body: Any, msg: SqlaMessage) -> None:
+        seen.enter(msg.channel)
+        try:
+            if seen.now["a"] >= 4:
+                four_at_once.set()
+            if raised:  # held until the new limit is reached, however slow the claims
+                await four_at_once.wait()
+            else:
+                await asyncio.sleep(0.05)  # work that gives others the time to overlap
+        finally:
+            seen.leave(msg.channel)
+        got.record(body)
+
     async with broker:
         await broker.start()
         await broker.publish_batch(*range(10), queue="work", channel="a")
         await got.wait_for(3)
         assert seen.peak["a"] == 1
+        raised = True
         await set_limits(driver, engine, "work", "a", max_concurrency=4)
         await broker.publish_batch(*range(40), queue="work", channel="a")
         await got.wait_for(50)
-    assert seen.peak["a"] == 4
+    assert four_at_once.is_set()
+    assert seen.peak["a"] == 4  # reached, never passed
 
 
 async def test_a_paused_channel_waits_and_the_others_go_on(database_url, engine, driver, tables):
