@@ -5,19 +5,22 @@ outcomes holds two of one claim (faststream_sqla.subscriber.usecase._claimed_aga
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
+
 import sqlalchemy as sa
 
 from faststream_sqla import MessageState, lifecycle
-from faststream_sqla.annotations import SqlaMessage
 from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import TOKEN_COLUMN
 from faststream_sqla.subscriber.flusher import OutcomeFlusher
-from tests.support.helpers import FAST, Recorder, captured_logger, rows, wait_until
+from tests.support.helpers import LogLines, captured_logger, rows, wait_until
+from tests.support.one_worker import (
+    Gate,
+    one_worker_broker,
+    second_waits_behind_first,
+    start_recording_writes,
+)
 
-#: longer than any test: release-stuck frees nothing here
-NEVER = 3600.0
 ALREADY_HELD = "already held"
 
 
@@ -33,151 +36,97 @@ async def lose_claim(engine, table, message_id: int, *, same_token: bool) -> Non
         await conn.execute(sa.update(table).where(table.c.id == message_id).values(values))
 
 
-def recording_writes(broker) -> list[tuple[int, int]]:
-    """The (id, token) of every outcome the broker writes, in order."""
-    driver = broker.config.driver
-    write = driver.write_outcomes
-    written: list[tuple[int, int]] = []
+async def claimed_again(lines: LogLines) -> str:
+    """Once the subscriber has met a claim of a message it holds: what it logged."""
 
-    async def recorded(engine_, outcomes):
-        written.extend((o.id, o.token) for o in outcomes)
-        return await write(engine_, outcomes)
+    async def logged() -> bool:
+        return bool(lines.containing(ALREADY_HELD))
 
-    driver.write_outcomes = recorded  # type: ignore[method-assign]
-    return written
+    await wait_until(logged)
+    (line,) = lines.containing(ALREADY_HELD)
+    return line.getMessage()
+
+
+async def archived(engine, tables, count: int) -> None:
+    async def done() -> bool:
+        return len(await rows(engine, tables.archive)) == count
+
+    await wait_until(done)
 
 
 async def test_a_waiting_copy_of_a_message_claimed_again_is_dropped_and_it_runs_once(
     make_broker, dialect_name, engine, tables
 ):
-    logger, lines = captured_logger(f"test.claimed_again.waiting.{dialect_name}")
-    broker = make_broker(logger=logger)
-    got = Recorder()
-    running, finish = asyncio.Event(), asyncio.Event()
-
-    @broker.subscriber("q", max_workers=1, release_stuck_timeout=NEVER, **FAST)
-    async def handle(body: str, msg: SqlaMessage) -> None:
-        got.record((body, msg.deliveries_count))
-        if body == "first":
-            running.set()
-            await finish.wait()  # the only worker is busy: "second" waits in the buffer
-
+    first = Gate()  # holds the only worker: "second" waits in the buffer
+    broker, got, lines = one_worker_broker(
+        make_broker,
+        f"test.claimed_again.waiting.{dialect_name}",
+        lambda body, _deliveries: first if body == "first" else None,
+    )
     m = tables.message
     async with broker:
-        await broker.connect()
-        written = recording_writes(broker)
-        await broker.start()
-        await broker.publish_batch("first", "second", queue="q")
-        await running.wait()
-
-        async def both_claimed() -> bool:
-            found = await rows(engine, m)
-            return len(found) == 2 and all(r["state"] == MessageState.PROCESSING for r in found)
-
-        await wait_until(both_claimed)
-        second = max(r["id"] for r in await rows(engine, m))
+        written = await start_recording_writes(broker)
+        second = await second_waits_behind_first(broker, engine, m, first)
         await lose_claim(engine, m, second, same_token=True)
-
-        async def claimed_again() -> bool:
-            return bool(lines.containing(ALREADY_HELD))
-
-        await wait_until(claimed_again)  # while "first" still holds the only worker
-        finish.set()
+        logged = await claimed_again(lines)  # while "first" still holds the only worker
+        first.finish.set()
         await got.wait_for(2)
-
-        async def both_archived() -> bool:
-            return len(await rows(engine, tables.archive)) == 2
-
-        await wait_until(both_archived)
+        await archived(engine, tables, 2)
         (subscriber,) = broker.subscribers
         assert subscriber._held == {}
     assert got.calls == [("first", 1), ("second", 1)]
     assert [claim for claim in written if claim[0] == second] == [(second, 1)]
-    (line,) = lines.containing(ALREADY_HELD)
-    assert "1 waiting copies were dropped" in line.getMessage()
+    assert "1 waiting copies were dropped" in logged
     assert not await rows(engine, m)
 
 
 async def test_a_running_message_claimed_again_under_its_own_token_is_not_run_twice(
     make_broker, dialect_name, engine, tables
 ):
-    logger, lines = captured_logger(f"test.claimed_again.same_token.{dialect_name}")
-    broker = make_broker(logger=logger)
-    got = Recorder()
-    running, finish = asyncio.Event(), asyncio.Event()
-
-    @broker.subscriber("q", max_workers=1, release_stuck_timeout=NEVER, **FAST)
-    async def handle(body: str, msg: SqlaMessage) -> None:
-        got.record((body, msg.deliveries_count))
-        running.set()
-        await finish.wait()
-
+    gate = Gate()
+    broker, got, lines = one_worker_broker(
+        make_broker, f"test.claimed_again.same_token.{dialect_name}", lambda *_: gate
+    )
     m = tables.message
     async with broker:
-        await broker.connect()
-        written = recording_writes(broker)
-        await broker.start()
+        written = await start_recording_writes(broker)
         await broker.publish("only", queue="q")
-        await running.wait()
+        await gate.running.wait()
         (row,) = await rows(engine, m)
         await lose_claim(engine, m, row["id"], same_token=True)
-
-        async def claimed_again() -> bool:
-            return bool(lines.containing(ALREADY_HELD))
-
-        await wait_until(claimed_again)
+        logged = await claimed_again(lines)
         (stored,) = await rows(engine, m)  # claimed again, under the running copy's token
         assert (stored["state"], stored[TOKEN_COLUMN]) == (MessageState.PROCESSING, 1)
-        finish.set()
-
-        async def archived() -> bool:
-            return len(await rows(engine, tables.archive)) == 1
-
-        await wait_until(archived)  # by the running copy's outcome
+        gate.finish.set()
+        await archived(engine, tables, 1)  # by the running copy's outcome
         (subscriber,) = broker.subscribers
         assert subscriber._held == {}
     assert got.calls == [("only", 1)]
     assert written == [(row["id"], 1)]
-    assert "1 already running are not run again" in lines.containing(ALREADY_HELD)[0].getMessage()
+    assert "1 already running are not run again" in logged
     assert not await rows(engine, m)
 
 
 async def test_a_running_message_claimed_again_under_a_new_token_runs_again_and_stays_held(
     make_broker, dialect_name, engine, tables
 ):
-    logger, lines = captured_logger(f"test.claimed_again.new_token.{dialect_name}")
-    broker = make_broker(logger=logger)
-    got = Recorder()
-    first_running, finish_first = asyncio.Event(), asyncio.Event()
-    second_running, finish_second = asyncio.Event(), asyncio.Event()
-
-    @broker.subscriber("q", max_workers=1, release_stuck_timeout=NEVER, **FAST)
-    async def handle(body: str, msg: SqlaMessage) -> None:
-        got.record((body, msg.deliveries_count))
-        if msg.deliveries_count == 1:
-            first_running.set()
-            await finish_first.wait()
-        else:
-            second_running.set()
-            await finish_second.wait()
-
+    gates = {1: Gate(), 2: Gate()}  # one per delivery
+    broker, got, lines = one_worker_broker(
+        make_broker,
+        f"test.claimed_again.new_token.{dialect_name}",
+        lambda _body, deliveries: gates[deliveries],
+    )
     m = tables.message
     async with broker:
-        await broker.connect()
-        written = recording_writes(broker)
-        await broker.start()
+        written = await start_recording_writes(broker)
         await broker.publish("only", queue="q")
-        await first_running.wait()
+        await gates[1].running.wait()
         (row,) = await rows(engine, m)
         message_id = row["id"]
         await lose_claim(engine, m, message_id, same_token=False)
-
-        async def claimed_again() -> bool:
-            return bool(lines.containing(ALREADY_HELD))
-
-        await wait_until(claimed_again)
-        finish_first.set()
-        await second_running.wait()
+        await claimed_again(lines)
+        gates[1].finish.set()
+        await gates[2].running.wait()
         (subscriber,) = broker.subscribers
 
         async def first_outcome_written() -> bool:
@@ -188,12 +137,8 @@ async def test_a_running_message_claimed_again_under_a_new_token_runs_again_and_
         assert (stored["state"], stored[TOKEN_COLUMN]) == (MessageState.PROCESSING, 2)
         # the running second copy is still held: its lease is kept, its slot counted
         assert subscriber._held[message_id].token == 2
-        finish_second.set()
-
-        async def archived() -> bool:
-            return len(await rows(engine, tables.archive)) == 1
-
-        await wait_until(archived)
+        gates[2].finish.set()
+        await archived(engine, tables, 1)
         assert subscriber._held == {}
     assert got.calls == [("only", 1), ("only", 2)]
     assert written == [(message_id, 1), (message_id, 2)]

@@ -27,9 +27,13 @@ from tests.support.helpers import (
     rows,
     wait_until,
 )
-
-#: longer than any test: release-stuck can free nothing here
-NEVER = 3600.0
+from tests.support.one_worker import (
+    NEVER,
+    Gate,
+    one_worker_broker,
+    second_waits_behind_first,
+    start_recording_writes,
+)
 
 
 def an_outage(broker) -> None:
@@ -139,40 +143,16 @@ CLAIM_KEPT = "claim_kept"
 async def test_a_prefetched_message_runs_after_the_outage_only_if_its_claim_survived(
     make_broker, dialect_name, engine, tables, after_failover
 ):
-    logger, lines = captured_logger(f"test.recovery.prefetched.{dialect_name}.{after_failover}")
-    broker = make_broker(logger=logger)
-    got = Recorder()
-    running, finish = asyncio.Event(), asyncio.Event()
-
-    @broker.subscriber("q", max_workers=1, release_stuck_timeout=NEVER, **FAST)
-    async def handle(body: str, msg: SqlaMessage) -> None:
-        got.record((body, msg.deliveries_count))
-        if body == "first":
-            running.set()
-            await finish.wait()  # the only worker is busy: "second" waits in the buffer
-
+    first = Gate()  # holds the only worker: "second" waits in the buffer
+    broker, got, lines = one_worker_broker(
+        make_broker,
+        f"test.recovery.prefetched.{dialect_name}.{after_failover}",
+        lambda body, _deliveries: first if body == "first" else None,
+    )
     m = tables.message
-    written: list[int] = []  # the ids of every outcome written
     async with broker:
-        await broker.connect()
-        driver = broker.config.driver
-        write = driver.write_outcomes
-
-        async def recorded(engine_, outcomes):
-            written.extend(o.id for o in outcomes)
-            return await write(engine_, outcomes)
-
-        driver.write_outcomes = recorded  # type: ignore[method-assign]
-        await broker.start()
-        await broker.publish_batch("first", "second", queue="q")
-        await running.wait()
-
-        async def both_claimed() -> bool:
-            found = await rows(engine, m)
-            return len(found) == 2 and all(r["state"] == MessageState.PROCESSING for r in found)
-
-        await wait_until(both_claimed)
-        second = max(r["id"] for r in await rows(engine, m))
+        written = await start_recording_writes(broker)
+        second = await second_waits_behind_first(broker, engine, m, first)
         (subscriber,) = broker.subscribers
         recovery = subscriber._recovery
         # No claim in flight or begun until the outage is known: one of the lost row
@@ -197,7 +177,7 @@ async def test_a_prefetched_message_runs_after_the_outage_only_if_its_claim_surv
                     )
             an_outage(broker)
         await recovery.ran.wait()  # after the check that runs before workers resume
-        finish.set()
+        first.finish.set()
         if after_failover in (CLAIM_LOST, CLAIMED_ELSEWHERE):
 
             async def first_archived() -> bool:
@@ -227,7 +207,8 @@ async def test_a_prefetched_message_runs_after_the_outage_only_if_its_claim_surv
         assert subscriber._held == {}
     again = 2 if after_failover == CLAIMED_ELSEWHERE else 1
     assert got.calls == [("first", 1), ("second", again)]
-    assert written.count(second) == 1  # its completion: nothing for the dropped claim
+    # its completion: nothing for the dropped claim
+    assert len([claim for claim in written if claim[0] == second]) == 1
     assert recovery.dropped == (0 if after_failover == CLAIM_KEPT else 1)
     dropped_lines = lines.containing("dropped 1 prefetched messages unhandled")
     assert len(dropped_lines) == (0 if after_failover == CLAIM_KEPT else 1)
