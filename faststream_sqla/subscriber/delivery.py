@@ -241,7 +241,9 @@ class Delivery:
         if self.breakers is not None:
             held = self.held
             for outcome in settled:
-                if (handed := held.get(outcome.id)) is not None:
+                handed = held.get(outcome.id)
+                # not when a newer claim of its row is held (SqlaSubscriber._claimed_again)
+                if handed is not None and handed.token == outcome.token:
                     self.breakers.handed(handed, outcome)
         self.flusher.add_all(settled)
         # a list and a count in C: a generator would be resumed once per message

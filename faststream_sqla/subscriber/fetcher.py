@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from faststream_sqla.channels.read_ahead import ReadsAhead
+from faststream_sqla.channels.read_ahead import ReadAhead, ReadsAhead
 from faststream_sqla.drivers.base import with_retries
 from faststream_sqla.wakeup import COVERED_POLL_FACTOR
 
@@ -252,7 +252,7 @@ class Fetcher:
                     continue
 
             channelled = queue in self.channelled
-            ahead = self.reads_ahead.take(queue) if channelled else None
+            ahead: ReadAhead | None = None
 
             async def claim(
                 queue: str = queue, remaining: int = remaining, channelled: bool = channelled
@@ -263,6 +263,11 @@ class Fetcher:
 
             give_back = False
             async with self.claiming:
+                if self.health.is_down:
+                    # known while this claim waited for the lock: nothing is claimed
+                    # until the checks before resuming are done (see _run)
+                    break
+                ahead = self.reads_ahead.take(queue) if channelled else None
                 # what to hand out: the claim, less any copy this process already runs
                 claimed = self.on_claimed(await with_retries(self.driver, claim))
                 if self.breakers is not None:

@@ -87,7 +87,8 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._stopping = asyncio.Event()
         #: claimed and not yet settled in the database: the leases this process keeps
         self._held: dict[int, ClaimedMessage] = {}
-        #: (id, token) of running copies whose rows this process claimed again
+        #: (id, token) of copies handed to workers whose rows this process claimed
+        #: again under another token: their outcomes let go of nothing held
         self._superseded: set[tuple[int, int]] = set()
         #: whether a message with an ordering key was ever claimed here
         self._keyed = False
@@ -347,8 +348,9 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     def _hold(self, claimed: list[ClaimedMessage]) -> list[ClaimedMessage]:
         """Hold what a claim returned; returns what to hand to the workers."""
         held, again = self._held, None
+        hold = held.setdefault
         for raw in claimed:
-            if held.setdefault(raw.id, raw) is not raw:
+            if hold(raw.id, raw) is not raw:
                 again = [] if again is None else again
                 again.append(raw)
             if raw.ordering_key is not None:
@@ -358,37 +360,59 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     def _claimed_again(
         self, claimed: list[ClaimedMessage], again: list[ClaimedMessage]
     ) -> list[ClaimedMessage]:
-        """The claim returned rows this subscriber already holds, so the database had
-        lost the earlier claims (a failover to a standby they had not reached) before
-        the outage was noticed. An earlier copy still buffered is dropped unhandled. An
-        earlier copy already handed to a worker stands for the new claim when their
-        tokens match (a lost claim counts to the same token again, and its outcome
-        settles this one): the new copy is not run twice. Otherwise the earlier copy's
-        outcome will be fenced out, and the new copy runs."""
+        """The claim returned rows this subscriber still holds under an earlier claim.
+
+        - The earlier copy waits in the buffer: the database no longer showed its claim
+          (lost in a failover to a standby it had not reached, or its lease lapsed). It
+          is dropped unhandled; the new copy runs.
+        - The earlier copy was handed to a worker, under the same token: a failover
+          lost its claim and the row counted to the same token again. Its outcome
+          settles the new claim, so the new copy is not run twice.
+        - Under another token: the earlier copy's outcome is fenced out, or was written
+          and not yet let go of (a retry due at once claimed meanwhile). The new copy
+          runs, and stays held when the earlier outcome is let go of (`_superseded`).
+        """
         held = self._held
         earlier = {id(held[raw.id]) for raw in again}
         dropped = self._buffer.take_where(lambda raw: id(raw) in earlier)
         unstarted = {raw.id for raw in dropped}
         skipped: set[int] = set()
         for raw in again:
-            running = held[raw.id]
-            if raw.id not in unstarted and running.token == raw.token:
+            handed = held[raw.id]
+            if raw.id not in unstarted and handed.token == raw.token:
                 skipped.add(id(raw))
-            else:
-                if raw.id not in unstarted:  # its fenced outcome must not let go of `raw`
-                    self._superseded.add((running.id, running.token))
-                held[raw.id] = raw
+                continue
+            if raw.id not in unstarted:
+                self._superseded.add((handed.id, handed.token))
+            held[raw.id] = raw
         self._let_go_unhandled(dropped)
-        self._log(
-            logging.WARNING,
-            f"a claim returned {len(again)} messages this process already held: the "
-            "database had lost the earlier claims (a failover to a standby they had not "
-            f"reached); {len(dropped)} waiting copies were dropped unhandled, and "
-            f"{len(skipped)} already running are not run again",
-        )
+        if dropped or skipped:
+            self._log(
+                logging.WARNING,
+                f"a claim returned {len(dropped) + len(skipped)} messages this process "
+                "already held, so the database no longer showed the earlier claims (a "
+                "failover to a standby they had not reached, or lapsed leases): "
+                f"{len(dropped)} waiting copies were dropped unhandled, and "
+                f"{len(skipped)} handed to workers under the same claim are not run again",
+            )
         return [raw for raw in claimed if id(raw) not in skipped] if skipped else claimed
 
+    def _of_held_claims(self, outcomes: Sequence[Outcome], *, forget: bool) -> list[Outcome]:
+        """`outcomes` less those of copies whose rows this process claimed again under
+        another token (`_claimed_again`): what follows an outcome concerns the new
+        claim, still held. `forget`: these outcomes are done with."""
+        superseded, kept = self._superseded, []
+        for outcome in outcomes:
+            claim = (outcome.id, outcome.token)
+            if claim not in superseded:
+                kept.append(outcome)
+            elif forget:
+                superseded.discard(claim)
+        return kept
+
     async def _after_write(self, outcomes: Sequence[Outcome]) -> None:
+        if self._superseded:
+            outcomes = self._of_held_claims(outcomes, forget=False)
         try:
             await self._release_keys(outcomes)
         finally:
@@ -411,8 +435,12 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         and their room may be claimed."""
         held = self._held
         for raw in dropped:
-            if held.get(raw.id) is raw:
-                del held[raw.id]
+            if held.get(raw.id) is not raw:
+                # a newer claim of its row is held (`_claimed_again`): that one is
+                # the probe, if either is, and keeps the row held
+                self._superseded.discard((raw.id, raw.token))
+                continue
+            del held[raw.id]
             if self._breakers is not None:
                 self._breakers.dropped(raw)
         if dropped:
@@ -461,7 +489,7 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
     def _release_held(self, outcomes: Sequence[Outcome]) -> None:
         self._written.note(outcomes)
         if self._superseded:
-            outcomes = self._of_held_claims(outcomes)
+            outcomes = self._of_held_claims(outcomes, forget=True)
         held, freed_key = self._held, False
         if self._keyed:
             for outcome in outcomes:
@@ -482,19 +510,6 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         self._outer_config.vacuum.note_settled(len(outcomes))
         if self._fetcher is not None:
             self._fetcher.notify_taken()
-
-    def _of_held_claims(self, outcomes: Sequence[Outcome]) -> Sequence[Outcome]:
-        """`outcomes` less those of copies whose rows this process claimed again under
-        another token (`_claimed_again`): the new claim stays held."""
-        superseded = self._superseded
-        kept = []
-        for outcome in outcomes:
-            claim = (outcome.id, outcome.token)
-            if claim in superseded:
-                superseded.discard(claim)
-            else:
-                kept.append(outcome)
-        return kept
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro, name=f"faststream-sqla:{','.join(self.queues)}:{name}")

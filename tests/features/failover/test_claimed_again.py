@@ -5,16 +5,19 @@ outcomes holds two of one claim (faststream_sqla.subscriber.usecase._claimed_aga
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
 from faststream_sqla import MessageState, lifecycle
+from faststream_sqla.annotations import SqlaMessage
 from faststream_sqla.clock import utc_now
 from faststream_sqla.schema import TOKEN_COLUMN
 from faststream_sqla.subscriber.flusher import OutcomeFlusher
-from tests.support.helpers import LogLines, captured_logger, rows, wait_until
+from tests.support.helpers import FAST, LogLines, captured_logger, rows, wait_until
 from tests.support.one_worker import (
+    NEVER,
     Gate,
     one_worker_broker,
     second_waits_behind_first,
@@ -103,7 +106,7 @@ async def test_a_running_message_claimed_again_under_its_own_token_is_not_run_tw
         assert subscriber._held == {}
     assert got.calls == [("only", 1)]
     assert written == [(row["id"], 1)]
-    assert "1 already running are not run again" in logged
+    assert "1 handed to workers under the same claim are not run again" in logged
     assert not await rows(engine, m)
 
 
@@ -124,10 +127,14 @@ async def test_a_running_message_claimed_again_under_a_new_token_runs_again_and_
         (row,) = await rows(engine, m)
         message_id = row["id"]
         await lose_claim(engine, m, message_id, same_token=False)
-        await claimed_again(lines)
+        (subscriber,) = broker.subscribers
+
+        async def new_copy_held() -> bool:
+            return subscriber._held[message_id].token == 2
+
+        await wait_until(new_copy_held)
         gates[1].finish.set()
         await gates[2].running.wait()
-        (subscriber,) = broker.subscribers
 
         async def first_outcome_written() -> bool:
             return subscriber._flusher.written >= 1
@@ -143,6 +150,59 @@ async def test_a_running_message_claimed_again_under_a_new_token_runs_again_and_
     assert got.calls == [("only", 1), ("only", 2)]
     assert written == [(message_id, 1), (message_id, 2)]
     assert not await rows(engine, m)
+    assert not lines.containing(ALREADY_HELD)  # nothing this process ran was lost
+
+
+async def test_a_retry_claimed_before_its_failed_attempt_is_let_go_of_stays_held(
+    make_broker, dialect_name, engine, tables
+):
+    """A retry due at once is claimed again between its outcome's commit and the
+    moment this process lets go of the claim it ran under: the new claim stays held."""
+    logger, lines = captured_logger(f"test.claimed_again.retry.{dialect_name}")
+    broker = make_broker(logger=logger)
+    second = Gate()
+
+    @broker.subscriber("q", max_workers=1, release_stuck_timeout=NEVER, **FAST)
+    async def handle(body: str, msg: SqlaMessage) -> None:
+        if msg.deliveries_count == 1:
+            await msg.nack(delay=0)
+            return
+        await second.pass_through()
+
+    async with broker:
+        written = await start_recording_writes(broker)
+        (subscriber,) = broker.subscribers
+        flusher = subscriber._flusher
+        after_write = flusher.after_write
+
+        async def claimed_again_meanwhile(batch) -> None:
+            await after_write(batch)
+            if any(o.token == 1 for o in batch):
+
+                async def new_claim_held() -> bool:
+                    raw = subscriber._held.get(batch[0].id)
+                    return raw is not None and raw.token == 2
+
+                await wait_until(new_claim_held)
+
+        on_written, first_let_go = flusher.on_written, asyncio.Event()
+
+        def let_go(batch) -> None:
+            on_written(batch)
+            if any(o.token == 1 for o in batch):
+                first_let_go.set()
+
+        flusher.after_write, flusher.on_written = claimed_again_meanwhile, let_go
+        await broker.publish("retried", queue="q")
+        await second.running.wait()
+        await first_let_go.wait()
+        (message_id, _token), *_ = written
+        assert subscriber._held[message_id].token == 2  # the retry's outcome let go of
+        second.finish.set()
+        await archived(engine, tables, 1)
+        assert subscriber._held == {}
+    assert written == [(message_id, 1), (message_id, 2)]
+    assert not lines.containing(ALREADY_HELD)
 
 
 async def test_a_batch_holding_two_outcomes_of_one_claim_is_written_with_the_first(
