@@ -435,12 +435,14 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         and their room may be claimed."""
         held = self._held
         for raw in dropped:
-            if held.get(raw.id) is not raw:
+            current = held.get(raw.id)
+            if current is raw:
+                del held[raw.id]
+            elif current is not None:
                 # a newer claim of its row is held (`_claimed_again`): that one is
                 # the probe, if either is, and keeps the row held
                 self._superseded.discard((raw.id, raw.token))
                 continue
-            del held[raw.id]
             if self._breakers is not None:
                 self._breakers.dropped(raw)
         if dropped:
