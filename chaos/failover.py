@@ -123,11 +123,13 @@ class Publisher:
 
 
 def read_handled(files: list[Path]) -> list[Handled]:
+    """The complete lines of the workers' records: a worker may be writing the last."""
     handled = []
     for path in files:
         if not path.exists():
             continue
-        for line in path.read_text().splitlines():
+        text = path.read_text()
+        for line in text[: text.rfind("\n") + 1].splitlines():
             value, pid, deliveries, token, at, claimed_at = line.split()
             handled.append(Handled(
                 int(value), int(pid), int(deliveries), int(token), float(at), float(claimed_at)
