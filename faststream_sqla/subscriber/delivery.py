@@ -241,9 +241,7 @@ class Delivery:
         if self.breakers is not None:
             held = self.held
             for outcome in settled:
-                handed = held.get(outcome.id)
-                # not when a newer claim of its row is held (SqlaSubscriber._claimed_again)
-                if handed is not None and handed.token == outcome.token:
+                if (handed := held.get(outcome.id)) is not None:
                     self.breakers.handed(handed, outcome)
         self.flusher.add_all(settled)
         # a list and a count in C: a generator would be resumed once per message

@@ -203,6 +203,8 @@ class Fetcher:
                 continue
             finally:
                 self.claim_in_flight = False
+            if self.health.is_down:
+                continue  # the round stopped short for an outage: wait for the database
             backoff.reset()
             if not self.channelled:
                 self._resize()

@@ -411,10 +411,11 @@ class SqlaSubscriber(SubscriberUsecase[Any]):
         return kept
 
     async def _after_write(self, outcomes: Sequence[Outcome]) -> None:
-        if self._superseded:
-            outcomes = self._of_held_claims(outcomes, forget=False)
+        # Breakers count every outcome they were handed, a superseded copy's too (its
+        # row, queue and channel are the new copy's): handed and counted stay paired.
+        keyed = self._of_held_claims(outcomes, forget=False) if self._superseded else outcomes
         try:
-            await self._release_keys(outcomes)
+            await self._release_keys(keyed)
         finally:
             if self._breakers is not None:
                 await self._breakers.count(outcomes, self._held)
